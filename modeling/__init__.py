@@ -1,0 +1,55 @@
+"""The original Transformer ("Attention Is All You Need") as a Hugging Face model.
+
+Importing this package registers the config, the models and the tokenizer with transformers' Auto classes, and
+marks them so that every saved checkpoint carries its code and loads with `trust_remote_code=True` elsewhere.
+"""
+
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+)
+
+from .configuration_vaswani import PRESETS, VaswaniConfig
+from .modeling_vaswani import (
+    VaswaniEncoderModel,
+    VaswaniForConditionalGeneration,
+    VaswaniForSequenceClassification,
+    VaswaniForTokenClassification,
+    VaswaniModel,
+    VaswaniPreTrainedModel,
+)
+from .tokenization_vaswani import VaswaniTokenizer
+
+
+__version__ = "0.1.0"
+
+_AUTO_CLASSES = {
+    AutoModel: VaswaniModel,
+    AutoModelForSeq2SeqLM: VaswaniForConditionalGeneration,
+    AutoModelForSequenceClassification: VaswaniForSequenceClassification,
+    AutoModelForTokenClassification: VaswaniForTokenClassification,
+}
+
+AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig, exist_ok=True)
+AutoTokenizer.register(VaswaniConfig, fast_tokenizer_class=VaswaniTokenizer, exist_ok=True)
+for _auto_class, _model_class in _AUTO_CLASSES.items():
+    _auto_class.register(VaswaniConfig, _model_class, exist_ok=True)
+    _model_class.register_for_auto_class(_auto_class.__name__)
+VaswaniConfig.register_for_auto_class()
+VaswaniTokenizer.register_for_auto_class()
+
+__all__ = [
+    "PRESETS",
+    "VaswaniConfig",
+    "VaswaniEncoderModel",
+    "VaswaniForConditionalGeneration",
+    "VaswaniForSequenceClassification",
+    "VaswaniForTokenClassification",
+    "VaswaniModel",
+    "VaswaniPreTrainedModel",
+    "VaswaniTokenizer",
+]

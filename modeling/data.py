@@ -1,0 +1,108 @@
+"""Loading text datasets for the scripts: local JSON Lines / JSON / CSV files, or a Hub dataset by name.
+
+Errors name what is wrong: the file and line of a broken record, the missing column and the columns there are.
+"""
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import datasets
+
+
+LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv"}
+
+
+def is_local(dataset: str) -> bool:
+    return any(Path(part).exists() for part in split_paths(dataset))
+
+
+def split_paths(dataset: str) -> list[str]:
+    """Several local files may be given at once, separated by commas."""
+    return [part.strip() for part in dataset.split(",") if part.strip()]
+
+
+def check_local_file(path: Path) -> None:
+    """Read a local data file once, so that an encoding or syntax error is reported with its file and line rather
+    than from deep inside the loader."""
+    if not path.is_file():
+        raise FileNotFoundError(f"Data file {path} does not exist.")
+    suffix = path.suffix.lower()
+    if suffix not in LOCAL_FORMATS:
+        raise ValueError(f"Data file {path}: unsupported format {suffix!r}; use one of {sorted(LOCAL_FORMATS)}.")
+    records = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            records += bool(raw.strip())
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path}, line {number}: not valid UTF-8 ({error}).") from None
+            if suffix == ".jsonl" and line.strip():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}).") from None
+                if not isinstance(record, dict):
+                    raise ValueError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}.")
+    if records == 0:
+        raise ValueError(f"Data file {path} is empty: it holds no records.")
+    if suffix == ".json":
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            # a .json file may also hold one object per line, which the loader accepts
+            if not _is_json_lines(path):
+                raise ValueError(f"{path}, line {error.lineno}: not valid JSON ({error.msg}).") from None
+
+
+def _is_json_lines(path: Path) -> bool:
+    try:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                json.loads(line)
+        return True
+    except json.JSONDecodeError:
+        return False
+
+
+def load_split(dataset: str, split: str = "train", config_name: str | None = None) -> datasets.Dataset:
+    """One split of a dataset: `dataset` is a local file (or comma-separated files of one format), or else the name
+    of a dataset on the Hub (with `config_name` where it has several)."""
+    if is_local(dataset):
+        paths = [Path(part) for part in split_paths(dataset)]
+        for path in paths:
+            check_local_file(path)
+        formats = {LOCAL_FORMATS[path.suffix.lower()] for path in paths}
+        if len(formats) > 1:
+            raise ValueError(f"Data files {dataset!r} mix formats {sorted(formats)}; give files of one format.")
+        return datasets.load_dataset(formats.pop(), data_files=[str(p) for p in paths], split="train")
+    return datasets.load_dataset(dataset, config_name, split=split)
+
+
+def require_columns(dataset: datasets.Dataset, columns: Sequence[str], where: str = "the dataset") -> None:
+    for column in columns:
+        if column not in dataset.column_names:
+            raise ValueError(
+                f"Column {column!r} is not in {where}; its columns are {dataset.column_names}. "
+                "Choose the columns to use with the script's column options."
+            )
+
+
+def iter_texts(dataset: datasets.Dataset, columns: Sequence[str]) -> Iterator[str]:
+    """Every non-empty string of the given columns (a dict column such as `translation` yields its values)."""
+    for column in columns:
+        for value in dataset[column]:
+            yield from _strings(value)
+
+
+def _strings(value) -> Iterable[str]:
+    if isinstance(value, str):
+        if value:
+            yield value
+    elif isinstance(value, dict):
+        for inner in value.values():
+            yield from _strings(inner)
+    elif isinstance(value, (list, tuple)):
+        for inner in value:
+            yield from _strings(inner)

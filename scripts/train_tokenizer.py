@@ -1,0 +1,54 @@
+"""Train the project's tokenizer (joint BPE with byte fallback) from dataset columns and save it.
+
+    python scripts/train_tokenizer.py --dataset ../shared/data/multi30k/train.jsonl --columns en de \
+        --vocab_size 8000 --output_dir tokenizers/multi30k
+
+`--dataset` is a local JSON Lines / JSON / CSV file (or several, comma-separated), or a dataset name on the Hub
+(with `--dataset_config` and `--split`) for users who are online.
+"""
+
+import sys
+from dataclasses import dataclass, field
+
+from transformers import HfArgumentParser
+
+from vaswani import VaswaniTokenizer
+from vaswani.data import iter_texts, load_split, require_columns
+
+
+@dataclass
+class TokenizerTrainingArguments:
+    dataset: str = field(metadata={"help": "Local data file(s), comma-separated, or a Hub dataset name."})
+    columns: list[str] = field(metadata={"help": "Text columns to learn from (source and target for translation)."})
+    output_dir: str = field(metadata={"help": "Folder to save the tokenizer in."})
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    split: str = field(default="train", metadata={"help": "Hub dataset split."})
+    vocab_size: int = field(default=8000, metadata={"help": "Size of the vocabulary, special and byte tokens included."})
+    min_frequency: int = field(default=2, metadata={"help": "Merges seen fewer times than this are not learned."})
+    language_codes: list[str] = field(default_factory=list, metadata={"help": "Add a >>xx<< tag token per code."})
+    model_max_length: int = field(default=1024, metadata={"help": "Longest input the tokenizer truncates to."})
+    max_examples: int | None = field(default=None, metadata={"help": "Learn from the first N rows only."})
+
+
+def main(argv: list[str] | None = None) -> VaswaniTokenizer:
+    (args,) = HfArgumentParser(TokenizerTrainingArguments).parse_args_into_dataclasses(args=argv)
+    dataset = load_split(args.dataset, args.split, args.dataset_config)
+    require_columns(dataset, args.columns, where=args.dataset)
+    if args.max_examples is not None:
+        dataset = dataset.select(range(min(args.max_examples, len(dataset))))
+    if len(dataset) == 0:
+        raise ValueError(f"{args.dataset} has no rows to learn a vocabulary from.")
+    tokenizer = VaswaniTokenizer.train_from_texts(
+        iter_texts(dataset, args.columns),
+        vocab_size=args.vocab_size,
+        min_frequency=args.min_frequency,
+        language_codes=args.language_codes,
+        model_max_length=args.model_max_length,
+    )
+    tokenizer.save_pretrained(args.output_dir)
+    print(f"Saved a tokenizer of {len(tokenizer)} tokens, learned from {len(dataset)} rows, to {args.output_dir}")
+    return tokenizer
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

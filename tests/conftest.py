@@ -1,0 +1,121 @@
+"""Shared test setup: offline Hugging Face environment, a tiny tokenizer and model configs, fresh-process runs.
+
+The environment is set here, before anything imports transformers, so that no test waits on the unreachable Hub
+and nothing is written to the user's cache.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="vaswani-tests-hf-home-")
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import vaswani  # noqa: E402
+from vaswani import VaswaniConfig, VaswaniTokenizer  # noqa: E402
+
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+needs_shared_data = pytest.mark.skipif(
+    not SHARED_DATA.is_dir(),
+    reason=f"needs the datasets in {SHARED_DATA} (present in the project's CI; absent on a user's machine)",
+)
+
+# A small parallel corpus written for the tests (English -> German), plus text in other scripts.
+PAIRS = [
+    ("A man is riding a horse.", "Ein Mann reitet ein Pferd."),
+    ("Two dogs play in the snow.", "Zwei Hunde spielen im Schnee."),
+    ("A girl is reading a book in the park.", "Ein Mädchen liest ein Buch im Park."),
+    ("The children are playing football outside.", "Die Kinder spielen draußen Fußball."),
+    ("A woman in a red dress is drinking coffee.", "Eine Frau in einem roten Kleid trinkt Kaffee."),
+    ("Two men are walking down the street.", "Zwei Männer gehen die Straße entlang."),
+    ("A little boy jumps into the water.", "Ein kleiner Junge springt ins Wasser."),
+    ("People are sitting at a table outside a cafe.", "Leute sitzen an einem Tisch vor einem Café."),
+    ("A black dog runs across the grass.", "Ein schwarzer Hund läuft über das Gras."),
+    ("An old man is selling vegetables at the market.", "Ein alter Mann verkauft Gemüse auf dem Markt."),
+]
+OTHER_SCRIPTS = ["Привет, как дела?", "Καλημέρα κόσμε", "こんにちは世界", "مرحبا بالعالم", "नमस्ते दुनिया"]
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> VaswaniTokenizer:
+    texts = [text for pair in PAIRS for text in pair] + OTHER_SCRIPTS
+    return VaswaniTokenizer.train_from_texts(texts * 3, vocab_size=600, min_frequency=1, model_max_length=128)
+
+
+def tiny_config(**overrides) -> VaswaniConfig:
+    """The `tiny` preset with dropout off (deterministic outputs), and any field overridden."""
+    return VaswaniConfig.from_preset("tiny", **{"dropout": 0.0, **overrides})
+
+
+def random_batch(batch: int = 3, length: int = 9, vocab: int = 1000, seed: int = 0, pad_id: int = 0):
+    """Token ids in [4, vocab) with right padding of different lengths, and the matching attention mask."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(4, vocab, (batch, length), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    for row in range(1, batch):
+        attention_mask[row, length - 2 * row :] = 0
+    return input_ids.masked_fill(attention_mask == 0, pad_id), attention_mask
+
+
+def spread_weights(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Give an untrained model varied weights (and non-zero relative biases), so that its greedy outputs differ from
+    step to step and comparisons between two code paths mean something."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.dim() >= 1 and "layer_norm" not in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
+    return model
+
+
+ISOLATION_PRELUDE = textwrap.dedent(
+    """
+    import os, sys
+
+    class _NoVaswani:
+        # stands for a machine where this project's package is not installed
+        def find_spec(self, name, path=None, target=None):
+            if name == "vaswani" or name.startswith("vaswani."):
+                raise ModuleNotFoundError(f"No module named {name!r}")
+            return None
+
+    sys.meta_path.insert(0, _NoVaswani())
+    try:
+        import vaswani
+        raise SystemExit("the package is importable: the test would prove nothing")
+    except ModuleNotFoundError:
+        pass
+    """
+)
+
+
+def run_isolated(code: str, timeout: int = 240) -> str:
+    """Run `code` in a fresh Python process, in another working directory, with a clean PYTHONPATH, offline, and
+    with this project's package not importable. Returns stdout; fails the test with stderr if the process fails."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["HF_HOME"] = tempfile.mkdtemp(prefix="vaswani-isolated-hf-home-")
+    with tempfile.TemporaryDirectory() as workdir:
+        result = subprocess.run(
+            [sys.executable, "-c", ISOLATION_PRELUDE + textwrap.dedent(code)],
+            cwd=workdir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    if result.returncode != 0:
+        pytest.fail(f"isolated process failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return result.stdout

@@ -1,0 +1,97 @@
+import pytest
+from transformers import AutoConfig
+
+from vaswani import PRESETS, VaswaniConfig
+
+
+def test_defaults_are_the_papers_base_model():
+    config = VaswaniConfig()
+    assert (config.d_model, config.encoder_layers, config.decoder_layers) == (512, 6, 6)
+    assert (config.encoder_attention_heads, config.decoder_attention_heads) == (8, 8)
+    assert (config.encoder_ffn_dim, config.decoder_ffn_dim) == (2048, 2048)
+    assert config.dropout == 0.1
+    assert config.activation_function == "relu"
+    assert config.layer_norm_position == "post"
+    assert config.position_embedding_type == "sinusoidal"
+    assert config.scale_embedding is True
+    assert config.tie_word_embeddings is True
+
+
+def test_generation_needs_resolve():
+    config = VaswaniConfig(encoder_layers=3, decoder_layers=2)
+    assert config.num_hidden_layers == 2  # the decoder's, which the cache holds
+    assert config.hidden_size == config.d_model
+    assert config.decoder_start_token_id == config.bos_token_id == 1
+    assert config.is_encoder_decoder
+
+
+@pytest.mark.parametrize("name", ["tiny", "small", "base", "big"])
+def test_presets(name):
+    config = VaswaniConfig.from_preset(name)
+    for field, value in PRESETS[name].items():
+        assert getattr(config, field) == value
+    assert VaswaniConfig.from_preset(name, dropout=0.2).dropout == 0.2
+
+
+def test_base_and_big_are_the_papers_sizes():
+    base, big = VaswaniConfig.from_preset("base"), VaswaniConfig.from_preset("big")
+    assert (base.d_model, base.encoder_ffn_dim, base.encoder_attention_heads, base.dropout) == (512, 2048, 8, 0.1)
+    assert (big.d_model, big.encoder_ffn_dim, big.encoder_attention_heads, big.dropout) == (1024, 4096, 16, 0.3)
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError, match="presets are"):
+        VaswaniConfig.from_preset("huge")
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(d_model=100, encoder_attention_heads=8), "d_model"),
+        (dict(d_model=96, decoder_attention_heads=7), "decoder_attention_heads"),
+        (dict(d_model=0), "d_model"),
+        (dict(encoder_layers=-1), "encoder_layers"),
+        (dict(decoder_ffn_dim=0), "decoder_ffn_dim"),
+        (dict(vocab_size=0), "vocab_size"),
+        (dict(max_position_embeddings=0), "max_position_embeddings"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(attention_dropout=-0.1), "attention_dropout"),
+        (dict(label_smoothing=1.5), "label_smoothing"),
+        (dict(position_embedding_type="rotary"), "position_embedding_type"),
+        (dict(layer_norm_position="middle"), "layer_norm_position"),
+        (dict(activation_function="relu6"), "activation_function"),
+        (dict(d_model=63, encoder_attention_heads=1, decoder_attention_heads=1), "d_model"),
+        (dict(d_modle=256), "d_model"),
+    ],
+)
+def test_invalid_values_name_the_field(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        VaswaniConfig(**overrides)
+
+
+def test_options_are_accepted():
+    config = VaswaniConfig(layer_norm_position="pre", position_embedding_type="relative", activation_function="gelu")
+    assert config.layer_norm_position == "pre"
+    assert VaswaniConfig(position_embedding_type="learned", max_position_embeddings=64).max_position_embeddings == 64
+
+
+def test_num_labels_is_not_defaulted_by_us():
+    assert VaswaniConfig(num_labels=5).num_labels == 5
+    assert VaswaniConfig(id2label={0: "neg", 1: "pos"}).num_labels == 2
+
+
+def test_round_trip_through_auto_config(tmp_path):
+    config = VaswaniConfig.from_preset("tiny", source_lang="en", target_lang="de", position_embedding_type="relative")
+    config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(loaded, VaswaniConfig)
+    assert loaded.to_diff_dict() == config.to_diff_dict()
+    assert loaded.auto_map["AutoModelForSeq2SeqLM"] == "modeling_vaswani.VaswaniForConditionalGeneration"
+
+
+def test_each_config_owns_its_dicts():
+    first, second = VaswaniConfig(), VaswaniConfig()
+    first.custom_pipelines["translation"]["pt"] = ("mutated",)
+    first.auto_map["AutoModel"] = "mutated"
+    assert second.custom_pipelines["translation"]["pt"] == ["AutoModelForSeq2SeqLM"]
+    assert second.auto_map["AutoModel"] == "modeling_vaswani.VaswaniModel"

@@ -1,0 +1,127 @@
+import functools
+
+import pytest
+import torch
+from transformers import EncoderDecoderCache
+
+from conftest import random_batch, tiny_config
+from vaswani import VaswaniForConditionalGeneration
+
+
+VARIANTS = [
+    dict(),
+    dict(layer_norm_position="pre", position_embedding_type="learned"),
+    dict(position_embedding_type="relative", relative_attention_max_distance=4, encoder_layers=1, decoder_layers=3),
+]
+
+
+VOCAB = 48
+
+
+def model_with(**overrides) -> VaswaniForConditionalGeneration:
+    return _copy_trained(tuple(sorted(overrides.items())))
+
+
+@functools.cache
+def _copy_trained(overrides: tuple) -> VaswaniForConditionalGeneration:
+    """A tiny model trained for a few seconds to copy its input: an untrained one repeats a single token, which
+    would make comparisons between decoding paths meaningless."""
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=VOCAB, **dict(overrides)))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(150):
+        source = torch.randint(4, VOCAB, (32, 8), generator=generator)
+        labels = torch.cat([source, torch.full((32, 1), model.config.eos_token_id)], dim=1)
+        model(input_ids=source, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.eval()
+
+
+def batch():
+    return random_batch(vocab=VOCAB)
+
+
+def test_decoder_start_token_is_in_both_configs():
+    model = model_with()
+    assert model.config.decoder_start_token_id == 1
+    assert model.generation_config.decoder_start_token_id == 1
+    ids, mask = batch()
+    generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5)
+    assert (generated[:, 0] == 1).all()
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=["sinusoidal", "pre-learned", "relative-1+3"])
+def test_cached_and_uncached_decoding_give_identical_tokens(overrides):
+    model = model_with(**overrides)
+    ids, mask = batch()
+    for settings in (dict(), dict(num_beams=3), dict(num_beams=2, length_penalty=0.5, early_stopping=True)):
+        cached = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, use_cache=True, **settings)
+        uncached = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, use_cache=False, **settings)
+        assert torch.equal(cached, uncached), settings
+        assert len(set(cached[0, 1:].tolist())) > 2  # the outputs are varied enough for this to mean something
+
+
+def test_step_by_step_logits_equal_the_full_forward():
+    model = model_with(position_embedding_type="relative", relative_attention_max_distance=3)
+    ids, mask = batch()
+    target = torch.randint(4, VOCAB, (3, 7))
+    full = model(input_ids=ids, attention_mask=mask, decoder_input_ids=target).logits
+    encoder_outputs = model.get_encoder()(input_ids=ids, attention_mask=mask)
+    cache, steps = None, []
+    for position in range(target.shape[1]):
+        out = model(
+            encoder_outputs=encoder_outputs,
+            attention_mask=mask,
+            decoder_input_ids=target[:, position : position + 1],
+            past_key_values=cache,
+            use_cache=True,
+        )
+        cache = out.past_key_values
+        steps.append(out.logits)
+    assert isinstance(cache, EncoderDecoderCache)
+    assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-5
+
+
+def test_self_attention_cache_grows_and_cross_attention_is_computed_once():
+    model = model_with()
+    layer = model.model.decoder.layers[0]
+    self_key_lengths, cross_key_calls = [], []
+    layer.self_attn.k_proj.register_forward_hook(lambda module, args, out: self_key_lengths.append(args[0].shape[1]))
+    layer.encoder_attn.k_proj.register_forward_hook(lambda module, args, out: cross_key_calls.append(args[0].shape))
+    ids, mask = batch()
+    out = model.generate(
+        input_ids=ids, attention_mask=mask, max_new_tokens=6, min_new_tokens=6, return_dict_in_generate=True
+    )
+    assert self_key_lengths == [1] * 6  # one new key per step; the earlier ones come from the cache
+    assert cross_key_calls == [torch.Size([3, 9, 32])]  # the encoder output is projected once per input
+    cache = out.past_key_values
+    assert cache.self_attention_cache.get_seq_length() == 6
+    assert cache.cross_attention_cache.get_seq_length() == 9
+
+
+def test_beam_search_settings_are_used():
+    model = model_with()
+    ids, mask = batch()
+    common = dict(input_ids=ids, attention_mask=mask, max_new_tokens=8, num_beams=4, return_dict_in_generate=True,
+                  output_scores=True)
+    short = model.generate(**common, length_penalty=0.0)
+    long = model.generate(**common, length_penalty=2.0)
+    assert not torch.allclose(short.sequences_scores, long.sequences_scores)
+    several = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, num_beams=4, num_return_sequences=3)
+    assert several.shape[0] == 9
+
+
+def test_sampling_is_random_and_reproducible_with_a_seed():
+    model = model_with()
+    ids, mask = batch()
+    runs = []
+    for seed in (1, 1, 2):
+        torch.manual_seed(seed)
+        runs.append(
+            model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=50, max_new_tokens=10,
+                           min_new_tokens=10)
+        )
+    assert torch.equal(runs[0], runs[1])
+    assert not torch.equal(runs[0], runs[2])

@@ -1,0 +1,173 @@
+import json
+import sys
+
+import pytest
+import torch
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from conftest import PAIRS, REPO, SHARED_DATA, needs_shared_data, tiny_config
+from vaswani import VaswaniForConditionalGeneration, VaswaniTokenizer
+
+
+sys.path.insert(0, str(REPO / "scripts"))
+import train_tokenizer  # noqa: E402
+
+
+ORDINARY_TEXTS = [
+    "A man is riding a horse.",
+    "Ein Mädchen liest ein Buch im Park.",
+    "Привет, как дела?",
+    "こんにちは世界",
+    "مرحبا بالعالم",
+    "  leading, inner  and trailing spaces  ",
+    "tabs\tand\nnewlines",
+    "Numbers 3.14159 and symbols #@%&*!",
+]
+NEVER_SEEN = ["😀🎉👩‍👩‍👧", "ᚠᛇᚻ᛫ᛒᛦᚦ", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "ℵ₀ ≠ ∅", "\u200bzero width"]
+
+
+def test_is_a_fast_tokenizer_with_the_special_tokens(tokenizer):
+    assert isinstance(tokenizer, PreTrainedTokenizerFast)
+    assert [tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id] == [
+        0, 1, 2, 3,
+    ]
+    assert tokenizer.padding_side == "right"
+    assert tokenizer("A man.")["input_ids"][-1] == tokenizer.eos_token_id
+
+
+@pytest.mark.parametrize("text", ORDINARY_TEXTS + NEVER_SEEN)
+def test_decode_encode_round_trip_without_unknowns(tokenizer, text):
+    ids = tokenizer(text)["input_ids"]
+    assert tokenizer.unk_token_id not in ids
+    assert tokenizer.decode(ids, skip_special_tokens=True) == text
+
+
+def test_unseen_characters_fall_back_to_bytes(tokenizer):
+    tokens = tokenizer.convert_ids_to_tokens(tokenizer("😀")["input_ids"])
+    assert [t for t in tokens if t.startswith("<0x")] == ["<0xF0>", "<0x9F>", "<0x98>", "<0x80>"]
+
+
+def test_empty_string(tokenizer):
+    encoded = tokenizer("")
+    assert encoded["input_ids"] == [tokenizer.eos_token_id]
+    assert tokenizer.decode(encoded["input_ids"], skip_special_tokens=True) == ""
+
+
+def test_text_target_gives_labels(tokenizer):
+    source, target = PAIRS[0]
+    batch = tokenizer([source], text_target=[target])
+    assert batch["labels"][0] == tokenizer(target)["input_ids"]
+    assert tokenizer.decode(batch["labels"][0], skip_special_tokens=True) == target
+
+
+def test_truncation_and_padding(tokenizer):
+    long_text = " ".join(pair[0] for pair in PAIRS) * 20
+    batch = tokenizer(["", "short", long_text], padding=True, truncation=True, max_length=32, return_tensors="pt")
+    assert batch["input_ids"].shape == (3, 32)
+    assert batch["input_ids"][2, -1] == tokenizer.eos_token_id  # truncation keeps the end-of-sequence token
+    assert batch["attention_mask"][0].sum() == 1 and batch["input_ids"][0, 1] == tokenizer.pad_token_id
+    # without max_length, truncation stops at the tokenizer's model_max_length
+    assert len(tokenizer(long_text, truncation=True)["input_ids"]) == tokenizer.model_max_length
+
+
+def test_a_batch_mixing_empty_and_long_texts_runs_through_the_model(tokenizer):
+    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer))).eval()
+    long_text = " ".join(pair[0] for pair in PAIRS) * 30
+    batch = tokenizer(["", long_text, "A man."], padding=True, truncation=True, return_tensors="pt")
+    assert batch["input_ids"].shape[1] == model.config.max_position_embeddings
+    generated = model.generate(**batch, max_new_tokens=5)
+    assert generated.shape[0] == 3
+    labels = tokenizer(text_target=["", "Ein Mann.", long_text], padding=True, truncation=True, return_tensors="pt")
+    loss = model(**batch, labels=labels["input_ids"].masked_fill(labels["attention_mask"] == 0, -100)).loss
+    assert torch.isfinite(loss)
+
+
+def test_language_tags(tmp_path):
+    tokenizer = VaswaniTokenizer.train_from_texts([p for pair in PAIRS for p in pair], vocab_size=400,
+                                                  min_frequency=1, language_codes=["en", "de"])
+    tokenizer.save_pretrained(tmp_path)
+    for candidate in (tokenizer, AutoTokenizer.from_pretrained(tmp_path)):
+        assert candidate.language_tags == {"en": ">>en<<", "de": ">>de<<"}
+        ids = candidate(">>de<< A man.")["input_ids"]
+        assert ids[0] == candidate.convert_tokens_to_ids(">>de<<")
+        assert ids[1:] == candidate("A man.")["input_ids"]
+        assert candidate.decode(ids, skip_special_tokens=True) == "A man."
+
+
+def test_training_arguments_are_checked():
+    with pytest.raises(ValueError, match="vocab_size"):
+        VaswaniTokenizer.train_from_texts(["a b c"], vocab_size=100)
+    with pytest.raises(ValueError, match="empty"):
+        VaswaniTokenizer.train_from_texts([], vocab_size=400)
+    with pytest.raises(TypeError, match="strings"):
+        VaswaniTokenizer.train_from_texts(["fine", 42], vocab_size=400)
+
+
+def test_save_and_load_through_auto_tokenizer(tokenizer, tmp_path):
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert type(loaded) is VaswaniTokenizer
+    for text in ORDINARY_TEXTS + NEVER_SEEN:
+        assert loaded(text)["input_ids"] == tokenizer(text)["input_ids"]
+        assert loaded.decode(loaded(text)["input_ids"], skip_special_tokens=True) == text
+
+
+# --- scripts/train_tokenizer.py ------------------------------------------------------------------------------------
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def test_train_tokenizer_script_from_local_json_lines(tmp_path):
+    data = write_jsonl(tmp_path / "pairs.jsonl", [{"en": en, "de": de} for en, de in PAIRS] * 5)
+    out = tmp_path / "tok"
+    train_tokenizer.main(
+        ["--dataset", str(data), "--columns", "en", "de", "--vocab_size", "500", "--min_frequency", "1",
+         "--output_dir", str(out)]
+    )
+    loaded = AutoTokenizer.from_pretrained(out)
+    assert len(loaded) == 500
+    assert loaded.decode(loaded(PAIRS[3][1])["input_ids"], skip_special_tokens=True) == PAIRS[3][1]
+
+
+def test_train_tokenizer_script_from_csv(tmp_path):
+    data = tmp_path / "pairs.csv"
+    data.write_text("document,summary\n" + "".join(f'"{en}","{de}"\n' for en, de in PAIRS * 5), encoding="utf-8")
+    tokenizer = train_tokenizer.main(
+        ["--dataset", str(data), "--columns", "document", "summary", "--vocab_size", "450", "--min_frequency", "1",
+         "--output_dir", str(tmp_path / "tok")]
+    )
+    assert len(tokenizer) == 450
+
+
+@needs_shared_data
+def test_train_tokenizer_script_on_multi30k(tmp_path):
+    tokenizer = train_tokenizer.main(
+        ["--dataset", str(SHARED_DATA / "multi30k" / "train.jsonl"), "--columns", "en", "de", "--vocab_size", "2000",
+         "--max_examples", "2000", "--output_dir", str(tmp_path / "tok")]
+    )
+    sentence = "Zwei junge Männer spielen Fußball auf einer Wiese."
+    assert tokenizer.decode(tokenizer(sentence)["input_ids"], skip_special_tokens=True) == sentence
+
+
+def test_train_tokenizer_script_bad_input(tmp_path):
+    data = write_jsonl(tmp_path / "pairs.jsonl", [{"en": en, "de": de} for en, de in PAIRS])
+    with pytest.raises(ValueError, match=r"Column 'fr' is not in .*\['en', 'de'\]"):
+        train_tokenizer.main(["--dataset", str(data), "--columns", "en", "fr", "--output_dir", str(tmp_path / "t")])
+
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"en": "fine"}\n{"en": "not closed\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"broken.jsonl, line 2: not valid JSON"):
+        train_tokenizer.main(["--dataset", str(broken), "--columns", "en", "--output_dir", str(tmp_path / "t")])
+
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes('{"en": "ok"}\n{"en": "caf\u00e9"}\n'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1.jsonl, line 2: not valid UTF-8"):
+        train_tokenizer.main(["--dataset", str(latin1), "--columns", "en", "--output_dir", str(tmp_path / "t")])
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", encoding="utf-8")
+    with pytest.raises(ValueError):
+        train_tokenizer.main(["--dataset", str(empty), "--columns", "en", "--output_dir", str(tmp_path / "t")])
