@@ -141,6 +141,10 @@ class VaswaniConfig(PreTrainedConfig):
             self.auto_map = copy.deepcopy(AUTO_MAP)
         if self.custom_pipelines is None:
             self.custom_pipelines = copy.deepcopy(CUSTOM_PIPELINES)
+            if self.source_lang and self.target_lang:
+                # transformers 4.x's parametrized task name: pipeline("translation_en_to_de", ...)
+                task = f"translation_{self.source_lang}_to_{self.target_lang}"
+                self.custom_pipelines[task] = copy.deepcopy(CUSTOM_PIPELINES["translation"])
         super().__post_init__(**kwargs)
         self._check_values()
 

@@ -403,7 +403,7 @@ class VaswaniPreTrainedModel(PreTrainedModel):
         `trust_remote_code=True`, where this package is not installed: the tokenizer and the pipelines."""
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
-            for source in code_files_to_ship():
+            for source in code_files_to_ship(extra_folders=[Path(str(self.name_or_path))]):
                 target = Path(save_directory) / source.name
                 if source.resolve() != target.resolve():
                     shutil.copyfile(source, target)
@@ -422,14 +422,15 @@ def check_weights_file(path: Path) -> None:
         ) from error
 
 
-def code_files_to_ship() -> list[Path]:
+def code_files_to_ship(extra_folders: list[Path] = ()) -> list[Path]:
     """The code files a checkpoint carries beyond the config and model files that transformers copies itself.
 
-    They are found beside this file (in a checkpoint folder, or transformers' module cache) or, in the installed
-    package, in its `pipelines` subpackage.
+    They are found beside this file (in a checkpoint folder, or transformers' module cache), in the installed
+    package's `pipelines` subpackage, or in `extra_folders` (the folder a model was loaded from: transformers' module
+    cache holds only the files it imported, so a re-saved checkpoint takes the pipeline code from its source).
     """
     here = Path(__file__).resolve().parent
-    folders = [here]
+    folders = [here, *(folder for folder in extra_folders if folder.is_dir())]
     try:
         import importlib.util
 

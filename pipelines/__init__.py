@@ -1,0 +1,49 @@
+"""The pipelines, for use in a process where this package is imported.
+
+A saved checkpoint needs nothing from here: it carries `pipeline_vaswani.py` and declares the tasks in its config, so
+`transformers.pipeline("translation", model=DIR, trust_remote_code=True)` works anywhere. With a model *object*,
+transformers 5's `pipeline()` does not look at the model's config for custom tasks, and raises `KeyError` for the
+three tasks it removed. Two ways work in-process:
+
+    from vaswani.pipelines import TranslationPipeline, pipeline
+
+    translator = pipeline("translation", model=model, tokenizer=tokenizer)   # transformers.pipeline, plus the tasks
+    translator = TranslationPipeline(model=model, tokenizer=tokenizer)        # a pipeline class built directly
+"""
+
+import copy
+from pathlib import Path
+
+import transformers
+
+from .pipeline_vaswani import SummarizationPipeline, Text2TextGenerationPipeline, TranslationPipeline
+
+
+PIPELINE_CLASSES = {
+    "translation": TranslationPipeline,
+    "summarization": SummarizationPipeline,
+    "text2text-generation": Text2TextGenerationPipeline,
+}
+
+
+def pipeline(task: str | None = None, model=None, **kwargs) -> transformers.Pipeline:
+    """`transformers.pipeline`, with "translation", "summarization" and "text2text-generation" served by this
+    package's classes, for a model object as well as for a checkpoint folder (no `trust_remote_code` needed here).
+    Every other task, and every argument, goes to `transformers.pipeline` unchanged."""
+    pipeline_class = PIPELINE_CLASSES.get(task)
+    if pipeline_class is not None:
+        kwargs.setdefault("pipeline_class", pipeline_class)
+        if kwargs.get("config") is None and model is not None and not isinstance(model, (str, Path)):
+            # transformers finds the task in the config's `custom_pipelines` and rewrites that entry in place
+            # (class names become classes), which would leave the model's own config unsaveable: give it a copy.
+            kwargs["config"] = copy.deepcopy(model.config)
+    return transformers.pipeline(task, model=model, **kwargs)
+
+
+__all__ = [
+    "PIPELINE_CLASSES",
+    "SummarizationPipeline",
+    "Text2TextGenerationPipeline",
+    "TranslationPipeline",
+    "pipeline",
+]

@@ -164,3 +164,26 @@ def test_tokenizer_and_model_load_together_from_one_folder(tokenizer, tmp_path):
     tokenizer.save_pretrained(tmp_path)
     assert type(AutoTokenizer.from_pretrained(tmp_path)).__name__ == "VaswaniTokenizer"
     assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path).config.vocab_size == len(tokenizer)
+
+
+def test_a_checkpoint_saved_again_through_remote_code_keeps_its_pipeline_code(tokenizer, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"))
+    model.save_pretrained(first)
+    tokenizer.save_pretrained(first)
+    assert (first / "pipeline_vaswani.py").is_file()
+    stdout = run_isolated(
+        f"""
+        import os
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+        model = AutoModelForSeq2SeqLM.from_pretrained({str(first)!r}, trust_remote_code=True)
+        tokenizer = AutoTokenizer.from_pretrained({str(first)!r}, trust_remote_code=True)
+        model.save_pretrained({str(second)!r})
+        tokenizer.save_pretrained({str(second)!r})
+        print(sorted(os.listdir({str(second)!r})))
+        translator = pipeline("translation_en_to_de", model={str(second)!r}, trust_remote_code=True)
+        print(type(translator).__name__, translator("A man.", max_new_tokens=3))
+        """
+    )
+    assert "pipeline_vaswani.py" in stdout and "tokenization_vaswani.py" in stdout
+    assert "TranslationPipeline [{'translation_text':" in stdout

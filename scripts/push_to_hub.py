@@ -1,0 +1,184 @@
+"""Publish a checkpoint on the Hugging Face Hub: weights, tokenizer, code files and a rendered model card.
+
+    # write the exact folder that would be uploaded, and stop
+    python scripts/push_to_hub.py --model_dir runs/multi30k/best --repo_id me/vaswani-multi30k-en-de --dry-run \
+        --output_dir hub/vaswani-multi30k-en-de
+
+    # upload it (token from --token, the HF_TOKEN variable, or `hf auth login`)
+    python scripts/push_to_hub.py --model_dir runs/multi30k/best --repo_id me/vaswani-multi30k-en-de
+
+The checkpoint is loaded and saved again into a fresh folder, so that the folder holds what a user needs and nothing
+else (no optimizer states, logs or older checkpoints), with the code files of this version of the project and the
+`custom_pipelines` entries that make `pipeline("translation", model=REPO, trust_remote_code=True)` work. The card
+(README.md) is rendered from `model_card.md`, with the `model-index` filled from evaluation results files
+(`--results`; by default `evaluation_results.json` in the checkpoint folder, which scripts/evaluate_model.py writes).
+
+The upload is one commit of that folder; files in the repository that are not in the folder are deleted by the same
+commit, so that the repository holds exactly the folder.
+"""
+
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from huggingface_hub import HfApi
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError
+from huggingface_hub.utils import validate_repo_id
+from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
+
+import vaswani
+from model_card import TEMPLATE, load_results, render_model_card
+
+
+RESULTS_FILE = "evaluation_results.json"  # what scripts/evaluate_model.py writes into the checkpoint by default
+CODE_FILES = ("configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py")
+REQUIRED_FILES = ("README.md", "config.json", "tokenizer.json", "tokenizer_config.json")
+MODEL_CLASSES = {
+    model_class.__name__: model_class
+    for model_class in (
+        vaswani.VaswaniModel,
+        vaswani.VaswaniForConditionalGeneration,
+        vaswani.VaswaniForSequenceClassification,
+        vaswani.VaswaniForTokenClassification,
+    )
+}
+
+
+@dataclass
+class PushArguments:
+    model_dir: str = field(metadata={"help": "The checkpoint: a folder with a model saved by save_pretrained and its tokenizer."})
+    repo_id: str = field(metadata={"help": "The Hub repository to upload to, as namespace/name."})
+    results: list[str] = field(
+        default_factory=list,
+        metadata={"help": f"Evaluation results file(s) for the card's model-index (default: {RESULTS_FILE} in --model_dir, if there)."},
+    )
+    dry_run: bool = field(default=False, metadata={"help": "Write the folder that would be uploaded to --output_dir, and stop."})
+    output_dir: str | None = field(
+        default=None, metadata={"help": "Where to write the folder (needed with --dry-run; otherwise a temporary folder)."}
+    )
+    private: bool = field(default=False, metadata={"help": "Create the repository as private (if it does not exist)."})
+    revision: str | None = field(default=None, metadata={"help": "Branch to commit to (default: main)."})
+    commit_message: str = field(default="Upload Vaswani Transformer checkpoint", metadata={"help": "The commit message."})
+    token: str | None = field(default=None, metadata={"help": "Hub token (default: HF_TOKEN, or the one saved by `hf auth login`)."})
+    license: str = field(default="apache-2.0", metadata={"help": "License id for the card's metadata."})
+    language: list[str] | None = field(default=None, metadata={"help": "Language codes (default: the config's source_lang and target_lang)."})
+    datasets: list[str] | None = field(default=None, metadata={"help": "Hub dataset ids (default: those named in the results files)."})
+    tags: list[str] = field(default_factory=list, metadata={"help": "Extra tags for the card's metadata."})
+    training_data: str | None = field(default=None, metadata={"help": "The card's 'Training data' section (text)."})
+    training_procedure: str | None = field(default=None, metadata={"help": "The card's 'Training procedure' section (text)."})
+    template: str = field(default=str(TEMPLATE), metadata={"help": "The model card template (Jinja2 markdown)."})
+
+
+def check_arguments(args: PushArguments) -> None:
+    try:
+        validate_repo_id(args.repo_id)
+    except HFValidationError as error:
+        raise ValueError(f"--repo_id {args.repo_id!r} is not a valid Hub repository id: {error}") from None
+    model_dir = Path(args.model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"--model_dir {model_dir} is not a checkpoint folder: it has no config.json.")
+    if not (model_dir / "tokenizer.json").is_file():
+        raise FileNotFoundError(
+            f"--model_dir {model_dir} has no tokenizer (tokenizer.json): save it beside the model with "
+            "tokenizer.save_pretrained(model_dir)."
+        )
+    if args.dry_run and args.output_dir is None:
+        raise ValueError("--dry-run writes the folder that would be uploaded: give it a place with --output_dir.")
+    if args.output_dir is not None:
+        output_dir = Path(args.output_dir)
+        if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
+            raise ValueError(
+                f"--output_dir {output_dir} exists and is not an empty folder: everything in it would be uploaded. "
+                "Choose a new folder."
+            )
+
+
+def results_files(args: PushArguments) -> list[Path]:
+    if args.results:
+        return [Path(path) for path in args.results]
+    default = Path(args.model_dir) / RESULTS_FILE
+    return [default] if default.is_file() else []
+
+
+def load_model(model_dir: Path):
+    config = AutoConfig.from_pretrained(model_dir)
+    if config.model_type != vaswani.VaswaniConfig.model_type:
+        raise ValueError(f"--model_dir {model_dir} holds a {config.model_type!r} model, not a Vaswani one.")
+    architecture = (config.architectures or [None])[0]
+    if architecture not in MODEL_CLASSES:
+        raise ValueError(
+            f"--model_dir {model_dir}: config.json names the model class {architecture!r}; expected one of "
+            f"{sorted(MODEL_CLASSES)}."
+        )
+    return MODEL_CLASSES[architecture].from_pretrained(model_dir, dtype="auto")
+
+
+def stage(args: PushArguments, folder: Path) -> list[Path]:
+    """Write into `folder` everything the repository will hold; return the files."""
+    model_dir = Path(args.model_dir)
+    results = [load_results(path) for path in results_files(args)]  # read first: a bad file stops before any work
+    model = load_model(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    card = render_model_card(
+        model.config,
+        num_parameters=model.num_parameters(),
+        repo_id=args.repo_id,
+        results=results,
+        license_id=args.license,
+        languages=args.language,
+        datasets=args.datasets,
+        tags=args.tags,
+        training_data=args.training_data,
+        training_procedure=args.training_procedure,
+        template=args.template,
+    )
+    (folder / "README.md").write_text(card, encoding="utf-8")
+    required = [*REQUIRED_FILES, *CODE_FILES, *(["generation_config.json"] if model.can_generate() else [])]
+    missing = [name for name in required if not (folder / name).is_file()]
+    if not list(folder.glob("*.safetensors")):
+        missing.append("model.safetensors")
+    if missing:
+        raise RuntimeError(f"The staged folder {folder} lacks {missing}; it would not load from the Hub.")
+    return sorted(path for path in folder.rglob("*") if path.is_file())
+
+
+def upload(args: PushArguments, folder: Path):
+    """One commit of `folder` to the repository (created if needed); what the repository holds beyond the folder is
+    deleted in the same commit (`.gitattributes` excepted, which the Hub needs)."""
+    api = HfApi(token=args.token)
+    api.create_repo(args.repo_id, private=args.private, exist_ok=True)
+    return api.upload_folder(
+        repo_id=args.repo_id,
+        folder_path=folder,
+        revision=args.revision,
+        commit_message=args.commit_message,
+        delete_patterns="*",
+    )
+
+
+def main(argv: list[str] | None = None) -> Path | str:
+    """Returns the folder written (with --dry-run) or the URL of the commit."""
+    (args,) = HfArgumentParser(PushArguments).parse_args_into_dataclasses(args=argv)
+    check_arguments(args)
+    with tempfile.TemporaryDirectory(prefix="vaswani-push-") as temporary:
+        folder = Path(args.output_dir) if args.output_dir else Path(temporary) / "repo"
+        files = stage(args, folder)
+        listing = "\n".join(f"  {path.relative_to(folder)}  ({path.stat().st_size:,} bytes)" for path in files)
+        if args.dry_run:
+            print(f"Dry run: {len(files)} files that would be uploaded to {args.repo_id} are in {folder}:\n{listing}")
+            return folder
+        commit = upload(args, folder)
+        print(f"Uploaded {len(files)} files to {args.repo_id}:\n{listing}\n{commit.commit_url}")
+        return commit.commit_url
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (ValueError, FileNotFoundError, HfHubHTTPError) as error:
+        print(f"push_to_hub.py: error: {error}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,116 @@
+import gzip
+import json
+
+import pytest
+import sacrebleu
+from rouge_score import rouge_scorer
+
+from conftest import SHARED_DATA, needs_shared_data
+from vaswani.metrics import NAMES, load_metric, metric_path
+
+
+HYPOTHESES = ["Ein Mann reitet ein Pferd.", "Zwei Hunde spielen im Schnee!", "Ein Mädchen liest."]
+REFERENCES = ["Ein Mann reitet auf einem Pferd.", "Zwei Hunde spielen im Schnee.", "Ein Mädchen liest ein Buch."]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_metrics_load_from_the_package(name):
+    module = load_metric(name)
+    assert module.__class__.__module__.split(".")[-1] == f"vaswani_{name}"
+    assert metric_path(name).endswith(f"vaswani_{name}")
+
+
+def test_unknown_metric_lists_the_known_ones():
+    with pytest.raises(ValueError, match="sacrebleu"):
+        load_metric("meteor")
+
+
+def test_sacrebleu_matches_the_library_and_gives_its_signature():
+    result = load_metric("sacrebleu").compute(predictions=HYPOTHESES, references=[[r] for r in REFERENCES])
+    expected = sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES])
+    assert result["score"] == pytest.approx(expected.score)
+    assert result["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    lowercase = load_metric("sacrebleu").compute(predictions=HYPOTHESES, references=REFERENCES, lowercase=True)
+    assert "case:lc" in lowercase["signature"]
+
+
+def test_sacrebleu_with_several_references():
+    references = [[r, h] for r, h in zip(REFERENCES, HYPOTHESES)]
+    assert load_metric("sacrebleu").compute(predictions=HYPOTHESES, references=references)["score"] == pytest.approx(100)
+    assert "nrefs:2" in load_metric("sacrebleu").compute(predictions=HYPOTHESES, references=references)["signature"]
+
+
+def test_tokenized_bleu_tokenizes_and_lowercases_like_the_papers():
+    metric = load_metric("tokenized_bleu")
+    # case and Moses tokenization do not count against a hypothesis; the escaping of quotes is applied to both sides
+    result = metric.compute(predictions=['EIN Mann sagt: "Hallo!"'], references=['ein mann sagt : &quot; hallo ! &quot;'],
+                            lang="de", references_tokenized=True)
+    assert result["score"] == pytest.approx(100)
+    assert result["signature"].endswith("tok:none|smooth:exp|version:" + sacrebleu.__version__
+                                        + "|pretok:lc+moses-norm+moses-tok:de")
+    shouted = [h.upper() for h in HYPOTHESES]
+    assert metric.compute(predictions=shouted, references=HYPOTHESES, lang="de")["score"] == pytest.approx(100)
+    assert load_metric("sacrebleu").compute(predictions=shouted, references=HYPOTHESES)["score"] < 10
+
+
+@needs_shared_data
+def test_tokenized_bleu_reproduces_multi30k_tokenized_references():
+    folder = SHARED_DATA / "multi30k"
+    raw = [json.loads(line)["de"] for line in open(folder / "test_2016_flickr.jsonl", encoding="utf-8")]
+    with gzip.open(folder / "tok" / "test_2016_flickr.lc.norm.tok.de.gz", "rt", encoding="utf-8") as handle:
+        tokenized = [line.rstrip("\n") for line in handle]
+    result = load_metric("tokenized_bleu").compute(
+        predictions=raw, references=tokenized, lang="de", references_tokenized=True
+    )
+    assert result["score"] == pytest.approx(100)
+    assert result["sys_len"] == result["ref_len"]
+
+
+def test_rouge_matches_the_reference_implementation():
+    result = load_metric("rouge").compute(predictions=HYPOTHESES, references=REFERENCES)
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)
+    scores = [scorer.score(r, h) for h, r in zip(HYPOTHESES, REFERENCES)]
+    for key in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
+        assert result[key] == pytest.approx(100 * sum(s[key].fmeasure for s in scores) / 3)
+    assert 0 < result["rouge2"] < result["rouge1"] < 100
+
+
+def test_rouge_aggregated_gives_intervals():
+    result = load_metric("rouge").compute(predictions=HYPOTHESES, references=REFERENCES, use_aggregator=True)
+    low, high = result["rouge1_interval"]
+    assert low <= result["rouge1"] <= high
+
+
+def test_accuracy_and_f1():
+    assert load_metric("accuracy").compute(predictions=[1, 0, 1, 1], references=[1, 1, 1, 0]) == {"accuracy": 0.5}
+    f1 = load_metric("f1")
+    # positive class: 2 true positives, 3 predicted, 3 actual -> 2*2/6
+    assert f1.compute(predictions=[1, 1, 1, 0], references=[1, 1, 0, 1])["f1"] == pytest.approx(2 / 3)
+    # macro over labels 0, 1, 2: F1 = 0, 2/3, 1
+    assert f1.compute(predictions=[1, 0, 2], references=[1, 1, 2], average="macro")["f1"] == pytest.approx(5 / 9)
+    with pytest.raises(ValueError, match="average"):
+        f1.compute(predictions=[1], references=[1], average="sideways")
+
+
+def test_entity_f1_counts_whole_entities():
+    predictions = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "I-ORG", "I-ORG", "O"], ["B-MISC", "B-MISC", "O", "O"]]
+    references = [["B-PER", "I-PER", "O", "B-ORG"], ["O", "B-ORG", "I-ORG", "O"], ["B-MISC", "I-MISC", "O", "O"]]
+    result = load_metric("seqeval").compute(predictions=predictions, references=references)
+    # found: PER, LOC, ORG, MISC, MISC (5); expected: PER, ORG, ORG, MISC (4); correct: PER, ORG (2)
+    assert result["overall_precision"] == pytest.approx(2 / 5)
+    assert result["overall_recall"] == pytest.approx(2 / 4)
+    assert result["overall_f1"] == pytest.approx(2 * 0.4 * 0.5 / 0.9)
+    assert result["overall_accuracy"] == pytest.approx(9 / 12)  # tokens 4, 6 and 10 differ
+    assert result["ORG"] == {"precision": 1.0, "recall": 0.5, "f1": pytest.approx(2 / 3), "number": 2}
+    assert result["MISC"]["precision"] == 0.0
+
+
+def test_entity_f1_rejects_sequences_of_different_lengths():
+    with pytest.raises(ValueError, match="Sequence 0: 2 predicted tags for 3"):
+        load_metric("seqeval").compute(predictions=[["O", "O"]], references=[["O", "O", "O"]])
+
+
+@pytest.mark.parametrize("name", ["sacrebleu", "tokenized_bleu", "rouge", "accuracy", "f1", "seqeval"])
+def test_empty_evaluation_set_is_a_clear_error(name):
+    with pytest.raises(ValueError, match="empty"):
+        load_metric(name).compute(predictions=[], references=[])

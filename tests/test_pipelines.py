@@ -1,0 +1,348 @@
+"""The translation / summarization / text2text pipelines shipped in every checkpoint, and text classification through
+transformers' own pipeline: in a fresh process without the package, in-process with model objects, and bad input."""
+
+import ast
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from conftest import PAIRS, REPO, run_isolated, spread_weights, tiny_config
+from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification, VaswaniTokenizer
+from vaswani.pipelines import (
+    SummarizationPipeline,
+    Text2TextGenerationPipeline,
+    TranslationPipeline,
+    pipeline,
+)
+
+
+PIPELINE_FILE = REPO / "pipelines" / "pipeline_vaswani.py"
+# A target with spaces before punctuation, so that `clean_up_tokenization_spaces` changes the decoded text.
+SPACED = ("Where is the station?", "Wo ist der Bahnhof ?")
+TRAINING_PAIRS = PAIRS + [SPACED]
+SOURCES = [source for source, _ in TRAINING_PAIRS]
+LABELS = {0: "negative", 1: "positive"}
+
+
+@pytest.fixture(scope="module")
+def translator(tokenizer) -> VaswaniForConditionalGeneration:
+    """A tiny en->de model fitted to the training pairs in a few seconds: its outputs are real sentences that end
+    with `</s>`, so comparisons between the pipeline and `generate()` mean something."""
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"))
+    sources, targets = zip(*TRAINING_PAIRS)
+    batch = tokenizer(list(sources), text_target=list(targets), padding=True, return_tensors="pt")
+    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(60):
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def classifier(tokenizer) -> VaswaniForSequenceClassification:
+    torch.manual_seed(0)
+    config = tiny_config(
+        vocab_size=len(tokenizer), num_labels=2, id2label=LABELS, label2id={v: k for k, v in LABELS.items()}
+    )
+    return spread_weights(VaswaniForSequenceClassification(config)).eval()
+
+
+@pytest.fixture(scope="module")
+def checkpoints(translator, classifier, tokenizer, tmp_path_factory) -> dict[str, Path]:
+    folders = {"seq2seq": tmp_path_factory.mktemp("seq2seq"), "classifier": tmp_path_factory.mktemp("classifier")}
+    for model, folder in ((translator, folders["seq2seq"]), (classifier, folders["classifier"])):
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return folders
+
+
+def generate_texts(model, tokenizer, texts, **settings) -> list[str]:
+    inputs = tokenizer(texts, padding=True, return_tensors="pt")
+    return tokenizer.batch_decode(model.generate(**inputs, **settings), skip_special_tokens=True)
+
+
+def generate_ids(model, tokenizer, text, **settings) -> list[list[int]]:
+    """Each returned sequence of one text, up to and including its `</s>` (batched beams pad after it)."""
+    sequences = model.generate(**tokenizer([text], return_tensors="pt"), **settings).tolist()
+    return [ids[: ids.index(2, 1) + 1] if 2 in ids[1:] else ids for ids in sequences]
+
+
+# --- checkpoints carry the pipelines -------------------------------------------------------------------------------
+
+
+def test_checkpoint_declares_the_tasks_and_carries_the_pipeline_code(checkpoints):
+    folder = checkpoints["seq2seq"]
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["source_lang"], config["target_lang"]) == ("en", "de")
+    shipped = folder / "pipeline_vaswani.py"
+    assert shipped.read_bytes() == PIPELINE_FILE.read_bytes()
+    classes = {node.name for node in ast.parse(shipped.read_text()).body if isinstance(node, ast.ClassDef)}
+    expected = {
+        "translation": "TranslationPipeline",
+        "summarization": "SummarizationPipeline",
+        "text2text-generation": "Text2TextGenerationPipeline",
+    }
+    for task, class_name in expected.items():
+        entry = config["custom_pipelines"][task]
+        assert entry["impl"] == f"pipeline_vaswani.{class_name}" and class_name in classes
+        assert entry["pt"] == ["AutoModelForSeq2SeqLM"]
+    # the classifier's checkpoint carries them too (every checkpoint the project saves)
+    assert (checkpoints["classifier"] / "pipeline_vaswani.py").is_file()
+
+
+def test_pipeline_file_imports_only_the_standard_library_torch_and_transformers():
+    allowed = set(sys.stdlib_module_names) | {"torch", "transformers"}
+    for node in ast.walk(ast.parse(PIPELINE_FILE.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "a relative import cannot work in a checkpoint folder"
+            assert node.module.split(".")[0] in allowed, node.module
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                assert alias.name.split(".")[0] in allowed, alias.name
+
+
+def test_standard_pipeline_calls_work_in_a_fresh_process_without_the_package(
+    checkpoints, translator, classifier, tokenizer
+):
+    texts = SOURCES[:3]
+    settings = dict(num_beams=3, max_new_tokens=20)
+    expected_translations = generate_texts(translator, tokenizer, texts, **settings)
+    expected_summary = generate_texts(translator, tokenizer, [SOURCES[4]], **settings)[0]
+    with torch.no_grad():
+        probabilities = torch.softmax(classifier(**tokenizer([SOURCES[0]], return_tensors="pt")).logits[0], -1)
+    stdout = run_isolated(
+        f"""
+        import json
+        from transformers import pipeline
+        seq2seq, classifier, texts = {str(checkpoints["seq2seq"])!r}, {str(checkpoints["classifier"])!r}, {texts!r}
+        translator = pipeline("translation", model=seq2seq, trust_remote_code=True)
+        summarizer = pipeline("summarization", model=seq2seq, trust_remote_code=True)
+        generator = pipeline("text2text-generation", model=seq2seq, trust_remote_code=True)
+        labeller = pipeline("text-classification", model=classifier, trust_remote_code=True)
+        print(json.dumps({{
+            "translations": translator(texts, batch_size=2, num_beams=3, max_new_tokens=20),
+            "summary": summarizer({SOURCES[4]!r}, num_beams=3, max_new_tokens=20),
+            "generated": generator({SOURCES[4]!r}, num_beams=3, max_new_tokens=20),
+            "labels": labeller({SOURCES[0]!r}, top_k=None),
+            "direction": [translator.src_lang, translator.tgt_lang, repr(translator)],
+            "modules": [type(p).__module__ for p in (translator, summarizer, generator, labeller)],
+        }}))
+        """
+    )
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result["translations"] == [{"translation_text": text} for text in expected_translations]
+    assert result["summary"] == [{"summary_text": expected_summary}]
+    assert result["generated"] == [{"generated_text": expected_summary}]
+    assert expected_translations[0] == PAIRS[0][1]  # the outputs are real sentences, not a repeated token
+    assert result["direction"][:2] == ["en", "de"] and "en -> de" in result["direction"][2]
+    # the checkpoint's own copy of the pipeline code, and transformers' own text-classification pipeline
+    assert all(module.startswith("transformers_modules.") for module in result["modules"][:3])
+    assert result["modules"][3] == "transformers.pipelines.text_classification"
+    scores = {entry["label"]: entry["score"] for entry in result["labels"]}
+    assert set(scores) == set(LABELS.values())
+    for index, label in LABELS.items():
+        assert scores[label] == pytest.approx(probabilities[index].item(), abs=1e-5)
+
+
+# --- in-process use -------------------------------------------------------------------------------------------------
+
+
+def test_in_process_pipeline_with_a_model_object(translator, classifier, tokenizer, tmp_path):
+    expected = generate_texts(translator, tokenizer, SOURCES[:2], num_beams=2, max_new_tokens=20)
+    saved_entries = json.dumps(translator.config.custom_pipelines, sort_keys=True)
+
+    translate = pipeline("translation", model=translator, tokenizer=tokenizer)
+    assert type(translate) is TranslationPipeline
+    assert translate(SOURCES[:2], num_beams=2, max_new_tokens=20) == [{"translation_text": t} for t in expected]
+    again = pipeline("translation", model=translator, tokenizer=tokenizer, num_beams=2, max_new_tokens=20)
+    assert again(SOURCES[:2]) == [{"translation_text": t} for t in expected]  # generation settings given at init
+    direct = TranslationPipeline(model=translator, tokenizer=tokenizer)
+    assert direct(SOURCES[0], num_beams=2, max_new_tokens=20) == [{"translation_text": expected[0]}]
+
+    # transformers rewrites the config entry of the task it resolves: the model's own config is left untouched
+    assert json.dumps(translator.config.custom_pipelines, sort_keys=True) == saved_entries
+    translator.save_pretrained(tmp_path)
+
+    labeller = pipeline("text-classification", model=classifier, tokenizer=tokenizer)
+    assert type(labeller) is transformers.TextClassificationPipeline
+    assert labeller(SOURCES[0])[0]["label"] in LABELS.values()
+
+
+def test_in_process_pipeline_from_a_folder_needs_no_remote_code(checkpoints, translator, tokenizer):
+    expected = generate_texts(translator, tokenizer, [SOURCES[1]], max_new_tokens=20)
+    for task, pipeline_class, key in (
+        ("translation", TranslationPipeline, "translation_text"),
+        ("summarization", SummarizationPipeline, "summary_text"),
+        ("text2text-generation", Text2TextGenerationPipeline, "generated_text"),
+    ):
+        pipe = pipeline(task, model=str(checkpoints["seq2seq"]))
+        assert type(pipe) is pipeline_class
+        assert pipe(SOURCES[1], max_new_tokens=20) == [{key: expected[0]}]
+
+
+# --- what the pipelines return --------------------------------------------------------------------------------------
+
+
+def test_generation_arguments_reach_generate(translator, tokenizer):
+    translate = TranslationPipeline(model=translator, tokenizer=tokenizer)
+    settings = dict(num_beams=4, num_return_sequences=2, length_penalty=0.6, max_new_tokens=12)
+    result = translate(SOURCES[2], return_tensors=True, **settings)
+    assert [entry["translation_token_ids"].tolist() for entry in result] == generate_ids(
+        translator, tokenizer, SOURCES[2], **settings
+    )
+    short = translate(SOURCES[2], max_new_tokens=3, return_tensors=True)[0]["translation_token_ids"]
+    assert len(short) == 4  # the start token and three new ones
+    several = translate(SOURCES[:2], num_beams=2, num_return_sequences=2, max_new_tokens=12)
+    assert [len(entries) for entries in several] == [2, 2]  # a list of lists, as in transformers 4.x
+
+
+def test_batching_gives_the_same_results_as_one_at_a_time(translator, tokenizer):
+    translate = TranslationPipeline(model=translator, tokenizer=tokenizer)
+    texts = SOURCES[:7]
+    one_by_one = translate(texts, return_tensors=True, return_text=True)
+    batched = translate(texts, batch_size=4, return_tensors=True, return_text=True)
+    assert [entry["translation_text"] for entry in batched] == [entry["translation_text"] for entry in one_by_one]
+    for a, b in zip(batched, one_by_one):
+        assert torch.equal(a["translation_token_ids"], b["translation_token_ids"])
+    assert [entry["translation_text"] for entry in batched] == [target for _, target in PAIRS[:7]]
+
+
+def test_return_text_return_tensors_and_clean_up_tokenization_spaces(translator, tokenizer):
+    # transformers 5 skips the clean-up for BPE tokenizers unless they opt in; this copy opts in, to show that the
+    # pipeline passes the setting on to `decode`
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output = True
+    translate = TranslationPipeline(model=translator, tokenizer=tokenizer)
+    [text_only] = translate(SPACED[0])
+    assert text_only == {"translation_text": SPACED[1]}
+    [tensors_only] = translate(SPACED[0], return_tensors=True)
+    assert set(tensors_only) == {"translation_token_ids"}
+    assert tokenizer.decode(tensors_only["translation_token_ids"], skip_special_tokens=True) == SPACED[1]
+    [both] = translate(SPACED[0], return_tensors=True, return_text=True)
+    assert set(both) == {"translation_text", "translation_token_ids"}
+    assert translate(SPACED[0], clean_up_tokenization_spaces=True) == [{"translation_text": "Wo ist der Bahnhof?"}]
+    assert translate(SPACED[0], clean_up_tokenization_spaces=False) == [{"translation_text": SPACED[1]}]
+    with pytest.raises(ValueError, match="return_tensors=True"):
+        translate(SPACED[0], return_text=False)
+
+
+def test_summarization_and_text2text_answer_with_their_keys(translator, tokenizer):
+    summarize = SummarizationPipeline(model=translator, tokenizer=tokenizer)
+    generate = Text2TextGenerationPipeline(model=translator, tokenizer=tokenizer)
+    expected = generate_texts(translator, tokenizer, SOURCES[:2], max_new_tokens=20)
+    assert summarize(SOURCES[:2], max_new_tokens=20) == [{"summary_text": text} for text in expected]
+    assert generate(SOURCES[0], max_new_tokens=20) == [{"generated_text": expected[0]}]
+    assert summarize.task == "summarization" and generate.task == "text2text-generation"
+
+
+# --- translation direction -----------------------------------------------------------------------------------------
+
+
+def test_translation_direction_is_shown_and_enforced(translator, tokenizer):
+    translate = TranslationPipeline(model=translator, tokenizer=tokenizer)
+    assert (translate.src_lang, translate.tgt_lang) == ("en", "de")
+    assert "translating en -> de" in repr(translate)
+    expected = translate(SOURCES[0])
+    assert translate(SOURCES[0], src_lang="en", tgt_lang="de") == expected
+    with pytest.raises(ValueError, match=r"src_lang='fr'.*en -> de"):
+        translate(SOURCES[0], src_lang="fr")
+    with pytest.raises(ValueError, match=r"tgt_lang='fr'.*en -> de"):
+        translate(SOURCES[0], tgt_lang="fr")
+    with pytest.raises(ValueError, match=r"src_lang='fr'"):
+        TranslationPipeline(model=translator, tokenizer=tokenizer, task="translation_fr_to_de")
+
+
+def test_target_language_tag_is_put_before_the_source():
+    texts = [text for pair in PAIRS for text in pair]
+    tagged = VaswaniTokenizer.train_from_texts(texts, vocab_size=400, min_frequency=1, language_codes=["de", "fr"])
+    model = spread_weights(VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tagged), source_lang="en")))
+    translate = TranslationPipeline(model=model.eval(), tokenizer=tagged)
+    inputs = translate.preprocess(SOURCES[0], tgt_lang="fr")["input_ids"][0].tolist()
+    assert inputs == tagged(f">>fr<< {SOURCES[0]}")["input_ids"]
+    assert inputs[0] == tagged.convert_tokens_to_ids(">>fr<<")
+    expected = generate_ids(model, tagged, f">>fr<< {SOURCES[0]}", max_new_tokens=6)
+    assert translate(SOURCES[0], tgt_lang="fr", max_new_tokens=6, return_tensors=True)[0][
+        "translation_token_ids"
+    ].tolist() == expected[0]
+    with pytest.raises(ValueError, match=r"tgt_lang='es'.*\['de', 'fr'\]"):
+        translate(SOURCES[0], tgt_lang="es")
+
+
+# --- bad input -------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def translate(translator, tokenizer) -> TranslationPipeline:
+    return TranslationPipeline(model=translator, tokenizer=tokenizer)
+
+
+def test_none_is_a_clear_error(translate):
+    with pytest.raises(TypeError, match="string or a list of strings, got None"):
+        translate(None)
+    with pytest.raises(TypeError, match="Input 1 must be a string, got NoneType"):
+        translate([SOURCES[0], None])
+
+
+def test_an_empty_list_gives_an_empty_list(translate):
+    assert translate([]) == []
+    assert translate([], batch_size=4) == []
+
+
+@pytest.mark.parametrize("value", [42, 3.5, b"bytes", {"text": "A man."}])
+def test_a_non_string_is_a_clear_error(translate, value):
+    with pytest.raises(TypeError, match=f"must be a string, got {type(value).__name__}"):
+        translate(value)
+    with pytest.raises(TypeError, match=f"Input 1 must be a string, got {type(value).__name__}"):
+        translate([SOURCES[0], value], batch_size=2)
+
+
+def test_an_empty_string_gives_an_empty_text(translate, translator):
+    assert translate("") == [{"translation_text": ""}]
+    assert translate("   ") == [{"translation_text": ""}]
+    assert translate(["", SOURCES[0], ""], batch_size=3) == [
+        {"translation_text": ""},
+        {"translation_text": PAIRS[0][1]},
+        {"translation_text": ""},
+    ]
+    [empty] = translate("", return_tensors=True)
+    start, end = translator.config.decoder_start_token_id, translator.config.eos_token_id
+    assert empty["translation_token_ids"].tolist() == [start, end]
+
+
+def test_text_over_the_maximum_length_is_truncated_with_one_warning(translate, translator, tokenizer):
+    limit = translator.config.max_position_embeddings  # 128, which the tokenizer allows as well
+    long_text = " ".join(["horse"] * 5000)
+    with pytest.warns(UserWarning, match=f"longer than the {limit} tokens") as caught:
+        first = translate(long_text, max_new_tokens=5, return_tensors=True)
+        second = translate([long_text, long_text], batch_size=2, max_new_tokens=5)
+    assert len([w for w in caught if "truncated" in str(w.message)]) == 1
+    assert isinstance(second[0]["translation_text"], str)
+    truncated = tokenizer([long_text], truncation=True, max_length=limit, return_tensors="pt")
+    assert truncated["input_ids"].shape[1] == limit
+    expected = translator.generate(**truncated, max_new_tokens=5)[0].tolist()
+    assert first[0]["translation_token_ids"].tolist() == expected
+    with pytest.raises(ValueError, match=f"longer than the {limit} tokens.*truncation=True"):
+        translate(long_text, truncation=False)
+
+
+def test_generation_longer_than_the_model_allows_is_a_clear_error(translate, translator):
+    limit = translator.config.max_position_embeddings
+    with pytest.raises(ValueError, match=f"max_new_tokens=500 .*max_position_embeddings={limit}"):
+        translate(SOURCES[0], max_new_tokens=500)
+    with pytest.raises(ValueError, match=f"max_length=900 .*max_position_embeddings={limit}"):
+        translate(SOURCES[0], max_length=900)
+    # without any length setting, the paper's bound (input length + 50) is kept within the model's positions
+    untrained = spread_weights(VaswaniForConditionalGeneration(tiny_config(vocab_size=translator.config.vocab_size)))
+    pipe = TranslationPipeline(model=untrained.eval(), tokenizer=translate.tokenizer)
+    source = " ".join(["horse"] * 50)
+    assert limit - 50 < len(translate.tokenizer(source)["input_ids"]) <= limit
+    [result] = pipe(source, return_tensors=True)
+    assert len(result["translation_token_ids"]) == limit  # the untrained model never ends: the bound stops it

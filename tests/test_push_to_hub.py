@@ -1,0 +1,336 @@
+"""scripts/push_to_hub.py and the model card: the dry-run folder is complete and loads in a fresh process, the upload
+sends exactly that folder (seen at huggingface_hub's HTTP boundary, with a fake Hub behind a mock transport), and
+bad input is refused with a message."""
+
+import base64
+import hashlib
+import json
+import subprocess
+import sys
+
+import httpx2
+import huggingface_hub
+import pytest
+import torch
+import yaml
+from huggingface_hub import ModelCard
+from huggingface_hub.utils._http import default_client_factory
+
+from conftest import REPO, run_isolated, spread_weights, tiny_config
+from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
+
+
+sys.path.insert(0, str(REPO / "scripts"))
+import push_to_hub  # noqa: E402
+
+
+REPO_ID = "someone/vaswani-tiny-en-de"
+CODE_FILES = {"configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py"}
+EXPECTED_FILES = CODE_FILES | {
+    "README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+}
+RESULTS = {
+    "model": "runs/tiny",
+    "task": "translation",
+    "dataset": {"name": "bentrevett/multi30k", "config": None, "split": "test", "columns": {"source": "en", "target": "de"},
+                "num_examples": 1000},
+    "decoding": {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": 64},
+    "metrics": [
+        {"type": "sacrebleu", "name": "sacreBLEU", "value": 12.34, "signature": "nrefs:1|case:mixed|tok:13a"},
+        {"type": "bleu", "name": "BLEU (tokenized, lowercased)", "value": 14.56, "signature": "moses|lc"},
+    ],
+    "conventions": "Beam 4, length penalty 0.6, no checkpoint averaging.",
+    "time_seconds": 1.5,
+    "created": "2026-11-22T10:00:00Z",
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tokenizer, tmp_path_factory):
+    """A training run's output folder: the model, its tokenizer, its results file, and files that must not be
+    published (an optimizer state, a log)."""
+    folder = tmp_path_factory.mktemp("run")
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"))
+    spread_weights(model).eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "evaluation_results.json").write_text(json.dumps(RESULTS))
+    (folder / "optimizer.pt").write_bytes(b"not for the Hub")
+    (folder / "train.log").write_text("step 1 loss 9.9\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def dry_run_folder(checkpoint, tmp_path_factory):
+    output = tmp_path_factory.mktemp("dry") / "repo"
+    push_to_hub.main(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(output),
+                      "--training_data", "Ten sentence pairs written for the tests."])
+    return output
+
+
+def files_of(folder) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+# --- the dry run ---------------------------------------------------------------------------------------------------
+
+
+def test_dry_run_writes_a_complete_folder_and_nothing_else(dry_run_folder, checkpoint):
+    assert set(files_of(dry_run_folder)) == EXPECTED_FILES
+    for name in CODE_FILES:
+        assert (dry_run_folder / name).read_bytes() == (checkpoint / name).read_bytes()
+    config = json.loads((dry_run_folder / "config.json").read_text())
+    assert set(config["custom_pipelines"]) == {"translation", "summarization", "text2text-generation", "translation_en_to_de"}
+    assert "AutoModelForSeq2SeqLM" in config["auto_map"]
+
+
+def test_dry_run_folder_loads_in_a_fresh_process_and_translates_like_the_model(dry_run_folder, checkpoint, tokenizer):
+    model = VaswaniForConditionalGeneration.from_pretrained(checkpoint).eval()
+    text = "A man is riding a horse."
+    expected = model.generate(**tokenizer([text], return_tensors="pt"), num_beams=2, max_new_tokens=8)[0].tolist()
+    stdout = run_isolated(
+        f"""
+        import json
+        from transformers import AutoModelForSeq2SeqLM, pipeline
+        folder = {str(dry_run_folder)!r}
+        translator = pipeline("translation", model=folder, trust_remote_code=True)
+        [result] = translator({text!r}, num_beams=2, max_new_tokens=8, return_tensors=True)
+        model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
+        print(json.dumps({{"ids": result["translation_token_ids"].tolist(), "class": type(model).__name__}}))
+        """
+    )
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result == {"ids": expected, "class": "VaswaniForConditionalGeneration"}
+
+
+def test_model_card_metadata_and_sections(dry_run_folder):
+    card = ModelCard.load(dry_run_folder / "README.md")
+    metadata = card.data.to_dict()
+    assert metadata["license"] == "apache-2.0"
+    assert metadata["language"] == ["en", "de"]
+    assert metadata["pipeline_tag"] == "translation"
+    assert metadata["library_name"] == "transformers"
+    assert metadata["datasets"] == ["bentrevett/multi30k"]
+    assert metadata["metrics"] == ["sacrebleu", "bleu"]
+    assert "vaswani" in metadata["tags"]
+    [entry] = metadata["model-index"]
+    assert entry["name"] == REPO_ID.split("/")[1]
+    [result] = entry["results"]
+    assert result["task"]["type"] == "translation"
+    assert result["dataset"] == {"name": "bentrevett/multi30k", "type": "bentrevett/multi30k", "split": "test"}
+    assert [(m["type"], m["name"], m["value"]) for m in result["metrics"]] == [
+        (m["type"], m["name"], m["value"]) for m in RESULTS["metrics"]
+    ]
+    text = card.text
+    for heading in ("## Model description", "## Intended uses and limitations", "## Training data",
+                    "## Training procedure", "## Evaluation", "## How to use", "## Citation"):
+        assert heading in text
+    assert "Ten sentence pairs written for the tests." in text
+    assert "| bentrevett/multi30k | test | 1000 | sacreBLEU | 12.34 |" in text
+    assert "nrefs:1|case:mixed|tok:13a" in text and "`num_beams=4`" in text and RESULTS["conventions"] in text
+    assert f'pipeline("translation", model="{REPO_ID}", trust_remote_code=True)' in text
+    assert f'AutoModelForSeq2SeqLM.from_pretrained("{REPO_ID}", trust_remote_code=True)' in text
+    assert "Attention Is All You Need" in text and "arxiv.org/abs/1706.03762" in text
+    assert "| direction | en → de" in text
+
+
+def test_classifier_card_names_its_labels_and_task(tokenizer, tmp_path):
+    labels = {0: "negative", 1: "positive"}
+    model = VaswaniForSequenceClassification(
+        tiny_config(vocab_size=len(tokenizer), num_labels=2, id2label=labels, label2id={v: k for k, v in labels.items()})
+    )
+    model.save_pretrained(tmp_path / "run")
+    tokenizer.save_pretrained(tmp_path / "run")
+    results = {**RESULTS, "task": "text-classification", "decoding": {},
+               "dataset": {"name": "../shared/data/sst2/validation.jsonl", "split": "validation"},
+               "metrics": [{"type": "accuracy", "name": "Accuracy", "value": 0.81}]}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    push_to_hub.main(["--model_dir", str(tmp_path / "run"), "--repo_id", "someone/sst2", "--dry-run",
+                      "--output_dir", str(tmp_path / "out"), "--results", str(tmp_path / "results.json")])
+    card = ModelCard.load(tmp_path / "out" / "README.md")
+    assert card.data.pipeline_tag == "text-classification"
+    result = card.data.to_dict()["model-index"][0]["results"][0]
+    assert result["dataset"]["type"] == "sst2"  # a local file is named by its folder, not by its path
+    assert "datasets" not in card.data.to_dict()
+    assert "negative, positive" in card.text
+    assert 'pipeline("text-classification", model="someone/sst2", trust_remote_code=True)' in card.text
+
+
+# --- the upload, seen at the HTTP boundary ---------------------------------------------------------------------------
+
+
+class FakeHub:
+    """Answers the requests that `create_repo` and `upload_folder` send, as the Hub does, and keeps what they carry:
+    small files arrive base64-encoded in the commit, the weights through the LFS protocol (a PUT of the bytes)."""
+
+    def __init__(self, files_already_there=()):
+        self.files_already_there = list(files_already_there)
+        self.requests: list[tuple[str, str]] = []
+        self.created: dict | None = None
+        self.authorizations: set[str] = set()
+        self.lfs_uploads: dict[str, bytes] = {}
+        self.commit: list[dict] = []
+        self.validated_cards: list[str] = []
+
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
+        method, path = request.method, request.url.path
+        self.requests.append((method, path))
+        if request.url.host == "lfs-storage.test" and method == "PUT":
+            self.lfs_uploads[path.rsplit("/", 1)[-1]] = request.read()
+            return httpx2.Response(200)
+        self.authorizations.add(request.headers.get("authorization", ""))
+        if method == "POST" and path == "/api/repos/create":
+            self.created = json.loads(request.read())
+            return httpx2.Response(200, json={"url": f"https://huggingface.co/{REPO_ID}", "id": "1"})
+        if method == "POST" and path == "/api/validate-yaml":  # the Hub checks a README's metadata before the upload
+            self.validated_cards.append(json.loads(request.read())["content"])
+            return httpx2.Response(200, json={"errors": [], "warnings": []})
+        if method == "POST" and path == f"/api/models/{REPO_ID}/preupload/main":
+            files = json.loads(request.read())["files"]
+            return httpx2.Response(200, json={"files": [
+                {"path": f["path"], "uploadMode": "lfs" if f["path"].endswith(".safetensors") else "regular",
+                 "shouldIgnore": False} for f in files
+            ]})
+        if method == "POST" and path == f"/{REPO_ID}.git/info/lfs/objects/batch":
+            objects = json.loads(request.read())["objects"]
+            return httpx2.Response(200, json={"transfer": "basic", "objects": [
+                {"oid": o["oid"], "size": o["size"],
+                 "actions": {"upload": {"href": f"https://lfs-storage.test/upload/{o['oid']}"}}} for o in objects
+            ]})
+        if method == "GET" and path.startswith(f"/api/models/{REPO_ID}/tree/"):
+            return httpx2.Response(200, json=[
+                {"type": "file", "path": name, "oid": "0" * 40, "size": 1} for name in self.files_already_there
+            ])
+        if method == "POST" and path == f"/api/models/{REPO_ID}/commit/main":
+            self.commit = [json.loads(line) for line in request.read().decode().splitlines() if line.strip()]
+            return httpx2.Response(200, json={"commitUrl": f"https://huggingface.co/{REPO_ID}/commit/abc123",
+                                              "commitOid": "abc123" + "0" * 34})
+        return httpx2.Response(404, json={"error": f"the fake Hub does not serve {method} {path}"})
+
+    def received_files(self) -> dict[str, bytes]:
+        """Every file of the commit with its content: inline, or the LFS upload its sha256 names."""
+        files = {}
+        for item in self.commit:
+            if item["key"] == "file":
+                files[item["value"]["path"]] = base64.b64decode(item["value"]["content"])
+            elif item["key"] == "lfsFile":
+                files[item["value"]["path"]] = self.lfs_uploads[item["value"]["oid"]]
+        return files
+
+    def deleted_files(self) -> list[str]:
+        return [item["value"]["path"] for item in self.commit if item["key"] == "deletedFile"]
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    hub = FakeHub(files_already_there=[".gitattributes", "README.md", "pytorch_model.bin"])
+    # Xet uploads go through hf_xet's own (Rust) HTTP client, out of reach of the Python transport: the switch that
+    # huggingface_hub documents for this (HF_HUB_DISABLE_XET) sends the weights through the LFS protocol instead.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True)
+    huggingface_hub.set_client_factory(lambda: httpx2.Client(transport=httpx2.MockTransport(hub)))
+    yield hub
+    huggingface_hub.set_client_factory(default_client_factory)  # what huggingface_hub uses when left alone
+
+
+def test_upload_sends_exactly_the_dry_run_folder(fake_hub, checkpoint, dry_run_folder, tmp_path, capsys):
+    url = push_to_hub.main(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--token", "hf_fake_token",
+                            "--private", "--training_data", "Ten sentence pairs written for the tests."])
+    assert url == f"https://huggingface.co/{REPO_ID}/commit/abc123"
+    assert fake_hub.created == {"name": "vaswani-tiny-en-de", "organization": "someone", "visibility": "private"}
+    assert fake_hub.authorizations == {"Bearer hf_fake_token"}
+    received = fake_hub.received_files()
+    assert received == files_of(dry_run_folder)  # the same files, byte for byte
+    assert set(fake_hub.validated_cards) == {received["README.md"].decode()}
+    lfs_file = next(item["value"] for item in fake_hub.commit if item["key"] == "lfsFile")
+    assert lfs_file["path"] == "model.safetensors"
+    assert lfs_file["oid"] == hashlib.sha256(received["model.safetensors"]).hexdigest()
+    # what the repository held beyond the folder goes in the same commit; .gitattributes stays
+    assert fake_hub.deleted_files() == ["pytorch_model.bin"]
+    assert "Uploaded 10 files" in capsys.readouterr().out
+
+
+def test_upload_errors_from_the_hub_reach_the_user(fake_hub, checkpoint):
+    denied = lambda request: httpx2.Response(403, json={"error": "You don't have the rights to create this model."})
+    huggingface_hub.set_client_factory(lambda: httpx2.Client(transport=httpx2.MockTransport(denied)))
+    with pytest.raises(huggingface_hub.errors.HfHubHTTPError, match="rights to create"):
+        push_to_hub.main(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--token", "hf_fake_token"])
+
+
+# --- bad input ---------------------------------------------------------------------------------------------------------
+
+
+def run(args):
+    return push_to_hub.main(args)
+
+
+def test_the_command_line_reports_bad_input_without_a_traceback(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "push_to_hub.py"), "--model_dir", str(tmp_path), "--repo_id", REPO_ID,
+         "--dry-run", "--output_dir", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"push_to_hub.py: error: --model_dir {tmp_path} is not a checkpoint folder: it has no config.json."
+
+
+def test_dry_run_needs_an_empty_output_folder(checkpoint, tmp_path):
+    with pytest.raises(ValueError, match="--output_dir"):
+        run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run"])
+    (tmp_path / "stale.txt").write_text("old")
+    with pytest.raises(ValueError, match="not an empty folder"):
+        run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path)])
+
+
+def test_a_folder_that_is_not_a_checkpoint_is_named(tmp_path, checkpoint):
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        run(["--model_dir", str(tmp_path), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o")])
+    without_tokenizer = tmp_path / "model-only"
+    VaswaniForConditionalGeneration.from_pretrained(checkpoint).save_pretrained(without_tokenizer)
+    with pytest.raises(FileNotFoundError, match="no tokenizer"):
+        run(["--model_dir", str(without_tokenizer), "--repo_id", REPO_ID, "--dry-run", "--output_dir",
+             str(tmp_path / "o")])
+
+
+def test_an_invalid_repo_id_is_refused_before_any_work(checkpoint, tmp_path):
+    with pytest.raises(ValueError, match="not a valid Hub repository id"):
+        run(["--model_dir", str(checkpoint), "--repo_id", "someone/bad name!", "--dry-run", "--output_dir",
+             str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "broken, message",
+    [
+        ({"task": "poetry"}, "`task` is 'poetry'"),
+        ({"dataset": {"split": "test"}}, r"`dataset.name` is missing"),
+        ({"metrics": []}, "`metrics` is empty"),
+        ({"metrics": [{"type": "bleu", "name": "BLEU", "value": "high"}]}, r"`metrics\[0\].value` is missing or not"),
+    ],
+)
+def test_a_broken_results_file_names_the_field(checkpoint, tmp_path, broken, message):
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({**RESULTS, **broken}))
+    with pytest.raises(ValueError, match=message):
+        run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o"),
+             "--results", str(results)])
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_results_file_that_is_not_json_is_named(checkpoint, tmp_path):
+    results = tmp_path / "results.json"
+    results.write_text("{not json")
+    with pytest.raises(ValueError, match="results.json is not valid JSON"):
+        run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o"),
+             "--results", str(results)])
+
+
+def test_the_card_metadata_is_valid_yaml_without_results(checkpoint, tmp_path):
+    (tmp_path / "run").mkdir()
+    for path in checkpoint.iterdir():
+        if path.name != "evaluation_results.json":
+            (tmp_path / "run" / path.name).write_bytes(path.read_bytes())
+    run(["--model_dir", str(tmp_path / "run"), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o")])
+    text = (tmp_path / "o" / "README.md").read_text()
+    metadata = yaml.safe_load(text.split("---")[1])
+    assert "model-index" not in metadata and metadata["pipeline_tag"] == "translation"
+    assert "No evaluation results were supplied" in text
