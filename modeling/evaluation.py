@@ -1,0 +1,122 @@
+"""Score a fine-tuned checkpoint on a dataset split, through the pipelines a user would call: the project's
+translation / summarization pipelines (`vaswani.pipelines`), and transformers' own `text-classification` and
+`token-classification` pipelines.
+
+Each `score_*` function takes the pipeline and the rows, and returns the metrics as entries of the results file
+(`{"type", "name", "value", "signature"?}`, see scripts/evaluate_model.py) plus the settings that produced them.
+"""
+
+from collections.abc import Sequence
+from importlib.metadata import version
+
+from transformers import Pipeline
+
+from .label_sets import LabelSet
+from .metrics import load_metric
+
+
+GROUPED_AGGREGATIONS = ("simple", "first", "average", "max")
+
+
+def in_length_order(texts: Sequence[str]) -> list[int]:
+    """Indices of `texts` from the longest to the shortest: batches of similar lengths waste little on padding."""
+    return sorted(range(len(texts)), key=lambda index: -len(texts[index]))
+
+
+def run_pipeline(pipe: Pipeline, texts: Sequence[str], batch_size: int, **call_kwargs) -> list:
+    """The pipeline's output for each text, in the order of `texts` (they are batched by length)."""
+    order = in_length_order(texts)
+    outputs = pipe([texts[index] for index in order], batch_size=batch_size, **call_kwargs)
+    results = [None] * len(texts)
+    for index, output in zip(order, outputs):
+        results[index] = output
+    return results
+
+
+def score_translation(pipe: Pipeline, sources, references, batch_size: int, target_lang: str, **generate_kwargs):
+    outputs = run_pipeline(pipe, sources, batch_size, **generate_kwargs)
+    hypotheses = [output["translation_text"] for output in outputs]
+    references = [[reference] for reference in references]
+    bleu = load_metric("sacrebleu", keep_in_memory=True).compute(predictions=hypotheses, references=references)
+    paper_bleu = load_metric("tokenized_bleu", keep_in_memory=True).compute(
+        predictions=hypotheses, references=references, lang=target_lang
+    )
+    return [
+        {"type": "sacrebleu", "name": "sacreBLEU", "value": round(bleu["score"], 2), "signature": bleu["signature"]},
+        {
+            "type": "bleu",
+            "name": "BLEU (tokenized, lowercased)",
+            "value": round(paper_bleu["score"], 2),
+            "signature": paper_bleu["signature"],
+        },
+    ]
+
+
+ROUGE_NAMES = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum"}
+
+
+def score_summarization(pipe: Pipeline, documents, references, batch_size: int, **generate_kwargs):
+    outputs = run_pipeline(pipe, documents, batch_size, **generate_kwargs)
+    summaries = [output["summary_text"] for output in outputs]
+    scores = load_metric("rouge", keep_in_memory=True).compute(predictions=summaries, references=list(references))
+    signature = f"rouge-score:{version('rouge-score')}|stemmer:yes|f-measure|mean-over-examples"
+    return [
+        {"type": key, "name": name, "value": round(scores[key], 2), "signature": signature}
+        for key, name in ROUGE_NAMES.items()
+    ]
+
+
+def score_text_classification(pipe: Pipeline, texts, labels, label_set: LabelSet, batch_size: int, where: str):
+    references = [label_set.to_id(value, f"row {row} of {where}") for row, value in enumerate(labels)]
+    outputs = run_pipeline(pipe, texts, batch_size, truncation=True)
+    predictions = [label_set.label2id[output["label"]] for output in outputs]
+    accuracy = load_metric("accuracy", keep_in_memory=True).compute(predictions=predictions, references=references)
+    average = "binary" if len(label_set) == 2 else "macro"
+    f1 = load_metric("f1", keep_in_memory=True).compute(predictions=predictions, references=references, average=average)
+    return [
+        {"type": "accuracy", "name": "Accuracy", "value": round(accuracy["accuracy"], 4)},
+        {"type": "f1", "name": f"F1 ({average})", "value": round(f1["f1"], 4)},
+    ]
+
+
+def word_tags_from_entities(words: Sequence[str], entities: Sequence[dict]) -> list[str]:
+    """BIO tags of `words` (joined by single spaces) from the pipeline's grouped entities and their character spans:
+    a word belongs to an entity when their spans overlap."""
+    spans, position = [], 0
+    for word in words:
+        spans.append((position, position + len(word)))
+        position += len(word) + 1
+    tags = ["O"] * len(words)
+    for entity in sorted(entities, key=lambda entity: entity["start"]):
+        covered = [i for i, (start, end) in enumerate(spans) if entity["start"] < end and entity["end"] > start]
+        for rank, index in enumerate(covered):
+            tags[index] = f"{'B' if rank == 0 else 'I'}-{entity['entity_group']}"
+    return tags
+
+
+def score_token_classification(pipe: Pipeline, sentences, tags, label_set: LabelSet, batch_size: int, where: str):
+    def names(row: int, sentence_tags) -> list[str]:
+        return [label_set.names[label_set.to_id(tag, f"row {row} (position {p}) of {where}")]
+                for p, tag in enumerate(sentence_tags)]
+
+    references = [names(row, sentence_tags) for row, sentence_tags in enumerate(tags)]
+    outputs = run_pipeline(pipe, [" ".join(words) for words in sentences], batch_size)
+    predictions = [word_tags_from_entities(words, entities) for words, entities in zip(sentences, outputs)]
+    scores = load_metric("seqeval", keep_in_memory=True).compute(predictions=predictions, references=references)
+    return [
+        {"type": "f1", "name": "Entity F1 (seqeval-style)", "value": round(scores["overall_f1"], 4)},
+        {"type": "precision", "name": "Entity precision", "value": round(scores["overall_precision"], 4)},
+        {"type": "recall", "name": "Entity recall", "value": round(scores["overall_recall"], 4)},
+        {"type": "accuracy", "name": "Token accuracy", "value": round(scores["overall_accuracy"], 4)},
+    ]
+
+
+__all__ = [
+    "GROUPED_AGGREGATIONS",
+    "run_pipeline",
+    "score_summarization",
+    "score_text_classification",
+    "score_token_classification",
+    "score_translation",
+    "word_tags_from_entities",
+]

@@ -1,0 +1,286 @@
+"""What the fine-tuning scripts share on the standard `Trainer` path: the model and data arguments, loading the
+splits (with the checks that make a bad input fail early and clearly), the checkpoint to resume from, and the
+train -> save -> evaluate sequence.
+
+Everything else is transformers: the scripts build a `Trainer` / `Seq2SeqTrainer` from `TrainingArguments`, so that
+`torchrun` / `accelerate launch`, `--activation_checkpointing`, `--gradient_accumulation_steps`,
+`--resume_from_checkpoint` and the rest work as for any model.
+"""
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import transformers
+from transformers import AutoTokenizer, HfArgumentParser, PreTrainedModel, Trainer, TrainingArguments, set_seed
+from transformers.trainer_utils import get_last_checkpoint
+
+from .data import is_local, load_split, require_columns
+from .head_loading import LoadingReport, ModelArguments, label_names_of_fine_tuned, load_head
+from .label_sets import LabelSet, resolve_label_set
+
+
+logger = logging.getLogger(__name__)
+
+RESUME_LATEST = ("last", "latest", "true", "True")
+
+
+@dataclass
+class DataArguments:
+    train_data: str | None = field(
+        default=None,
+        metadata={"help": "Training data: local .jsonl/.json/.csv file(s), comma-separated, or a Hub name."},
+    )
+    validation_data: str | None = field(
+        default=None,
+        metadata={"help": "Evaluation data, as --train_data. Defaults to --train_data when that is a Hub name."},
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    train_split: str = field(default="train", metadata={"help": "Hub split to train on."})
+    validation_split: str = field(default="validation", metadata={"help": "Hub split to evaluate on."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N rows only."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N rows only."})
+
+
+def start_run(task_arguments, argv: list[str] | None, training_arguments=TrainingArguments):
+    """Parse the command line into (model, data, task, training) arguments, set up logging, check that the run
+    makes sense and seed everything."""
+    parser = HfArgumentParser((ModelArguments, DataArguments, task_arguments, training_arguments))
+    model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    setup_logging(training_args)
+    check_run(training_args)
+    set_seed(training_args.seed)
+    return model_args, data_args, task_args, training_args
+
+
+def setup_logging(training_args: TrainingArguments) -> None:
+    """Log to stdout. This project's messages (labels, the loading report) at info level from the main process and
+    warnings from the others; transformers and datasets at the level `--log_level` / `--log_level_replica` give."""
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=[logging.StreamHandler(sys.stdout)]
+    )
+    ours = logging.INFO if training_args.should_log else logging.WARNING
+    logging.getLogger("vaswani").setLevel(ours)
+    logging.getLogger("__main__").setLevel(ours)
+    level = training_args.get_process_log_level()
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
+
+
+def check_run(training_args: TrainingArguments) -> None:
+    """Fail early on a run that would do nothing, or that would silently run as unrelated single processes."""
+    if not (training_args.do_train or training_args.do_eval):
+        raise ValueError("Nothing to do: pass --do_train and/or --do_eval.")
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > 1 and training_args.world_size != launched:
+        # without a GPU, accelerate forms a process group only when told to run on the CPU
+        raise ValueError(
+            f"Launched as {launched} processes (WORLD_SIZE={launched}), but they would each train alone "
+            f"(world_size={training_args.world_size}): on a machine without GPUs pass --use_cpu true "
+            "(or set ACCELERATE_USE_CPU=1) to train on CPU processes together."
+        )
+    resume_checkpoint(training_args)  # a checkpoint that is not there is an error now, not after loading everything
+
+
+def loss_is_a_batch_mean(trainer: Trainer) -> Trainer:
+    """Tell `Trainer` that a Vaswani model's loss is the plain mean over its batch.
+
+    Their `forward` takes `**kwargs` (attention options), which `Trainer` reads as "normalizes the loss by
+    `num_items_in_batch` itself"; it would then skip the division by the gradient-accumulation steps and multiply
+    the loss by the number of processes, making the gradients that many times too large. A model that declares
+    `accepts_loss_kwargs` is left as it says.
+    """
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if getattr(model.config, "model_type", None) == "vaswani" and not hasattr(model, "accepts_loss_kwargs"):
+        trainer.model_accepts_loss_kwargs = False
+    return trainer
+
+
+def load_tokenizer(model_args: ModelArguments):
+    source = model_args.tokenizer_name or model_args.model_name_or_path
+    if source is None:
+        raise ValueError("Training from scratch (--preset) needs --tokenizer_name: see scripts/train_tokenizer.py.")
+    return AutoTokenizer.from_pretrained(source, trust_remote_code=model_args.trust_remote_code)
+
+
+@dataclass
+class Splits:
+    """The loaded splits (None when their action is off) and where each came from, for messages."""
+
+    train: datasets.Dataset | None = None
+    evaluation: datasets.Dataset | None = None
+    train_source: str | None = None
+    evaluation_source: str | None = None
+
+    @property
+    def reference(self) -> tuple[datasets.Dataset, str]:
+        """The split that defines the label set: the training split, else the evaluation split."""
+        if self.train is not None:
+            return self.train, self.train_source
+        return self.evaluation, self.evaluation_source
+
+
+def load_splits(data_args: DataArguments, training_args: TrainingArguments, columns: list[str]) -> Splits:
+    """The training and evaluation splits the actions need. Each must have rows and the given columns."""
+    splits = Splits()
+    if training_args.do_train:
+        if data_args.train_data is None:
+            raise ValueError("--do_train needs --train_data (a local data file or a Hub dataset name).")
+        splits.train, splits.train_source = load_checked_split(
+            data_args.train_data, data_args.train_split, data_args.dataset_config, columns,
+            data_args.max_train_samples, "training",
+        )
+    if training_args.do_eval:
+        source = data_args.validation_data
+        if source is None and data_args.train_data is not None and not is_local(data_args.train_data):
+            source = data_args.train_data
+        if source is None:
+            raise ValueError("--do_eval needs --validation_data (a local data file or a Hub dataset name).")
+        splits.evaluation, splits.evaluation_source = load_checked_split(
+            source, data_args.validation_split, data_args.dataset_config, columns,
+            data_args.max_eval_samples, "evaluation",
+        )
+    return splits
+
+
+def load_checked_split(
+    source: str, split: str, dataset_config: str | None, columns: list[str], max_rows: int | None, role: str
+) -> tuple[datasets.Dataset, str]:
+    """One split (its first `max_rows` rows), and a description of where it came from. It must have the columns
+    and at least one row: `role` ("training", "evaluation") says which split, in the errors."""
+    where = source if is_local(source) else f"{source} (split {split!r})"
+    try:
+        dataset = load_split(source, split, dataset_config)
+    except ValueError as error:
+        # what `datasets` says of a file that parses but holds no rows (`[]`, a CSV header alone)
+        if "corresponds to no data" not in str(error):
+            raise
+        dataset = datasets.Dataset.from_dict({})
+    if len(dataset) == 0:
+        raise ValueError(f"The {role} split {where} has no rows: there is nothing to {ROLE_VERBS[role]}.")
+    require_columns(dataset, columns, where=where)
+    if max_rows is not None:
+        if max_rows < 1:
+            raise ValueError(f"The number of {role} rows to use must be at least 1, got {max_rows}.")
+        dataset = dataset.select(range(min(max_rows, len(dataset))))
+    return dataset, where
+
+
+ROLE_VERBS = {"training": "train on", "evaluation": "evaluate"}
+
+
+def load_labelled_head(
+    auto_class, model_args: ModelArguments, tokenizer, splits: Splits, column: str, label_set: list[str] | None
+) -> tuple[LabelSet, PreTrainedModel, LoadingReport | None]:
+    """The label set of `column` (see vaswani.label_sets) and a classification head (`auto_class`) sized to it."""
+    reference, reference_source = splits.reference
+    # a checkpoint already fine-tuned with this kind of head keeps its label ids
+    head_suffix = auto_class.__name__.removeprefix("AutoModel")  # e.g. "ForTokenClassification"
+    labels = resolve_label_set(
+        reference,
+        column,
+        reference_source,
+        label_set,
+        label_names_of_fine_tuned(model_args.model_name_or_path, head_suffix, model_args.trust_remote_code),
+    )
+    logger.info(labels.describe())
+    model, report = load_head(
+        auto_class, model_args, tokenizer, num_labels=len(labels), id2label=labels.id2label, label2id=labels.label2id
+    )
+    return labels, model, report
+
+
+def usable_length(model: PreTrainedModel, requested: int) -> int:
+    """`requested`, or fewer tokens if the model has fewer positions."""
+    return min(requested, getattr(model.config, "max_position_embeddings", None) or requested)
+
+
+def input_length(model: PreTrainedModel, tokenizer, requested: int) -> int:
+    """The length inputs are truncated to in training, also set as the tokenizer's `model_max_length`: the tokenizer
+    saved with the fine-tuned model then truncates for the pipelines as training did."""
+    length = usable_length(model, requested)
+    tokenizer.model_max_length = min(tokenizer.model_max_length, length)
+    return length
+
+
+def prepare_splits(training_args: TrainingArguments, splits: Splits, prepare) -> tuple:
+    """(train, evaluation) after `prepare(dataset, source)`; the main process goes first and the others then read
+    what `datasets` cached."""
+    with training_args.main_process_first(desc="preparing the data"):
+        train = prepare(splits.train, splits.train_source) if splits.train is not None else None
+        evaluation = prepare(splits.evaluation, splits.evaluation_source) if splits.evaluation is not None else None
+    return train, evaluation
+
+
+def resume_checkpoint(training_args: TrainingArguments) -> str | None:
+    """The Trainer checkpoint to resume from: `--resume_from_checkpoint PATH`, or `last` for the newest
+    `checkpoint-*` folder in `--output_dir`."""
+    value = training_args.resume_from_checkpoint
+    if value is None or not training_args.do_train:
+        return None
+    if value in RESUME_LATEST:
+        latest = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
+        if latest is None:
+            raise ValueError(
+                f"--resume_from_checkpoint {value}: there is no checkpoint-* folder in --output_dir "
+                f"{training_args.output_dir} to resume from."
+            )
+        return latest
+    if not (Path(value) / "trainer_state.json").is_file():
+        raise ValueError(
+            f"--resume_from_checkpoint {value}: not a Trainer checkpoint (a checkpoint-* folder with "
+            "trainer_state.json)."
+        )
+    return value
+
+
+def argmax_logits(logits, labels):
+    """`preprocess_logits_for_metrics`: keep only the predicted ids, so that evaluation gathers one id per position
+    across processes rather than the logits and the encoder states a seq2seq head also returns."""
+    if isinstance(logits, tuple):
+        logits = logits[0]
+    return logits.argmax(-1)
+
+
+def train_and_evaluate(trainer: Trainer, training_args: TrainingArguments, extra: dict | None = None) -> dict:
+    """Train (resuming where asked), save the model and tokenizer to --output_dir, evaluate. Returns the metrics,
+    which are also written to train_results.json / eval_results.json / all_results.json in --output_dir."""
+    results = dict(extra or {})
+    loss_is_a_batch_mean(trainer)
+    if training_args.do_train:
+        outcome = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+        trainer.save_model()
+        trainer.save_state()
+        metrics = {**outcome.metrics, "num_processes": training_args.world_size}
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        results.update({f"train_{k}" if not k.startswith("train") else k: v for k, v in metrics.items()})
+    if training_args.do_eval:
+        metrics = trainer.evaluate()
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+        results.update(metrics)
+    return results
+
+
+__all__ = [
+    "DataArguments",
+    "Splits",
+    "argmax_logits",
+    "check_run",
+    "load_checked_split",
+    "load_labelled_head",
+    "input_length",
+    "load_splits",
+    "load_tokenizer",
+    "loss_is_a_batch_mean",
+    "prepare_splits",
+    "resume_checkpoint",
+    "setup_logging",
+    "start_run",
+    "train_and_evaluate",
+    "usable_length",
+]

@@ -1,0 +1,180 @@
+"""The model of a fine-tuning or evaluation run: a task head loaded from a checkpoint (whose shared weights are
+reused) or built from scratch from a preset, with a plain-words report of which heads are new.
+
+A checkpoint of another kind than the task's head is fine for fine-tuning: a seq2seq checkpoint given to token
+classification loads its shared embedding and encoder, and the report names the new `classifier` and the unused
+decoder. For evaluation it is not: a head that was never trained would be scored, so `require_trained_head` refuses.
+"""
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+
+from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+from .configuration_vaswani import PRESETS, VaswaniConfig
+
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    """Where the model of a fine-tuning run comes from: a checkpoint, or a preset trained from scratch."""
+
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Checkpoint (folder or Hub id) to start from: its weights are reused, new heads reported."},
+    )
+    preset: str | None = field(
+        default=None, metadata={"help": "Train from scratch instead: a VaswaniConfig preset (tiny, small, base, big)."}
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer folder or Hub id; defaults to --model_name_or_path."}
+    )
+    config_overrides: str | None = field(
+        default=None, metadata={"help": "Config fields to change, e.g. 'dropout=0.2,classifier_dropout=0.1'."}
+    )
+    trust_remote_code: bool = field(
+        default=False, metadata={"help": "Allow a checkpoint's own code (for checkpoints of other projects)."}
+    )
+
+
+@dataclass
+class LoadingReport:
+    """What loading a checkpoint into a model did, by module."""
+
+    checkpoint: str
+    model_class: str
+    reused: int  # weight tensors taken from the checkpoint
+    new: list[str] = field(default_factory=list)  # modules initialized at random
+    unused: list[str] = field(default_factory=list)  # modules of the checkpoint this model has no use for
+
+    def describe(self) -> str:
+        text = f"Loaded {self.checkpoint} into {self.model_class}: {self.reused} weight tensors reused."
+        if self.new:
+            text += f" New, randomly initialized (trained by this run): {', '.join(self.new)}."
+        if self.unused:
+            text += f" In the checkpoint but not used by this model: {', '.join(self.unused)}."
+        return text
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def module_names(keys) -> list[str]:
+    """Weight names shortened to the modules that hold them, one entry per stack of layers:
+    `model.decoder.layers.1.self_attn.q_proj.weight` -> `model.decoder.layers`, `classifier.bias` -> `classifier`."""
+    names = set()
+    for key in keys:
+        parts = key.split(".")[:-1] or key.split(".")
+        for position, part in enumerate(parts):
+            if part.isdigit():
+                parts = parts[:position]
+                break
+        names.add(".".join(parts))
+    return sorted(names)
+
+
+def parse_config_overrides(text: str | None) -> dict:
+    """`"dropout=0.2,layer_norm_position=pre"` -> {"dropout": 0.2, "layer_norm_position": "pre"}; values are read
+    as JSON where they parse (numbers, true/false, null), else kept as strings."""
+    overrides = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        key, equals, raw = item.partition("=")
+        if not equals or not key.strip():
+            raise ValueError(f"--config_overrides: {item!r} is not of the form key=value (e.g. 'dropout=0.2').")
+        try:
+            overrides[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            overrides[key.strip()] = raw.strip()
+    return overrides
+
+
+def load_head(
+    auto_class, model_args: ModelArguments, tokenizer: PreTrainedTokenizerBase, **config_kwargs
+) -> tuple[PreTrainedModel, LoadingReport | None]:
+    """The model `auto_class` (e.g. `AutoModelForTokenClassification`) from `--model_name_or_path`, or from scratch
+    with a `VaswaniConfig` preset sized to `tokenizer`. `config_kwargs` (labels, for instance) go to the config."""
+    checkpoint, preset = model_args.model_name_or_path, model_args.preset
+    if (checkpoint is None) == (preset is None):
+        raise ValueError(
+            "Give exactly one of --model_name_or_path (start from a checkpoint) or --preset (train from scratch: "
+            f"one of {sorted(PRESETS)}); got model_name_or_path={checkpoint!r}, preset={preset!r}."
+        )
+    overrides = {**parse_config_overrides(model_args.config_overrides), **config_kwargs}
+    if preset is not None:
+        config = VaswaniConfig.from_preset(
+            preset,
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.bos_token_id,
+            **overrides,
+        )
+        model, report = auto_class.from_config(config), None
+    else:
+        model, info = auto_class.from_pretrained(
+            checkpoint, trust_remote_code=model_args.trust_remote_code, output_loading_info=True, **overrides
+        )
+        report = LoadingReport(
+            checkpoint=str(checkpoint),
+            model_class=type(model).__name__,
+            reused=len(model.state_dict()) - len(info["missing_keys"]),
+            new=module_names(info["missing_keys"]),
+            unused=module_names(info["unexpected_keys"]),
+        )
+        # a new head or an unused part of the checkpoint is worth a warning; a complete load is just information
+        (logger.warning if report.new or report.unused else logger.info)(report.describe())
+    check_vocabulary(model, tokenizer)
+    return model, report
+
+
+def check_vocabulary(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    embedding_rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > embedding_rows:
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model's embedding has {embedding_rows} rows: they do "
+            "not belong together. Use the tokenizer saved with the checkpoint (--tokenizer_name)."
+        )
+
+
+def label_names_of_fine_tuned(model_name_or_path: str | None, head_suffix: str, trust_remote_code: bool = False):
+    """The label names of a checkpoint already fine-tuned with a head whose class name ends in `head_suffix`
+    (e.g. "ForTokenClassification"), or None: a seq2seq checkpoint's default id2label means nothing."""
+    if model_name_or_path is None:
+        return None
+    config = AutoConfig.from_pretrained(model_name_or_path, trust_remote_code=trust_remote_code)
+    if not any(name.endswith(head_suffix) for name in config.architectures or []):
+        return None
+    return [config.id2label[index] for index in sorted(config.id2label)]
+
+
+def require_trained_head(auto_class, model_name_or_path: str, task: str, trust_remote_code: bool = False):
+    """Load a checkpoint for evaluation, refusing one that lacks weights of the task's head (they would be random)."""
+    model, info = auto_class.from_pretrained(
+        model_name_or_path, trust_remote_code=trust_remote_code, output_loading_info=True
+    )
+    if info["missing_keys"]:
+        # the config as saved names the class the checkpoint was trained as
+        saved = AutoConfig.from_pretrained(model_name_or_path, trust_remote_code=trust_remote_code)
+        trained_as = ", ".join(saved.architectures or ["an unknown architecture"])
+        raise ValueError(
+            f"{model_name_or_path} is a checkpoint of {trained_as}, not fine-tuned for {task}: it has no weights for "
+            f"{', '.join(module_names(info['missing_keys']))}, which would be random. Fine-tune it for {task} first "
+            "(scripts/finetune_*.py), then evaluate the fine-tuned checkpoint."
+        )
+    return model
+
+
+__all__ = [
+    "LoadingReport",
+    "ModelArguments",
+    "check_vocabulary",
+    "label_names_of_fine_tuned",
+    "load_head",
+    "module_names",
+    "parse_config_overrides",
+    "require_trained_head",
+]

@@ -1,0 +1,14 @@
+"""Training Vaswani models from scratch with Hugging Face Accelerate (`scripts/train.py`), one module per job:
+
+    arguments       the options, from an experiment config file and the command line
+    synthetic       the toy English -> German task the project writes itself (no download)
+    seq2seq_data    loading, tokenizing (cached `datasets.map`) and filtering source/target pairs
+    batching        batches under a token budget, bucketed by length, shared among processes
+    optimization    Adam and the paper's inverse-square-root schedule with warmup
+    preparation     the output folder, the tokenizer and the model, before the first update
+    checkpoints     atomic full checkpoints, resuming, published `best/` and `last/` models
+    evaluation      validation loss and sacreBLEU / ROUGE of beam-search outputs, across processes
+    reporting       metrics as JSON Lines, the training-curves PNG, the closing summary
+    loop            the training loop that puts them together
+    errors          why a run stopped, when the user can act on it
+"""

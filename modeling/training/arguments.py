@@ -1,0 +1,257 @@
+"""What `scripts/train.py` accepts: three typed dataclasses (data, model, training), filled from an experiment config
+file (YAML or JSON) and then from the command line, which overrides the file.
+
+    python scripts/train.py --config scripts/configs/multi30k_en_de.yaml --max_steps 2000 --mixed_precision bf16
+
+The training defaults are the paper's recipe (section 5.3 and 5.4): Adam with beta (0.9, 0.98) and eps 1e-9, a
+learning rate that rises linearly for 4,000 warmup updates and then decays with the inverse square root of the
+update number, label smoothing 0.1, dropout 0.1, and batches of about 25,000 source + 25,000 target tokens.
+"""
+
+import argparse
+import difflib
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from transformers import HfArgumentParser
+
+
+SYNTHETIC_DATASET = "synthetic"
+
+
+@dataclass
+class DataArguments:
+    dataset: str = field(
+        default=SYNTHETIC_DATASET,
+        metadata={
+            "help": "Local JSON Lines / JSON / CSV training file(s), comma-separated; a dataset name on the Hub; or "
+            f"'{SYNTHETIC_DATASET}' for the toy English->German task this project generates (no download)."
+        },
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    validation_dataset: str | None = field(
+        default=None,
+        metadata={"help": "Local validation file(s). For a Hub dataset, leave unset and use --validation_split."},
+    )
+    train_split: str = field(default="train", metadata={"help": "Hub dataset split to train on."})
+    validation_split: str = field(default="validation", metadata={"help": "Hub dataset split to validate on."})
+    task: Literal["translation", "summarization"] = field(
+        default="translation", metadata={"help": "Decides the metric: sacreBLEU for translation, ROUGE for summaries."}
+    )
+    source_column: str = field(default="en", metadata={"help": "Column of the source text (e.g. en, document)."})
+    target_column: str = field(default="de", metadata={"help": "Column of the target text (e.g. de, summary)."})
+    source_lang: str | None = field(default=None, metadata={"help": "Written into the model config (translation)."})
+    target_lang: str | None = field(default=None, metadata={"help": "Written into the model config (translation)."})
+    max_source_length: int = field(default=256, metadata={"help": "Longest source, in tokens."})
+    max_target_length: int = field(default=256, metadata={"help": "Longest target, in tokens."})
+    too_long: Literal["drop", "truncate"] = field(
+        default="drop",
+        metadata={"help": "What to do with a pair longer than the limits: drop it, or truncate it (summarization)."},
+    )
+    max_train_examples: int | None = field(default=None, metadata={"help": "Use the first N training pairs only."})
+    max_eval_examples: int | None = field(
+        default=None, metadata={"help": "Score BLEU/ROUGE on the first N validation pairs only (loss uses all)."}
+    )
+    synthetic_train_size: int = field(default=20000, metadata={"help": "Pairs in the synthetic training split."})
+    synthetic_validation_size: int = field(default=500, metadata={"help": "Pairs in the synthetic validation split."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+
+
+@dataclass
+class ModelArguments:
+    preset: Literal["tiny", "small", "base", "big"] = field(
+        default="small", metadata={"help": "Model size (VaswaniConfig.from_preset)."}
+    )
+    model_overrides: str | None = field(
+        default=None,
+        metadata={"help": 'Further config fields as JSON, e.g. \'{"encoder_layers": 2, "d_model": 128}\'.'},
+    )
+    dropout: float = field(default=0.1, metadata={"help": "P_drop of the paper (base model: 0.1)."})
+    label_smoothing: float = field(default=0.1, metadata={"help": "epsilon_ls of the paper: 0.1."})
+    tokenizer: str | None = field(
+        default=None, metadata={"help": "A saved tokenizer folder. Unset: learn one from the training data."}
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of a tokenizer learned here."})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations to save memory."})
+
+
+@dataclass
+class TrainArguments:
+    output_dir: str = field(default="outputs/run", metadata={"help": "Where checkpoints, models and logs go."})
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "Start over in a non-empty output_dir."})
+    resume: bool = field(
+        default=False, metadata={"help": "Continue from the latest checkpoint in output_dir (start if there is none)."}
+    )
+    seed: int = field(default=42)
+    max_steps: int = field(default=100_000, metadata={"help": "Updates to train for (the paper: 100,000 for base)."})
+    max_epochs: int | None = field(default=None, metadata={"help": "Stop after this many passes over the data."})
+    max_tokens_per_batch: int = field(
+        default=4096,
+        metadata={"help": "Token budget of one micro-batch on one process, counted for source and target each."},
+    )
+    tokens_per_update: int = field(
+        default=25_000,
+        metadata={
+            "help": "Target tokens per update over all processes; gradient accumulation makes up the difference "
+            "(the paper: about 25,000)."
+        },
+    )
+    learning_rate: float | None = field(
+        default=None,
+        metadata={"help": "Peak learning rate, reached at the end of warmup. Unset: the paper's d_model^-0.5 * "
+                  "warmup_steps^-0.5."},
+    )
+    warmup_steps: int = field(default=4000, metadata={"help": "Linear warmup updates (the paper: 4,000)."})
+    adam_beta1: float = field(default=0.9)
+    adam_beta2: float = field(default=0.98)
+    adam_epsilon: float = field(default=1e-9)
+    weight_decay: float = field(default=0.0)
+    max_grad_norm: float = field(
+        default=1.0, metadata={"help": "Clip the gradient norm to this (not in the paper); 0 turns clipping off."}
+    )
+    mixed_precision: Literal["no", "fp16", "bf16"] | None = field(
+        default=None, metadata={"help": "Unset: whatever `accelerate launch` / the accelerate config says."}
+    )
+    logging_steps: int = field(default=50, metadata={"help": "Log training loss, lr and tokens/s every N updates."})
+    eval_steps: int = field(default=1000, metadata={"help": "Evaluate every N updates (and at the end)."})
+    save_steps: int = field(default=1000, metadata={"help": "Save a full checkpoint every N updates (and at the end)."})
+    keep_checkpoints: int = field(default=5, metadata={"help": "Keep the last N full checkpoints (for averaging)."})
+    eval_num_beams: int = field(default=4, metadata={"help": "Beam size when scoring (the paper: 4)."})
+    eval_length_penalty: float = field(default=0.6, metadata={"help": "Length penalty when scoring (the paper: 0.6)."})
+    eval_max_new_tokens: int = field(default=128)
+    eval_batch_size: int = field(default=64, metadata={"help": "Sentences per generation batch, per process."})
+    best_metric: str = field(
+        default="auto",
+        metadata={"help": "Which score picks the best model: bleu, rouge1, rouge2, rougeL, rougeLsum or loss; "
+                  "auto = bleu for translation, rougeL for summarization."},
+    )
+    early_stopping_patience: int | None = field(
+        default=None, metadata={"help": "Stop after N evaluations without a better best_metric."}
+    )
+    report_to: Literal["tensorboard", "none"] = field(default="tensorboard")
+    cpu_threads: int | None = field(
+        default=None,
+        metadata={"help": "Threads for CPU math (torch.set_num_threads); unset: PyTorch's default. On a CPU that "
+                  "other work shares, 1 can be many times faster."},
+    )
+    debug_kill_at_step: int | None = field(
+        default=None, metadata={"help": "Testing only: SIGKILL this process after update N (and its checkpoint)."}
+    )
+    debug_kill_during_save: bool = field(
+        default=False, metadata={"help": "Testing only: with debug_kill_at_step, die halfway through that save."}
+    )
+
+
+ARGUMENT_CLASSES = (DataArguments, ModelArguments, TrainArguments)
+
+
+def check_arguments(data: DataArguments, model: ModelArguments, train: TrainArguments) -> None:
+    """Values that parse but make no sense, reported with the option's name, its value and what is allowed."""
+    positive = {
+        "max_source_length": data.max_source_length,
+        "max_target_length": data.max_target_length,
+        "vocab_size": model.vocab_size,
+        "max_steps": train.max_steps,
+        "max_tokens_per_batch": train.max_tokens_per_batch,
+        "tokens_per_update": train.tokens_per_update,
+        "logging_steps": train.logging_steps,
+        "eval_steps": train.eval_steps,
+        "save_steps": train.save_steps,
+        "keep_checkpoints": train.keep_checkpoints,
+        "eval_num_beams": train.eval_num_beams,
+        "eval_max_new_tokens": train.eval_max_new_tokens,
+        "eval_batch_size": train.eval_batch_size,
+        "warmup_steps": train.warmup_steps,
+    }
+    for name, value in positive.items():
+        if value <= 0:
+            raise ValueError(f"--{name} must be a positive integer, got {value}.")
+    longest = max(data.max_source_length, data.max_target_length)
+    if train.max_tokens_per_batch < longest:
+        raise ValueError(
+            f"--max_tokens_per_batch ({train.max_tokens_per_batch}) is smaller than the longest allowed sequence "
+            f"({longest} tokens, from --max_source_length/--max_target_length): such a pair could never be batched."
+        )
+    if train.cpu_threads is not None and train.cpu_threads < 1:
+        raise ValueError(f"--cpu_threads must be at least 1, got {train.cpu_threads}.")
+    if train.learning_rate is not None and train.learning_rate <= 0:
+        raise ValueError(f"--learning_rate must be positive, got {train.learning_rate}.")
+    if model.model_overrides is not None:
+        overrides = parse_model_overrides(model.model_overrides)
+        for name in ("dropout", "label_smoothing"):
+            if name in overrides:
+                raise ValueError(f"Set {name} with --{name}, not inside --model_overrides.")
+    allowed_best = ("auto", "loss", "bleu", "rouge1", "rouge2", "rougeL", "rougeLsum")
+    if train.best_metric not in allowed_best:
+        raise ValueError(f"--best_metric must be one of {list(allowed_best)}, got {train.best_metric!r}.")
+    scored_for = {"bleu": "translation", "loss": data.task, "auto": data.task}.get(train.best_metric, "summarization")
+    if scored_for != data.task:
+        raise ValueError(f"--best_metric {train.best_metric} is not scored for --task {data.task}.")
+
+
+def parse_model_overrides(text: str) -> dict:
+    try:
+        overrides = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--model_overrides must be a JSON object, got {text!r} ({error.msg}).") from None
+    if not isinstance(overrides, dict):
+        raise ValueError(f"--model_overrides must be a JSON object, got {text!r}.")
+    return overrides
+
+
+def best_metric_name(data: DataArguments, train: TrainArguments) -> str:
+    if train.best_metric != "auto":
+        return train.best_metric
+    return "bleu" if data.task == "translation" else "rougeL"
+
+
+def load_config_file(path: str) -> dict:
+    """An experiment config: a flat mapping of option names to values, in YAML (.yaml/.yml) or JSON."""
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"--config {path}: no such file.")
+    text = file.read_text(encoding="utf-8")
+    try:
+        values = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise ValueError(f"--config {path} is not valid {'JSON' if file.suffix == '.json' else 'YAML'}: {error}")
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ValueError(f"--config {path} must hold a mapping of option names to values.")
+    known = {f.name: f for cls in ARGUMENT_CLASSES for f in fields(cls)}
+    for key, value in values.items():
+        if key not in known:
+            close = difflib.get_close_matches(str(key), list(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else "."
+            raise ValueError(f"--config {path}: unknown option {key!r}{hint}")
+        if key == "model_overrides" and isinstance(value, dict):
+            values[key] = json.dumps(value)  # the command line takes it as a JSON string
+    return values
+
+
+def parse_arguments(argv: list[str] | None = None) -> tuple[DataArguments, ModelArguments, TrainArguments]:
+    """Defaults < values of `--config FILE` < the rest of the command line."""
+    config_parser = argparse.ArgumentParser(add_help=False)
+    config_parser.add_argument("--config", default=None)
+    known, _ = config_parser.parse_known_args(argv)
+
+    parser = HfArgumentParser(ARGUMENT_CLASSES)
+    parser.add_argument("--config", default=None, help="Experiment config file (YAML or JSON); the options given on "
+                        "the command line override its values.")
+    if known.config:
+        parser.set_defaults(**load_config_file(known.config))
+    data, model, train, _config = parser.parse_args_into_dataclasses(args=argv)
+    check_arguments(data, model, train)
+    return data, model, train
+
+
+def arguments_as_dict(*arguments) -> dict:
+    """All options in one flat mapping: saved with the run, and shown to TensorBoard."""
+    merged = {}
+    for group in arguments:
+        merged.update(asdict(group))
+    return merged

@@ -1,0 +1,180 @@
+"""Checkpoints that a crash, a kill or a full disk cannot break.
+
+A full checkpoint (`checkpoints/step-00001000/`) holds everything a run needs to continue exactly: what
+`accelerator.save_state` writes (model, optimizer, schedule, gradient scaler, every process's random number
+generators, and the training progress: update count, data position, best score), plus a `model/` folder saved with
+`save_pretrained` and the tokenizer, loadable on its own (and what `scripts/average_checkpoints.py` averages).
+
+Every folder is written under a temporary name, flushed to disk, and only then renamed to its final name: a rename
+within one file system is atomic, so a folder named `step-*` is always complete, whatever happened during the save.
+Published models (`best/`, `last/`) are swapped in the same way. Only the last `keep` checkpoints are kept.
+"""
+
+import logging
+import os
+import re
+import shutil
+import signal
+from pathlib import Path
+
+import torch
+
+from .errors import CheckpointError
+
+
+CHECKPOINT_NAME = re.compile(r"^step-(\d+)$")
+TEMPORARY_PREFIX = ".tmp-"
+RETIRED_PREFIX = ".old-"
+
+
+class _TiedWeightsNotice(logging.Filter):
+    """`accelerator.save_state` announces, at every save, that it stores the shared embedding matrix once rather than
+    three times. The model ties them by design (section 3.4) and `load_state` ties them again: not worth a warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Removed shared tensor" not in record.getMessage()
+
+
+logging.getLogger("accelerate.utils.other").addFilter(_TiedWeightsNotice())
+
+
+def checkpoint_path(root: Path, step: int) -> Path:
+    return root / f"step-{step:08d}"
+
+
+def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    """The complete checkpoints under `root`, oldest first (temporary folders of an interrupted save excluded)."""
+    if not root.is_dir():
+        return []
+    found = [(int(match.group(1)), path) for path in root.iterdir() if (match := CHECKPOINT_NAME.match(path.name))]
+    return sorted(found)
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    checkpoints = list_checkpoints(root)
+    return checkpoints[-1][1] if checkpoints else None
+
+
+def remove_leftovers(folder: Path) -> None:
+    """Temporary folders left by a save that was interrupted; and a published model caught between its two renames
+    (`best/` moved aside, the new one not yet in place) is put back."""
+    if not folder.is_dir():
+        return
+    for path in folder.iterdir():
+        if path.name.startswith(RETIRED_PREFIX):
+            original = path.with_name(path.name[len(RETIRED_PREFIX) :])
+            if original.exists():
+                shutil.rmtree(path)
+            else:
+                path.rename(original)
+        elif path.name.startswith(TEMPORARY_PREFIX):
+            shutil.rmtree(path)
+
+
+def all_processes_succeeded(accelerator, succeeded: bool) -> bool:
+    """Every process learns whether every process succeeded, so that all of them stop together instead of some
+    waiting forever for one that failed."""
+    flag = torch.tensor([0 if succeeded else 1], device=accelerator.device)
+    return int(accelerator.reduce(flag, reduction="sum").item()) == 0
+
+
+def fsync_tree(folder: Path) -> None:
+    """Push the folder's files to the disk before the rename that publishes them (a kill alone would not lose
+    them, a power cut could)."""
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    fsync_directory(folder)
+
+
+def fsync_directory(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def save_model(accelerator, model, tokenizer, folder: Path) -> None:
+    """`save_pretrained` of the model (gathered from its shards under FSDP or DeepSpeed) and of the tokenizer."""
+    state_dict = accelerator.get_state_dict(model)  # every process must call this: it gathers shards
+    if accelerator.is_main_process:
+        accelerator.unwrap_model(model).save_pretrained(folder, state_dict=state_dict, save_function=accelerator.save)
+        tokenizer.save_pretrained(folder)
+
+
+def save_checkpoint(
+    accelerator, model, tokenizer, root: Path, step: int, keep: int, kill_halfway: bool = False
+) -> Path:
+    """Write the full checkpoint of update `step` atomically; keep the last `keep`. Raises CheckpointError (on every
+    process) if it cannot be written, with the earlier checkpoints left as they were."""
+    final = checkpoint_path(root, step)
+    temporary = root / f"{TEMPORARY_PREFIX}{final.name}"
+    error = None
+    try:
+        if accelerator.is_main_process:
+            root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(temporary, ignore_errors=True)
+            temporary.mkdir()
+    except OSError as caught:
+        error = caught
+    if all_processes_succeeded(accelerator, error is None):
+        try:
+            accelerator.save_state(str(temporary))
+            save_model(accelerator, model, tokenizer, temporary / "model")
+        except OSError as caught:
+            error = caught
+    if kill_halfway:
+        os.kill(os.getpid(), signal.SIGKILL)  # testing only: die with a half-finished save on disk
+    if all_processes_succeeded(accelerator, error is None) and accelerator.is_main_process:
+        try:
+            fsync_tree(temporary)
+            if final.exists():  # saved at this step already (a run resumed from its final checkpoint)
+                shutil.rmtree(final)
+            temporary.rename(final)
+            fsync_directory(root)
+            for _, old in list_checkpoints(root)[:-keep]:
+                shutil.rmtree(old)
+        except OSError as caught:
+            error = caught
+    if not all_processes_succeeded(accelerator, error is None):
+        if accelerator.is_main_process:
+            shutil.rmtree(temporary, ignore_errors=True)
+        latest = latest_checkpoint(root)
+        kept = f"the latest complete one is {latest}" if latest else "there is no earlier checkpoint"
+        reason = error if error is not None else "another process failed to write its part"
+        raise CheckpointError(
+            f"Could not save the checkpoint of update {step} to {final}: {reason}. Earlier checkpoints are intact "
+            f"({kept}). Free disk space or make {root} writable, then continue with --resume."
+        )
+    return final
+
+
+def publish_model(accelerator, model, tokenizer, final: Path) -> None:
+    """Save a loadable model folder (`best/`, `last/`) so that a reader never finds it half written: write it aside,
+    then swap it in with two renames. Raises CheckpointError, leaving the previous version in place."""
+    temporary = final.with_name(f"{TEMPORARY_PREFIX}{final.name}")
+    retired = final.with_name(f"{RETIRED_PREFIX}{final.name}")
+    error = None
+    try:
+        if accelerator.is_main_process:
+            shutil.rmtree(temporary, ignore_errors=True)
+        save_model(accelerator, model, tokenizer, temporary)
+        if accelerator.is_main_process:
+            fsync_tree(temporary)
+            if final.exists():
+                final.rename(retired)
+            temporary.rename(final)
+            shutil.rmtree(retired, ignore_errors=True)
+    except OSError as caught:
+        error = caught
+    if not all_processes_succeeded(accelerator, error is None):
+        if accelerator.is_main_process:
+            shutil.rmtree(temporary, ignore_errors=True)
+            if retired.exists() and not final.exists():
+                retired.rename(final)
+        raise CheckpointError(
+            f"Could not save the model to {final}: {error or 'another process failed to write its part'}. "
+            "The previous version there is intact. Free disk space or make the folder writable."
+        )

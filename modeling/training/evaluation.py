@@ -1,0 +1,113 @@
+"""Evaluation while training: the loss on the whole validation set, and the task's score (sacreBLEU with its
+signature for translation, ROUGE for summarization) of beam-search outputs.
+
+Each process works on its own share of the validation set. For the score, every process gets as many sentences
+and batches as the others; the generated token ids are padded to a common length across processes before they are
+gathered (tensors of different shapes cannot be gathered: a process would wait forever), and the main process
+decodes and scores them. The score is then sent to every process, so that all take the same decisions (best model,
+early stopping).
+"""
+
+import torch
+from accelerate.utils import DistributedType, broadcast_object_list
+from torch.nn import functional as F
+
+from ..metrics import load_metric
+from .batching import collate, evaluation_batches, generation_shards
+
+
+def to_device(batch: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
+    return {name: tensor.to(device) for name, tensor in batch.items()}
+
+
+@torch.no_grad()
+def validation_loss(accelerator, model, validation, max_tokens: int, pad_token_id: int, label_smoothing: float):
+    """Token-level mean loss with label smoothing (comparable to the training loss), and the plain negative log-
+    likelihood with its perplexity, over all validation pairs."""
+    model.eval()
+    pairs = validation.select_columns(["input_ids", "labels"])
+    batches = evaluation_batches(
+        validation["source_length"], validation["target_length"], max_tokens,
+        accelerator.num_processes, accelerator.process_index,
+    )
+    totals = torch.zeros(3, dtype=torch.float64, device=accelerator.device)  # smoothed loss, nll, tokens
+    for indices, counted in batches:
+        batch = to_device(collate(pairs[indices], pad_token_id), accelerator.device)
+        with accelerator.autocast():
+            logits = model(**batch).logits
+        if not counted:
+            continue
+        logits, labels = logits.float().flatten(0, 1), batch["labels"].flatten()
+        totals[0] += F.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=label_smoothing, reduction="sum")
+        totals[1] += F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
+        totals[2] += (labels != -100).sum()
+    totals = accelerator.reduce(totals, reduction="sum")
+    tokens = totals[2].clamp(min=1)
+    nll = (totals[1] / tokens).item()
+    return {"val_loss": (totals[0] / tokens).item(), "val_nll": nll, "val_ppl": float(torch.tensor(nll).exp())}
+
+
+@torch.no_grad()
+def generate_predictions(accelerator, model, tokenizer, validation, batch_size: int, **generate_kwargs) -> list[str]:
+    """Beam-search outputs for the validation sources, decoded, in dataset order (on the main process; the other
+    processes get an empty list)."""
+    model.eval()
+    sources = validation.select_columns(["input_ids"])
+    outputs: dict[int, list[int]] = {}
+    for indices in generation_shards(
+        validation["source_length"], batch_size, accelerator.num_processes, accelerator.process_index
+    ):
+        batch = to_device(collate(sources[indices], tokenizer.pad_token_id), accelerator.device)
+        with accelerator.autocast():
+            generated = model.generate(**batch, **generate_kwargs)
+        generated = accelerator.pad_across_processes(generated, dim=1, pad_index=tokenizer.pad_token_id)
+        generated = accelerator.gather(generated)
+        positions = accelerator.gather(torch.tensor(indices, device=accelerator.device))
+        for position, ids in zip(positions.tolist(), generated.tolist()):
+            outputs[position] = ids  # a repeated pair (padding the shares) is written twice, identically
+    if not accelerator.is_main_process:
+        return []
+    ordered = [outputs[position] for position in range(len(validation))]
+    return tokenizer.batch_decode(ordered, skip_special_tokens=True)
+
+
+def score(task: str, predictions: list[str], references: list[str]) -> dict:
+    """sacreBLEU (as `bleu`, with `bleu_signature`) for translation; ROUGE-1/2/L/Lsum for summarization."""
+    if task == "translation":
+        result = load_metric("sacrebleu").compute(predictions=predictions, references=[[r] for r in references])
+        return {"bleu": result["score"], "bleu_signature": result["signature"]}
+    result = load_metric("rouge").compute(predictions=predictions, references=references)
+    return {name: result[name] for name in ("rouge1", "rouge2", "rougeL", "rougeLsum")}
+
+
+def evaluate(
+    accelerator,
+    model,
+    tokenizer,
+    validation,
+    task: str,
+    max_tokens: int,
+    label_smoothing: float,
+    max_examples: int | None,
+    batch_size: int,
+    **generate_kwargs,
+) -> dict:
+    """Everything the run logs at an evaluation, identical on every process, with a few (source, output, reference)
+    samples. The loss
+    covers the whole validation set; the score, its first `max_examples` pairs (all if None)."""
+    unwrapped = accelerator.unwrap_model(model)
+    results = validation_loss(accelerator, model, validation, max_tokens, tokenizer.pad_token_id, label_smoothing)
+    scored = validation
+    if max_examples is not None:
+        scored = validation.select(range(min(max_examples, len(validation))))
+    # a sharded model needs every process in every decoding step, also after its own sentences are finished
+    sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+    predictions = generate_predictions(
+        accelerator, unwrapped, tokenizer, scored, batch_size, synced_gpus=sharded, **generate_kwargs
+    )
+    scores = [None]
+    if accelerator.is_main_process:
+        examples = zip(scored["source_text"][:3], predictions[:3], scored["target_text"][:3])
+        scores = [{**score(task, predictions, scored["target_text"]), "samples": list(examples)}]
+    broadcast_object_list(scores)
+    return {**results, **scores[0]}

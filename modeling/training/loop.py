@@ -1,0 +1,350 @@
+"""Training a Vaswani model from scratch with Hugging Face Accelerate: the same code runs in one process on a CPU,
+on several GPUs (`accelerate launch`, DDP), on several machines, in mixed precision, and under FSDP or DeepSpeed
+when an Accelerate config file asks for them.
+
+One update: each process takes `accumulation` micro-batches of its own share of the data, the loss of each is
+weighted by its number of target tokens (so that the update's gradient is the mean over every target token of all
+processes, as with one big batch), gradients are clipped, and Adam steps with the inverse-square-root schedule.
+"""
+
+import json
+import math
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from tqdm.auto import tqdm
+
+from .arguments import DataArguments, ModelArguments, TrainArguments, arguments_as_dict, best_metric_name
+from .batching import TokenBudgetBatches, collate
+from .checkpoints import latest_checkpoint, list_checkpoints, publish_model, save_checkpoint
+from .errors import TrainingDiverged
+from .evaluation import evaluate, to_device
+from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
+from .preparation import build_model, generation_settings, obtain_tokenizer, prepare_output_dir
+from .reporting import MetricsLog, format_summary, plot_training_curves
+from .seq2seq_data import PreparedData, load_raw_splits, prepare_data
+
+
+@dataclass
+class TrainingProgress:
+    """Where the run is; saved in every checkpoint (through `accelerator.register_for_checkpointing`)."""
+
+    step: int = 0  # updates done
+    epoch: int = 0  # epoch of the next batch
+    position: int = 0  # index of the next batch within that epoch, in this process's share
+    tokens: int = 0  # source + target tokens trained on, all processes
+    train_seconds: float = 0.0  # time spent in updates (evaluation and saving excluded)
+    best_score: float | None = None
+    best_step: int | None = None
+    evaluations_without_improvement: int = 0
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
+
+@dataclass
+class TrainingOutcome:
+    summary: dict
+    model: torch.nn.Module  # this process's copy, unwrapped
+    accelerator: Accelerator
+
+
+@dataclass
+class Run:
+    """Everything a training run works with, built once by `set_up`."""
+
+    data: DataArguments
+    model_args: ModelArguments
+    args: TrainArguments
+    accelerator: Accelerator
+    model: torch.nn.Module  # as prepared by Accelerate (wrapped for DDP / FSDP)
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LRScheduler
+    tokenizer: object
+    prepared: PreparedData
+    batches: TokenBudgetBatches
+    accumulation: int  # micro-batches per update, on each process
+    progress: TrainingProgress
+    metrics: MetricsLog
+    score_name: str  # what decides the best model
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.args.output_dir)
+
+
+@dataclass
+class LoggingWindow:
+    """Sums over the updates since the last log line."""
+
+    loss: float = 0.0
+    tokens: int = 0
+    seconds: float = 0.0
+    updates: int = 0
+
+    def add(self, loss: float, tokens: int, seconds: float) -> None:
+        self.loss, self.tokens = self.loss + loss, self.tokens + tokens
+        self.seconds, self.updates = self.seconds + seconds, self.updates + 1
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / max(self.seconds, 1e-9)
+
+
+def train(data: DataArguments, model_args: ModelArguments, args: TrainArguments) -> TrainingOutcome:
+    started = time.perf_counter()
+    run = set_up(data, model_args, args)
+    bar = tqdm(total=args.max_steps, initial=run.progress.step, desc="training",
+               disable=not run.accelerator.is_main_process)
+    try:
+        stopped_because, last_evaluated, last_saved = train_until_done(run, bar)
+    finally:
+        bar.close()  # also when an error stops the run, so that its message does not end up on the bar's line
+    if last_evaluated != run.progress.step:
+        evaluate_and_keep_best(run)
+    if last_saved != run.progress.step:
+        save_checkpoint(run.accelerator, run.model, run.tokenizer, run.output_dir / "checkpoints", run.progress.step,
+                        args.keep_checkpoints)
+    publish_model(run.accelerator, run.model, run.tokenizer, run.output_dir / "last")
+    summary = finish(run, stopped_because, started)
+    return TrainingOutcome(summary=summary, model=run.accelerator.unwrap_model(run.model), accelerator=run.accelerator)
+
+
+def set_up(data: DataArguments, model_args: ModelArguments, args: TrainArguments) -> Run:
+    """Data, tokenizer, model, optimizer and schedule, prepared by Accelerate; the state of the latest checkpoint
+    with --resume."""
+    output_dir = Path(args.output_dir)
+    if args.cpu_threads is not None:
+        torch.set_num_threads(args.cpu_threads)
+    accelerator = Accelerator(
+        mixed_precision=args.mixed_precision,
+        log_with=None if args.report_to == "none" else args.report_to,
+        project_dir=str(output_dir),
+        step_scheduler_with_optimizer=False,  # the schedule counts updates, however many processes there are
+    )
+    prepare_output_dir(accelerator, output_dir, args)
+    set_seed(args.seed)
+
+    with accelerator.local_main_process_first():
+        train_raw, validation_raw = load_raw_splits(data, output_dir, args.seed)
+    tokenizer = obtain_tokenizer(accelerator, model_args, train_raw, data, output_dir)
+    model = build_model(model_args, data, args, tokenizer)
+    with accelerator.local_main_process_first():
+        prepared = prepare_data(train_raw, validation_raw, tokenizer, data)
+    for report in prepared.reports:
+        accelerator.print(report.describe(data))
+
+    peak_learning_rate = args.learning_rate or paper_peak_learning_rate(model.config.d_model, args.warmup_steps)
+    optimizer, schedule = build_optimizer_and_schedule(
+        model, peak_learning_rate, args.warmup_steps, (args.adam_beta1, args.adam_beta2), args.adam_epsilon,
+        args.weight_decay,
+    )
+    accumulation = max(1, round(args.tokens_per_update / (args.max_tokens_per_batch * accelerator.num_processes)))
+    accelerator.gradient_accumulation_steps = accumulation
+    model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
+    progress = TrainingProgress()
+    accelerator.register_for_checkpointing(progress)
+
+    metrics = MetricsLog(output_dir / "metrics.jsonl", enabled=accelerator.is_main_process)
+    if args.resume:
+        resume_from = latest_checkpoint(output_dir / "checkpoints")
+        if resume_from is None:
+            accelerator.print(f"--resume: no checkpoint in {output_dir / 'checkpoints'} yet; starting from the beginning.")
+        else:
+            accelerator.load_state(str(resume_from))
+            metrics.drop_after(progress.step)
+            accelerator.print(f"Resumed from {resume_from}: update {progress.step}, epoch {progress.epoch}, "
+                              f"batch {progress.position}.")
+    options = arguments_as_dict(data, model_args, args)
+    if accelerator.is_main_process:
+        (output_dir / "arguments.json").write_text(json.dumps(options, indent=2))
+    if args.report_to != "none":
+        accelerator.init_trackers("tensorboard", config={k: v for k, v in options.items() if v is not None})
+
+    batches = TokenBudgetBatches(
+        prepared.train["source_length"], prepared.train["target_length"], args.max_tokens_per_batch, args.seed,
+        accelerator.num_processes, accelerator.process_index,
+    )
+    accelerator.print(
+        f"Training a model of {accelerator.unwrap_model(model).num_parameters():,} parameters: "
+        f"{accelerator.num_processes} process(es) x {accumulation} micro-batch(es) of <= {args.max_tokens_per_batch} "
+        f"tokens per update (target {args.tokens_per_update}); peak learning rate {peak_learning_rate:.2e}; "
+        f"mixed precision: {accelerator.mixed_precision}."
+    )
+    return Run(data, model_args, args, accelerator, model, optimizer, schedule, tokenizer, prepared, batches,
+               accumulation, progress, metrics, best_metric_name(data, args))
+
+
+def train_until_done(run: Run, bar) -> tuple[str, int | None, int | None]:
+    """Updates until max_steps, max_epochs or early stopping; logs, evaluates and saves on the way. Returns why it
+    stopped, and the last update evaluated and saved."""
+    args, progress, accelerator = run.args, run.progress, run.accelerator
+    stream = run.batches.stream(progress.epoch, progress.position)
+    train_rows = run.prepared.train.select_columns(["input_ids", "labels"])
+    window = LoggingWindow()
+    last_evaluated = last_saved = None
+    run.model.train()
+    while progress.step < args.max_steps:
+        if args.max_epochs is not None and progress.epoch >= args.max_epochs:
+            return f"reached max_epochs={args.max_epochs}", last_evaluated, last_saved
+        update_started = time.perf_counter()
+        micro_batches = []
+        for _ in range(run.accumulation):
+            epoch, position, indices = next(stream)
+            micro_batches.append(collate(train_rows[indices], run.tokenizer.pad_token_id))
+        progress.epoch, progress.position = run.batches.next_position(epoch, position)
+
+        loss, tokens, grad_norm = run_update(
+            accelerator, run.model, run.optimizer, run.schedule, micro_batches, args, progress
+        )
+        seconds = time.perf_counter() - update_started
+        progress.step, progress.tokens = progress.step + 1, progress.tokens + tokens
+        progress.train_seconds += seconds
+        window.add(loss, tokens, seconds)
+        learning_rate = run.schedule.get_last_lr()[0]
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.3f}", lr=f"{learning_rate:.2e}", tok_s=f"{window.tokens_per_second:,.0f}",
+                        refresh=False)
+
+        if progress.step % args.logging_steps == 0 or progress.step == 1:
+            record = {
+                "step": progress.step,
+                "epoch": progress.epoch,
+                "loss": window.loss / window.updates,
+                "learning_rate": learning_rate,
+                "tokens_per_second": window.tokens_per_second,
+                "tokens": progress.tokens,
+                **({"grad_norm": grad_norm} if grad_norm is not None else {}),
+            }
+            run.metrics.write(record)
+            accelerator.log(record, step=progress.step)
+            window = LoggingWindow()
+
+        if progress.step % args.eval_steps == 0:
+            evaluate_and_keep_best(run)
+            last_evaluated = progress.step
+        kill_now = args.debug_kill_at_step == progress.step
+        if progress.step % args.save_steps == 0 or (kill_now and args.debug_kill_during_save):
+            save_checkpoint(accelerator, run.model, run.tokenizer, run.output_dir / "checkpoints", progress.step,
+                            args.keep_checkpoints, kill_halfway=kill_now and args.debug_kill_during_save)
+            last_saved = progress.step
+        if kill_now:
+            os.kill(os.getpid(), signal.SIGKILL)  # testing only: a hard kill, as a preempted job gets
+        patience = args.early_stopping_patience
+        if patience is not None and progress.evaluations_without_improvement >= patience:
+            return f"no better {run.score_name} in {patience} evaluations (early stopping)", last_evaluated, last_saved
+    return f"reached max_steps={args.max_steps}", last_evaluated, last_saved
+
+
+def evaluate_and_keep_best(run: Run) -> dict:
+    """Evaluate, log, and publish the model as `best/` when it scores better than every earlier evaluation."""
+    progress, accelerator = run.progress, run.accelerator
+    results = evaluate(
+        accelerator, run.model, run.tokenizer, run.prepared.validation, run.data.task, run.args.max_tokens_per_batch,
+        run.model_args.label_smoothing, run.data.max_eval_examples, run.args.eval_batch_size,
+        **generation_settings(run.args),
+    )
+    run.model.train()
+    value = results["val_loss"] if run.score_name == "loss" else results[run.score_name]
+    improved = progress.best_score is None or (
+        value < progress.best_score if run.score_name == "loss" else value > progress.best_score
+    )
+    if improved:
+        progress.best_score, progress.best_step = value, progress.step
+        progress.evaluations_without_improvement = 0
+        publish_model(accelerator, run.model, run.tokenizer, run.output_dir / "best")
+    else:
+        progress.evaluations_without_improvement += 1
+    record = {"step": progress.step, **{k: v for k, v in results.items() if k != "samples"}}
+    run.metrics.write(record)
+    accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=progress.step)
+    if accelerator.is_main_process:
+        source, output, reference = results["samples"][0]
+        numbers = ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float))
+        tqdm.write(f"update {progress.step}: {numbers}{' (new best)' if improved else ''}\n"
+                   f"  e.g. {source!r}\n    -> {output!r}\n    reference {reference!r}")
+    return results
+
+
+def run_update(accelerator, model, optimizer, schedule, micro_batches, args, progress) -> tuple[float, int, float]:
+    """One optimizer update from this process's micro-batches. Returns the update's mean loss per target token (all
+    processes), the source + target tokens it trained on (all processes) and the gradient norm before clipping."""
+    micro_batches = [to_device(batch, accelerator.device) for batch in micro_batches]
+    target_tokens = [int((batch["labels"] != -100).sum()) for batch in micro_batches]
+    source_tokens = sum(int(batch["attention_mask"].sum()) for batch in micro_batches)
+    counts = torch.tensor([sum(target_tokens), source_tokens], device=accelerator.device)
+    all_target_tokens, all_source_tokens = accelerator.reduce(counts, reduction="sum").tolist()
+
+    loss_sum = torch.zeros((), device=accelerator.device)
+    grad_norm = None
+    for batch, tokens in zip(micro_batches, target_tokens):
+        with accelerator.accumulate(model):
+            loss = model(**batch).loss  # mean over this micro-batch's target tokens
+            # Weighted so that the summed gradients are the mean over all target tokens of the update: DDP averages
+            # over processes and `backward` divides by the accumulation steps, which the weight undoes.
+            weight = tokens * accelerator.num_processes * accelerator.gradient_accumulation_steps / all_target_tokens
+            accelerator.backward(loss * weight)
+            loss_sum += loss.detach().float() * tokens
+            if accelerator.sync_gradients:
+                mean_loss = accelerator.reduce(loss_sum, reduction="sum").item() / all_target_tokens
+                if not math.isfinite(mean_loss):
+                    raise diverged(f"the loss is {mean_loss}", progress, args)
+                if args.max_grad_norm > 0:
+                    norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+                    grad_norm = None if norm is None else float(norm)  # None: DeepSpeed clips by its own config
+                    # fp16 overflows are the gradient scaler's business: it skips that step and lowers its scale
+                    if grad_norm is not None and not math.isfinite(grad_norm) and accelerator.mixed_precision != "fp16":
+                        raise diverged(f"the gradient norm is {grad_norm}", progress, args)
+                optimizer.step()
+                schedule.step()
+                optimizer.zero_grad(set_to_none=True)
+    return mean_loss, int(all_target_tokens + all_source_tokens), grad_norm
+
+
+def diverged(what: str, progress: TrainingProgress, args: TrainArguments) -> TrainingDiverged:
+    latest = latest_checkpoint(Path(args.output_dir) / "checkpoints")
+    return TrainingDiverged(
+        f"Training diverged at update {progress.step + 1}: {what}. Stopped before applying it, so no checkpoint "
+        f"holds a broken model; the last good one is {latest or '(none saved yet)'}. Try a lower --learning_rate, "
+        "more --warmup_steps, --max_grad_norm 1.0, or bf16 instead of fp16, and continue with --resume."
+    )
+
+
+def finish(run: Run, stopped_because: str, started: float) -> dict:
+    accelerator, progress, output_dir = run.accelerator, run.progress, run.output_dir
+    summary = {
+        "stopped_because": stopped_because,
+        "steps": progress.step,
+        "wall_seconds": time.perf_counter() - started,
+        "train_seconds": progress.train_seconds,
+        "tokens": progress.tokens,
+        "tokens_per_second": progress.tokens / max(progress.train_seconds, 1e-9),
+        "num_processes": accelerator.num_processes,
+        "mixed_precision": accelerator.mixed_precision,
+        "best_metric": run.score_name,
+        "best_score": progress.best_score,
+        "best_step": progress.best_step,
+        "best_model": str(output_dir / "best"),
+        "last_model": str(output_dir / "last"),
+        "checkpoints": [str(path) for _, path in list_checkpoints(output_dir / "checkpoints")],
+        "metrics_file": str(run.metrics.path),
+        "curves_file": str(output_dir / "training_curves.png"),
+    }
+    if accelerator.is_main_process:
+        plot_training_curves(run.metrics.read(), "val_loss" if run.score_name == "loss" else run.score_name,
+                             Path(summary["curves_file"]))
+        (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        accelerator.print(format_summary(summary))
+    for tracker in accelerator.trackers:
+        tracker.finish()  # flushed and closed; the process group stays for the caller (see scripts/train.py)
+    return summary

@@ -1,0 +1,107 @@
+"""What a run needs before its first update: an output folder that holds no other run and can be written, the
+tokenizer (given, or learned from the training data), and the model built from a preset."""
+
+import shutil
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from .. import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
+from .arguments import DataArguments, ModelArguments, TrainArguments, parse_model_overrides
+from .checkpoints import remove_leftovers
+from .errors import TrainingError
+from .seq2seq_data import training_texts
+
+
+# What a run writes into its output folder; finding any of them means a run was there before.
+RUN_FILES = ("checkpoints", "best", "last", "tokenizer", "tensorboard", "metrics.jsonl", "summary.json",
+             "training_curves.png", "arguments.json")
+
+
+def prepare_output_dir(accelerator, output_dir: Path, args: TrainArguments) -> None:
+    """Refuse to mix two runs in one folder, and find out before training whether the folder is writable."""
+    if accelerator.is_main_process:
+        if output_dir.exists() and not output_dir.is_dir():
+            raise NotADirectoryError(f"--output_dir {output_dir} is a file, not a folder.")
+        previous = [name for name in RUN_FILES if (output_dir / name).exists()]
+        if previous and not args.resume:
+            if not args.overwrite_output_dir:
+                raise TrainingError(
+                    f"--output_dir {output_dir} already holds a run ({', '.join(previous)}). Continue it with "
+                    "--resume, start over with --overwrite_output_dir, or choose another folder."
+                )
+            for name in previous:
+                path = output_dir / name
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        try:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            probe = output_dir / ".write-test"
+            probe.write_bytes(b"ok")
+            probe.unlink()
+        except OSError as error:
+            raise TrainingError(f"--output_dir {output_dir} is not writable: {error}.") from error
+        remove_leftovers(output_dir)
+        remove_leftovers(output_dir / "checkpoints")
+    accelerator.wait_for_everyone()
+
+
+def obtain_tokenizer(accelerator, model_args: ModelArguments, train_raw, data: DataArguments, output_dir: Path):
+    """The tokenizer given with --tokenizer, or the one this run learned from its training data (learned once, by
+    the main process, and saved in output_dir/tokenizer; every process, and a resumed run, loads that copy)."""
+    if model_args.tokenizer is not None:
+        return AutoTokenizer.from_pretrained(model_args.tokenizer)
+    folder = output_dir / "tokenizer"
+    if accelerator.is_main_process and not folder.is_dir():
+        accelerator.print(f"Learning a {model_args.vocab_size}-token vocabulary from the training data ...")
+        tokenizer = VaswaniTokenizer.train_from_texts(training_texts(train_raw, data), vocab_size=model_args.vocab_size)
+        temporary = output_dir / ".tmp-tokenizer"
+        tokenizer.save_pretrained(temporary)
+        temporary.rename(folder)
+    accelerator.wait_for_everyone()
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def build_model(model_args: ModelArguments, data: DataArguments, args: TrainArguments, tokenizer):
+    overrides = parse_model_overrides(model_args.model_overrides) if model_args.model_overrides else {}
+    config = VaswaniConfig.from_preset(
+        model_args.preset,
+        **{
+            "vocab_size": len(tokenizer),
+            "dropout": model_args.dropout,
+            "label_smoothing": model_args.label_smoothing,
+            "source_lang": data.source_lang,
+            "target_lang": data.target_lang,
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "decoder_start_token_id": tokenizer.bos_token_id,
+            **overrides,
+        },
+    )
+    needed = {
+        "--max_source_length": data.max_source_length,
+        "--max_target_length": data.max_target_length,
+        "--eval_max_new_tokens (+1)": args.eval_max_new_tokens + 1,
+    }
+    for option, length in needed.items():
+        if length > config.max_position_embeddings:
+            raise ValueError(
+                f"{option} is {length}, beyond the model's max_position_embeddings={config.max_position_embeddings}; "
+                f"lower it, or raise the limit with --model_overrides '{{\"max_position_embeddings\": {length}}}'."
+            )
+    model = VaswaniForConditionalGeneration(config)
+    # the saved tokenizer cuts inputs (in the pipelines) to what the model accepts
+    tokenizer.model_max_length = config.max_position_embeddings
+    # the saved models decode as they were scored here, also in the pipelines
+    for name, value in generation_settings(args).items():
+        setattr(model.generation_config, name, value)
+    if model_args.gradient_checkpointing:
+        model.activation_checkpointing_enable()
+    return model
+
+
+def generation_settings(args: TrainArguments) -> dict:
+    settings = {"num_beams": args.eval_num_beams, "max_new_tokens": args.eval_max_new_tokens}
+    if args.eval_num_beams > 1:  # transformers refuses a length penalty that greedy decoding would ignore
+        settings["length_penalty"] = args.eval_length_penalty
+    return settings

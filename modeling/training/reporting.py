@@ -1,0 +1,86 @@
+"""What a run tells its user: metrics as JSON Lines (one record per logging step or evaluation), a PNG of the
+training curves, and a closing summary. TensorBoard gets the same numbers through Accelerate's trackers."""
+
+import json
+import math
+from pathlib import Path
+
+
+class MetricsLog:
+    """`metrics.jsonl`: one JSON object per line, each with its `step`; written by the main process only."""
+
+    def __init__(self, path: Path, enabled: bool):
+        self.path = path
+        self.enabled = enabled
+
+    def write(self, record: dict) -> None:
+        if self.enabled:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def read(self) -> list[dict]:
+        if not self.path.is_file():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def drop_after(self, step: int) -> None:
+        """On resume: forget what the interrupted run logged after the checkpoint it resumes from, since those
+        updates are done again."""
+        if self.enabled and self.path.is_file():
+            kept = [record for record in self.read() if record.get("step", 0) <= step]
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8")
+            temporary.replace(self.path)
+
+
+def plot_training_curves(records: list[dict], score_name: str, path: Path) -> Path:
+    """Training and validation loss against updates (left), and the validation score against updates (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    from matplotlib import pyplot
+
+    train = [r for r in records if "loss" in r]
+    evals = [r for r in records if "val_loss" in r]
+    figure, (losses, scores) = pyplot.subplots(1, 2, figsize=(11, 4))
+    losses.plot([r["step"] for r in train], [r["loss"] for r in train], label="training loss")
+    losses.plot([r["step"] for r in evals], [r["val_loss"] for r in evals], "o-", label="validation loss")
+    losses.set_xlabel("update")
+    losses.set_ylabel("loss (label-smoothed cross-entropy)")
+    losses.legend()
+    scored = [r for r in evals if isinstance(r.get(score_name), (int, float)) and math.isfinite(r[score_name])]
+    scores.plot([r["step"] for r in scored], [r[score_name] for r in scored], "o-", color="tab:green")
+    scores.set_xlabel("update")
+    scores.set_ylabel(f"validation {score_name}")
+    for axes in (losses, scores):
+        axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+    return path
+
+
+def format_duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
+
+
+def format_summary(summary: dict) -> str:
+    best = summary.get("best_score")
+    best_line = (
+        f"best {summary['best_metric']} {best:.2f} at update {summary['best_step']} -> {summary['best_model']}"
+        if best is not None
+        else "no evaluation was run"
+    )
+    return "\n".join(
+        [
+            f"Training finished ({summary['stopped_because']}) after {summary['steps']} updates "
+            f"in {format_duration(summary['wall_seconds'])}.",
+            f"  throughput: {summary['tokens_per_second']:,.0f} tokens/s (source + target, all processes)",
+            f"  {best_line}",
+            f"  last model: {summary['last_model']}",
+            f"  checkpoints: {summary['checkpoints']}",
+            f"  metrics: {summary['metrics_file']}  curves: {summary['curves_file']}",
+        ]
+    )

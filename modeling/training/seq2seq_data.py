@@ -1,0 +1,178 @@
+"""Source/target pairs for training: load the splits, tokenize them with `datasets.map` (cached on disk, so a second
+run or a second process reuses the result), and drop the pairs that are empty or too long, counting each kind.
+
+Splits come from local JSON Lines / JSON / CSV files, a dataset on the Hub, or the synthetic toy task. Any two
+columns serve as source and target (`en`/`de`, `document`/`summary`); a dotted name reaches into a dict column, as in
+the Hub's WMT datasets (`translation.en`).
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+
+from ..data import is_local, load_split, require_columns
+from .arguments import SYNTHETIC_DATASET, DataArguments
+from .synthetic import write_synthetic_translation
+
+
+HELD_OUT_FRACTION = 0.01  # of the training pairs, when a local dataset comes without a validation file
+HELD_OUT_MAX = 1000
+
+
+@dataclass
+class SplitReport:
+    """What happened to the rows of one split on their way to the model."""
+
+    name: str
+    rows: int
+    empty: int
+    too_long: int
+    truncated: int
+    kept: int
+
+    def describe(self, data: DataArguments) -> str:
+        over = f"longer than {data.max_source_length}/{data.max_target_length} source/target tokens"
+        handled = f"{self.too_long} dropped as {over}" if data.too_long == "drop" else f"{self.truncated} truncated"
+        return f"{self.name}: {self.rows} pairs -> {self.kept} kept ({self.empty} empty dropped, {handled})"
+
+
+@dataclass
+class PreparedData:
+    train: datasets.Dataset  # input_ids, labels, source_length, target_length
+    validation: datasets.Dataset  # the same, plus `source_text` and `target_text` (the references)
+    reports: list[SplitReport]
+
+
+def load_raw_splits(data: DataArguments, output_dir: Path, seed: int) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """The training and validation splits as they come, before tokenization."""
+    dataset, validation = data.dataset, data.validation_dataset
+    if dataset == SYNTHETIC_DATASET:
+        paths = write_synthetic_translation(
+            output_dir / "data", data.synthetic_train_size, data.synthetic_validation_size, seed=seed
+        )
+        dataset, validation = str(paths["train"]), str(paths["validation"])
+
+    train = load_split(dataset, data.train_split, data.dataset_config)
+    check_columns(train, data, dataset)
+    if validation is not None:
+        valid = load_split(validation, data.validation_split, data.dataset_config)
+    elif not is_local(dataset):
+        valid = load_split(dataset, data.validation_split, data.dataset_config)
+    else:
+        # a local training file alone: hold out a few of its pairs, the same ones for a given seed
+        held_out = max(1, min(HELD_OUT_MAX, int(len(train) * HELD_OUT_FRACTION)))
+        if len(train) < 2:
+            raise ValueError(f"{dataset} has {len(train)} row(s): too few to train on and hold out a validation set.")
+        split = train.train_test_split(test_size=held_out, seed=seed)
+        train, valid = split["train"], split["test"]
+    check_columns(valid, data, validation or dataset)
+
+    if data.max_train_examples is not None:
+        train = train.select(range(min(data.max_train_examples, len(train))))
+    return train, valid
+
+
+def check_columns(split: datasets.Dataset, data: DataArguments, where: str) -> None:
+    if len(split) == 0:
+        raise ValueError(f"The dataset {where} is empty: it holds no rows to train or validate on.")
+    require_columns(split, [c.split(".")[0] for c in (data.source_column, data.target_column)], where=where)
+
+
+def column_values(batch: dict, column: str) -> list:
+    """The values of `column` in a batch; `translation.en` reads key `en` of the dict column `translation`."""
+    top, _, key = column.partition(".")
+    values = batch[top]
+    if key:
+        values = [value.get(key) if isinstance(value, dict) else None for value in values]
+    return values
+
+
+def tokenize_pairs(
+    batch: dict,
+    tokenizer,
+    source_column: str,
+    target_column: str,
+    max_source_length: int,
+    max_target_length: int,
+    truncate: bool,
+) -> dict:
+    """One `datasets.map` batch: token ids of both sides, their lengths, and whether the pair is usable.
+
+    Without truncation the full lengths are kept, so that the filter after this step can count what is too long.
+    """
+    sources = [text if isinstance(text, str) else "" for text in column_values(batch, source_column)]
+    targets = [text if isinstance(text, str) else "" for text in column_values(batch, target_column)]
+    # (transformers 5 truncates whenever max_length is given, so it is given only when truncating)
+    full_source = tokenizer(sources)["input_ids"]
+    full_target = tokenizer(text_target=targets)["input_ids"]
+    source_ids, target_ids = full_source, full_target
+    if truncate:
+        source_ids = tokenizer(sources, max_length=max_source_length, truncation=True)["input_ids"]
+        target_ids = tokenizer(text_target=targets, max_length=max_target_length, truncation=True)["input_ids"]
+    return {
+        "input_ids": source_ids,
+        "labels": target_ids,
+        "source_length": [len(ids) for ids in source_ids],
+        "target_length": [len(ids) for ids in target_ids],
+        "empty": [not s.strip() or not t.strip() for s, t in zip(sources, targets)],
+        "too_long": [
+            len(s) > max_source_length or len(t) > max_target_length for s, t in zip(full_source, full_target)
+        ],
+        "source_text": sources,
+        "target_text": targets,
+    }
+
+
+def tokenize_split(
+    raw: datasets.Dataset, tokenizer, data: DataArguments, name: str, keep_text: bool
+) -> tuple[datasets.Dataset, SplitReport]:
+    truncate = data.too_long == "truncate"
+    tokenized = raw.map(
+        tokenize_pairs,
+        batched=True,
+        remove_columns=raw.column_names,
+        num_proc=data.preprocessing_num_workers,
+        fn_kwargs=dict(
+            tokenizer=tokenizer,
+            source_column=data.source_column,
+            target_column=data.target_column,
+            max_source_length=data.max_source_length,
+            max_target_length=data.max_target_length,
+            truncate=truncate,
+        ),
+        desc=f"Tokenizing {name}",
+    )
+    empty = sum(tokenized["empty"])
+    too_long = sum(long and not blank for long, blank in zip(tokenized["too_long"], tokenized["empty"]))
+    keep = (lambda e, t: not e) if truncate else (lambda e, t: not e and not t)
+    kept = tokenized.filter(keep, input_columns=["empty", "too_long"], desc=f"Filtering {name}")
+    kept = kept.remove_columns(["empty", "too_long"] + ([] if keep_text else ["source_text", "target_text"]))
+    report = SplitReport(
+        name=name,
+        rows=len(raw),
+        empty=empty,
+        too_long=too_long if not truncate else 0,
+        truncated=too_long if truncate else 0,
+        kept=len(kept),
+    )
+    if len(kept) == 0:
+        raise ValueError(f"No usable pair is left in the {report.describe(data)}.")
+    return kept, report
+
+
+def prepare_data(
+    train_raw: datasets.Dataset, validation_raw: datasets.Dataset, tokenizer, data: DataArguments
+) -> PreparedData:
+    train, train_report = tokenize_split(train_raw, tokenizer, data, "train", keep_text=False)
+    validation, validation_report = tokenize_split(validation_raw, tokenizer, data, "validation", keep_text=True)
+    return PreparedData(train=train, validation=validation, reports=[train_report, validation_report])
+
+
+def training_texts(train_raw: datasets.Dataset, data: DataArguments):
+    """Source and target strings of the training split, to learn a tokenizer from."""
+    for batch in train_raw.iter(batch_size=1000):
+        for column in (data.source_column, data.target_column):
+            for text in column_values(batch, column):
+                if isinstance(text, str) and text:
+                    yield text

@@ -1,0 +1,92 @@
+"""Average the weights of the last N checkpoints of a run into one model, as the paper does (section 6.1: "for the
+base models, we used a single model obtained by averaging the last 5 checkpoints"; 20 for the big models).
+
+    python scripts/average_checkpoints.py --run_dir outputs/multi30k --last 5 --output_dir outputs/multi30k/averaged
+
+or name the checkpoints (`checkpoints/step-*` folders of scripts/train.py, or any saved model folders):
+
+    python scripts/average_checkpoints.py --checkpoints RUN/checkpoints/step-00009000 RUN/checkpoints/step-00010000 \
+        --output_dir RUN/averaged
+
+The result is saved with `save_pretrained`, with the tokenizer of the newest checkpoint, and loads like any model
+of this project (Auto classes, pipelines).
+"""
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
+
+import vaswani  # noqa: F401  (registers the Vaswani classes with the Auto classes)
+from vaswani.training.checkpoints import list_checkpoints
+
+
+@dataclass
+class AveragingArguments:
+    output_dir: str = field(metadata={"help": "Where to save the averaged model."})
+    run_dir: str | None = field(default=None, metadata={"help": "A training run's output_dir (its checkpoints/)."})
+    last: int = field(default=5, metadata={"help": "With --run_dir: how many of the newest checkpoints to average."})
+    checkpoints: list[str] = field(default_factory=list, metadata={"help": "Or: the checkpoint folders themselves."})
+
+
+def model_folder(path: Path) -> Path:
+    """A full training checkpoint keeps its loadable model in `model/`; a saved model folder is one itself."""
+    if (path / "model" / "config.json").is_file():
+        return path / "model"
+    if (path / "config.json").is_file():
+        return path
+    raise FileNotFoundError(f"{path} is neither a checkpoint of scripts/train.py nor a saved model folder.")
+
+
+def chosen_checkpoints(args: AveragingArguments) -> list[Path]:
+    if bool(args.run_dir) == bool(args.checkpoints):
+        raise ValueError("Give either --run_dir (with --last) or --checkpoints, not both and not neither.")
+    if args.checkpoints:
+        return [Path(path) for path in args.checkpoints]
+    if args.last < 1:
+        raise ValueError(f"--last must be at least 1, got {args.last}.")
+    found = [path for _, path in list_checkpoints(Path(args.run_dir) / "checkpoints")]
+    if not found:
+        raise FileNotFoundError(f"No checkpoint in {Path(args.run_dir) / 'checkpoints'}.")
+    if len(found) < args.last:
+        print(f"Only {len(found)} checkpoints in {args.run_dir}; averaging all of them.")
+    return found[-args.last :]
+
+
+def average_models(folders: list[Path]):
+    """Load each model in turn and keep a running sum of its weights (in float64), so that memory holds two models
+    at most, whatever their number. Returns the first model, holding the mean."""
+    averaged = AutoModelForSeq2SeqLM.from_pretrained(folders[0])
+    reference = averaged.state_dict()
+    sums = {name: tensor.double().clone() for name, tensor in reference.items()}
+    for folder in folders[1:]:
+        state = AutoModelForSeq2SeqLM.from_pretrained(folder).state_dict()
+        if state.keys() != sums.keys() or any(state[n].shape != sums[n].shape for n in sums):
+            raise ValueError(f"{folder} holds a model of another shape than {folders[0]}: they cannot be averaged.")
+        for name, tensor in state.items():
+            sums[name] += tensor.double()
+    with torch.no_grad():
+        for name, tensor in reference.items():
+            tensor.copy_((sums[name] / len(folders)).to(tensor.dtype))
+    return averaged
+
+
+def main(argv: list[str] | None = None) -> Path:
+    (args,) = HfArgumentParser(AveragingArguments).parse_args_into_dataclasses(args=argv)
+    folders = [model_folder(path) for path in chosen_checkpoints(args)]
+    model = average_models(folders)
+    output_dir = Path(args.output_dir)
+    model.save_pretrained(output_dir)
+    AutoTokenizer.from_pretrained(folders[-1]).save_pretrained(output_dir)
+    print(f"Averaged {len(folders)} checkpoints ({', '.join(str(f) for f in folders)}) into {output_dir}")
+    return output_dir
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (ValueError, FileNotFoundError) as error:
+        print(f"average_checkpoints.py: error: {error}", file=sys.stderr)
+        sys.exit(1)

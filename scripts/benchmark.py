@@ -1,0 +1,312 @@
+"""Speed of this project's model against transformers' Marian built with the identical architecture.
+
+    python scripts/benchmark.py                       # tiny, small, base; fp32 and bf16; training and generation
+    python scripts/benchmark.py --presets base --json results.json
+
+What is measured, in one process, the two models alternately (round after round, so that a change in the machine's
+load hits both alike), on the same random batch:
+  * training: one optimizer step (forward with labels, backward, Adam step) -> target tokens/s, source+target
+    tokens/s, model FLOPs utilization (analytic FLOPs / time / the matmul peak measured in the same run), and peak
+    memory (measured in a fresh subprocess per model, since a process' high-water mark never goes down on CPU);
+  * generation: greedy and beam-4 decoding of a batch of inputs, forced to the same number of new tokens for both
+    models -> generated tokens/s.
+Runs on CPU by default and on the GPU when one is present (bf16 there, with a larger batch).
+"""
+
+import argparse
+import json
+import math
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+from transformers import MarianConfig, MarianMTModel
+
+from vaswani import VaswaniConfig, VaswaniForConditionalGeneration
+
+
+@dataclass
+class Setup:
+    preset: str
+    precision: str  # "fp32" or "bf16" (autocast)
+    batch_size: int
+    source_length: int
+    target_length: int
+    vocab_size: int
+    device: str
+
+
+def vaswani_model(setup: Setup, **options) -> VaswaniForConditionalGeneration:
+    config = VaswaniConfig.from_preset(setup.preset, vocab_size=setup.vocab_size, **options)
+    config._attn_implementation = "sdpa"
+    return VaswaniForConditionalGeneration(config)
+
+
+def marian_model(setup: Setup) -> MarianMTModel:
+    """Marian with exactly our architecture: post-LN, ReLU, sinusoidal positions, scaled and tied embeddings."""
+    ours = VaswaniConfig.from_preset(setup.preset, vocab_size=setup.vocab_size)
+    config = MarianConfig(
+        vocab_size=ours.vocab_size,
+        d_model=ours.d_model,
+        encoder_layers=ours.encoder_layers,
+        decoder_layers=ours.decoder_layers,
+        encoder_attention_heads=ours.encoder_attention_heads,
+        decoder_attention_heads=ours.decoder_attention_heads,
+        encoder_ffn_dim=ours.encoder_ffn_dim,
+        decoder_ffn_dim=ours.decoder_ffn_dim,
+        activation_function="relu",
+        dropout=ours.dropout,
+        attention_dropout=ours.attention_dropout,
+        activation_dropout=ours.activation_dropout,
+        max_position_embeddings=ours.max_position_embeddings,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=ours.pad_token_id,
+        eos_token_id=ours.eos_token_id,
+        decoder_start_token_id=ours.decoder_start_token_id,
+        bos_token_id=ours.bos_token_id,
+        forced_eos_token_id=None,
+    )
+    config._attn_implementation = "sdpa"
+    return MarianMTModel(config)
+
+
+def make_batch(setup: Setup, seed: int = 0) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    shape_source, shape_target = (setup.batch_size, setup.source_length), (setup.batch_size, setup.target_length)
+    return {
+        "input_ids": torch.randint(4, setup.vocab_size, shape_source, generator=generator).to(setup.device),
+        "attention_mask": torch.ones(shape_source, dtype=torch.long, device=setup.device),
+        "labels": torch.randint(4, setup.vocab_size, shape_target, generator=generator).to(setup.device),
+    }
+
+
+def autocast(setup: Setup):
+    return torch.autocast(device_type=setup.device.split(":")[0], dtype=torch.bfloat16, enabled=setup.precision == "bf16")
+
+
+def synchronize(setup: Setup):
+    if setup.device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+# --- training ------------------------------------------------------------------------------------------------------
+
+
+def training_step_function(model, setup: Setup):
+    model.to(setup.device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    batch = make_batch(setup)
+
+    def step():
+        with autocast(setup):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def time_steps(step, steps: int, setup: Setup) -> float:
+    synchronize(setup)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    synchronize(setup)
+    return (time.perf_counter() - start) / steps
+
+
+def alternate(functions: dict, rounds: int, steps: int, warmup: int, setup: Setup) -> dict[str, float]:
+    """Median seconds per call of each function, measured in alternating rounds."""
+    for function in functions.values():
+        for _ in range(warmup):
+            function()
+    seconds = {name: [] for name in functions}
+    for _ in range(rounds):
+        for name, function in functions.items():
+            seconds[name].append(time_steps(function, steps, setup))
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
+def training_flops(config: VaswaniConfig, setup: Setup) -> float:
+    """Analytic FLOPs of one training step (forward + backward = 3x the forward's matrix products)."""
+    d, b, s, t, v = config.d_model, setup.batch_size, setup.source_length, setup.target_length, config.vocab_size
+    encoder_layer = 4 * d * d + 2 * d * config.encoder_ffn_dim  # q, k, v, out projections + feed-forward
+    decoder_layer = 8 * d * d + 2 * d * config.decoder_ffn_dim  # self- and cross-attention + feed-forward
+    forward = 2 * b * (s * config.encoder_layers * encoder_layer + t * config.decoder_layers * decoder_layer)
+    forward += 2 * b * t * d * v  # output projection
+    # attention scores and weighted sums: 2 products of (length x length x d) per attention block
+    forward += 2 * 2 * b * d * (config.encoder_layers * s * s + config.decoder_layers * (t * t + t * s))
+    return 3 * forward
+
+
+def matmul_peak(setup: Setup, dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
+    """Best FLOP/s of a square matrix product on this device."""
+    a = torch.randn(size, size, device=setup.device, dtype=dtype)
+    b = torch.randn(size, size, device=setup.device, dtype=dtype)
+    best = math.inf
+    for _ in range(repeats + 2):
+        synchronize(setup)
+        start = time.perf_counter()
+        a @ b
+        synchronize(setup)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def peak_memory_mb(model_name: str, setup: Setup, steps: int = 3) -> float:
+    """Peak memory of training steps, above what the model and optimizer hold, in a fresh process."""
+    code = (
+        "import json, sys; sys.argv=['x']; import benchmark as b; "
+        f"print(json.dumps(b._measure_memory({model_name!r}, b.Setup(**{asdict(setup)!r}), {steps})))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=__file__.rsplit("/", 1)[0], check=True
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _measure_memory(model_name: str, setup: Setup, steps: int) -> float:
+    torch.manual_seed(0)
+    model = vaswani_model(setup) if model_name == "vaswani" else marian_model(setup)
+    step = training_step_function(model, setup)
+    if setup.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        for _ in range(steps):
+            step()
+        return torch.cuda.max_memory_allocated() / 2**20
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for _ in range(steps):
+        step()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024  # ru_maxrss is in KiB on Linux
+
+
+# --- generation ----------------------------------------------------------------------------------------------------
+
+
+def generation_function(model, setup: Setup, new_tokens: int, num_beams: int):
+    model.to(setup.device).eval()
+    batch = make_batch(setup, seed=1)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+
+    @torch.no_grad()
+    def generate():
+        with autocast(setup):
+            out = model.generate(
+                **inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, num_beams=num_beams, do_sample=False
+            )
+        assert out.shape[1] == new_tokens + 1, out.shape
+        return out
+
+    return generate
+
+
+# --- the report ----------------------------------------------------------------------------------------------------
+
+
+def run(args) -> dict:
+    device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
+    torch.set_num_threads(torch.get_num_threads())
+    precisions = args.precisions or (["bf16"] if device == "cuda" else ["fp32", "bf16"])
+    batch_size = args.batch_size or (128 if device == "cuda" else 32)
+    device_name = torch.cuda.get_device_name() if device == "cuda" else f"{platform.processor() or 'CPU'} ({torch.get_num_threads()} threads)"
+    report = {"device": device_name, "torch": torch.__version__, "peak_flops": {}, "training": [], "generation": []}
+    print(f"device: {device_name}; torch {torch.__version__}")
+
+    probe = Setup("tiny", "fp32", batch_size, args.source_length, args.target_length, args.vocab_size, device)
+    for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        report["peak_flops"][precision] = matmul_peak(probe, dtype, size=1024 if precision == "bf16" else 2048)
+        print(f"matmul peak {precision}: {report['peak_flops'][precision] / 1e9:.1f} GFLOP/s")
+    if "bf16" in precisions and report["peak_flops"]["bf16"] < report["peak_flops"]["fp32"] and not args.force_bf16:
+        # CPUs without bf16 instructions (no AVX512-BF16 / AMX) emulate bf16 products, tens of times slower than fp32:
+        # a bf16 row would take hours and measure the emulation, not the models.
+        precisions = [p for p in precisions if p != "bf16"]
+        report["skipped"] = "bf16: matrix products are slower than fp32 on this device (no native bf16); --force-bf16 runs them"
+        print(f"skipping bf16: {report['skipped']}")
+
+    for preset in args.presets:
+        for precision in precisions:
+            setup = Setup(preset, precision, batch_size, args.source_length, args.target_length, args.vocab_size, device)
+            torch.manual_seed(0)
+            ours, marian = vaswani_model(setup), marian_model(setup)
+            seconds = alternate(
+                {"vaswani": training_step_function(ours, setup), "marian": training_step_function(marian, setup)},
+                args.rounds, args.steps, args.warmup, setup,
+            )
+            flops = training_flops(ours.config, setup)
+            row = {"preset": preset, "precision": precision, "batch": f"{batch_size}x{args.source_length}+{args.target_length}",
+                   "parameters_m": round(ours.num_parameters() / 1e6, 1)}
+            for name, value in seconds.items():
+                row[f"{name}_target_tokens_per_s"] = batch_size * args.target_length / value
+                row[f"{name}_tokens_per_s"] = batch_size * (args.source_length + args.target_length) / value
+                row[f"{name}_mfu"] = flops / value / report["peak_flops"][precision]
+                if args.memory:
+                    row[f"{name}_peak_memory_mb"] = peak_memory_mb(name, setup)
+            row["speedup"] = seconds["marian"] / seconds["vaswani"]
+            report["training"].append(row)
+            print(
+                f"train {preset:5s} {precision}: vaswani {row['vaswani_target_tokens_per_s']:8.0f} tgt tok/s "
+                f"(MFU {row['vaswani_mfu']:.0%}) | marian {row['marian_target_tokens_per_s']:8.0f} "
+                f"(MFU {row['marian_mfu']:.0%}) | x{row['speedup']:.2f}"
+            )
+            del ours, marian
+
+            if preset in args.generation_presets:
+                torch.manual_seed(0)
+                ours, marian = vaswani_model(setup), marian_model(setup)
+                for beams in (1, 4):
+                    seconds = alternate(
+                        {
+                            "vaswani": generation_function(ours, setup, args.new_tokens, beams),
+                            "marian": generation_function(marian, setup, args.new_tokens, beams),
+                        },
+                        args.rounds, 1, 1, setup,
+                    )
+                    row = {"preset": preset, "precision": precision, "num_beams": beams, "batch": batch_size,
+                           "new_tokens": args.new_tokens}
+                    for name, value in seconds.items():
+                        row[f"{name}_tokens_per_s"] = batch_size * args.new_tokens / value
+                    row["speedup"] = seconds["marian"] / seconds["vaswani"]
+                    report["generation"].append(row)
+                    print(
+                        f"generate {preset:5s} {precision} beams={beams}: vaswani {row['vaswani_tokens_per_s']:7.0f} "
+                        f"tok/s | marian {row['marian_tokens_per_s']:7.0f} | x{row['speedup']:.2f}"
+                    )
+                del ours, marian
+    return report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=["tiny", "small", "base"], choices=["tiny", "small", "base", "big"])
+    parser.add_argument("--generation-presets", nargs="+", default=["base"], help="presets whose generation is timed")
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"], help="default: fp32 and bf16 on CPU, bf16 on GPU")
+    parser.add_argument("--batch-size", type=int, help="default: 32 on CPU, 128 on GPU")
+    parser.add_argument("--source-length", type=int, default=32)
+    parser.add_argument("--target-length", type=int, default=32)
+    parser.add_argument("--vocab-size", type=int, default=10000)
+    parser.add_argument("--new-tokens", type=int, default=32, help="tokens generated per input")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=3, help="training steps per round")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory subprocesses")
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is present")
+    parser.add_argument("--force-bf16", action="store_true", help="time bf16 even where its matmuls are slower than fp32")
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+    report = run(args)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
+    return report
+
+
+if __name__ == "__main__":
+    main()

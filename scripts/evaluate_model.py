@@ -1,0 +1,229 @@
+"""Evaluate a checkpoint on a dataset split through the pipelines, and write the results file that the model card
+and `push_to_hub` read: the metrics with their signatures, the decoding settings, the number of examples and the
+time taken.
+
+    python scripts/evaluate_model.py --model runs/multi30k --task translation \
+        --dataset ../shared/data/multi30k/test_2016_flickr.jsonl --dataset_name bentrevett/multi30k --split test \
+        --source_column en --target_column de --num_beams 4 --length_penalty 0.6
+
+    python scripts/evaluate_model.py --model runs/aeslc --task summarization \
+        --dataset ../shared/data/aeslc/validation.jsonl --dataset_name Yale-LILY/aeslc
+
+    python scripts/evaluate_model.py --model runs/sst2 --task text-classification \
+        --dataset ../shared/data/sst2/validation.jsonl --dataset_name stanfordnlp/sst2
+
+    python scripts/evaluate_model.py --model runs/conll2003 --task token-classification \
+        --dataset ../shared/data/conll2003/validation.jsonl --dataset_name eriktks/conll2003
+
+The results go to `--output_file` (default: `evaluation_results.json` in the checkpoint folder). The checkpoint must
+be fine-tuned for the task: one whose task head would be new (random) is refused.
+"""
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+import transformers
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    HfArgumentParser,
+)
+
+from vaswani import pipelines as vaswani_pipelines
+from vaswani.evaluation import (
+    GROUPED_AGGREGATIONS,
+    score_summarization,
+    score_text_classification,
+    score_token_classification,
+    score_translation,
+)
+from vaswani.finetuning import load_checked_split
+from vaswani.head_loading import require_trained_head
+from vaswani.label_sets import LabelSet
+
+
+RESULTS_FILE = "evaluation_results.json"
+AUTO_CLASSES = {
+    "translation": AutoModelForSeq2SeqLM,
+    "summarization": AutoModelForSeq2SeqLM,
+    "text-classification": AutoModelForSequenceClassification,
+    "token-classification": AutoModelForTokenClassification,
+}
+
+
+@dataclass
+class EvaluationArguments:
+    model: str = field(metadata={"help": "The checkpoint: a folder or a Hub id."})
+    task: Literal["translation", "summarization", "text-classification", "token-classification"] = field(
+        metadata={"help": "What the checkpoint was fine-tuned for; decides the pipeline and the metrics."}
+    )
+    dataset: str = field(metadata={"help": "Local .jsonl/.json/.csv file(s), comma-separated, or a Hub dataset name."})
+    split: str = field(default="validation", metadata={"help": "The split (for a Hub dataset; recorded either way)."})
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "The name recorded in the results (e.g. the Hub id); default: --dataset."}
+    )
+    output_file: str | None = field(
+        default=None, metadata={"help": f"Where to write the results; default: {RESULTS_FILE} in the checkpoint."}
+    )
+    max_examples: int | None = field(default=None, metadata={"help": "Evaluate on the first N rows only."})
+    batch_size: int = field(default=16, metadata={"help": "Inputs per pipeline batch."})
+    # translation / summarization
+    source_column: str | None = field(
+        default=None, metadata={"help": "Source column (default: document; translation: the model's source_lang)."}
+    )
+    target_column: str | None = field(
+        default=None, metadata={"help": "Reference column (default: summary; translation: the model's target_lang)."}
+    )
+    target_lang: str | None = field(
+        default=None, metadata={"help": "Language for tokenized BLEU (default: the model's target_lang, else en)."}
+    )
+    num_beams: int = field(default=4, metadata={"help": "Beam size (the paper: 4)."})
+    length_penalty: float = field(default=0.6, metadata={"help": "Beam length penalty alpha (the paper: 0.6)."})
+    max_new_tokens: int = field(default=128, metadata={"help": "Longest output, in tokens."})
+    # text classification
+    text_column: str = field(default="text", metadata={"help": "Text column (text-classification)."})
+    label_column: str = field(default="label", metadata={"help": "Label column, ids or names (text-classification)."})
+    # token classification
+    tokens_column: str = field(default="tokens", metadata={"help": "Words column (token-classification)."})
+    tags_column: str = field(default="ner_tags", metadata={"help": "Tags column, ids or names (token-classification)."})
+    aggregation_strategy: str = field(
+        default="first", metadata={"help": f"Token-classification pipeline aggregation: {list(GROUPED_AGGREGATIONS)}."}
+    )
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow the checkpoint's own code."})
+
+
+def check_arguments(args: EvaluationArguments) -> None:
+    if args.aggregation_strategy not in GROUPED_AGGREGATIONS:
+        raise ValueError(
+            f"--aggregation_strategy {args.aggregation_strategy!r}: scoring needs grouped entities, so use one of "
+            f"{list(GROUPED_AGGREGATIONS)}."
+        )
+    for name in ("batch_size", "num_beams", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
+    if args.max_examples is not None and args.max_examples < 1:
+        raise ValueError(f"--max_examples must be at least 1, got {args.max_examples}.")
+
+
+def columns_for(args: EvaluationArguments, config) -> dict[str, str]:
+    """The dataset columns the task reads, by role."""
+    if args.task == "text-classification":
+        return {"text": args.text_column, "label": args.label_column}
+    if args.task == "token-classification":
+        return {"tokens": args.tokens_column, "tags": args.tags_column}
+    if args.task == "summarization":
+        return {"source": args.source_column or "document", "target": args.target_column or "summary"}
+    source = args.source_column or getattr(config, "source_lang", None)
+    target = args.target_column or getattr(config, "target_lang", None)
+    if source is None or target is None:
+        raise ValueError(
+            "Translation needs --source_column and --target_column: the model's config names no source_lang / "
+            "target_lang to default to."
+        )
+    return {"source": source, "target": target}
+
+
+def evaluate(args: EvaluationArguments, model, tokenizer, dataset, columns: dict[str, str], where: str):
+    """(metrics, decoding settings ({} where nothing is generated), conventions text) for the task, through its
+    pipeline."""
+    config = model.config
+    if args.task in ("translation", "summarization"):
+        max_new_tokens = min(args.max_new_tokens, getattr(config, "max_position_embeddings", 10**9) - 1)
+        decoding = {
+            "num_beams": args.num_beams, "length_penalty": args.length_penalty, "max_new_tokens": max_new_tokens
+        }
+        pipe = vaswani_pipelines.pipeline(args.task, model=model, tokenizer=tokenizer)
+        sources, references = dataset[columns["source"]], dataset[columns["target"]]
+        beams = f"beam {args.num_beams}, length penalty {args.length_penalty}, at most {max_new_tokens} new tokens"
+        if args.task == "translation":
+            target_lang = args.target_lang or getattr(config, "target_lang", None) or "en"
+            metrics = score_translation(pipe, sources, references, args.batch_size, target_lang, **decoding)
+            conventions = (
+                f"sacreBLEU on detokenized output against the raw references (signature given); BLEU (tokenized, "
+                f"lowercased) after lowercasing and Moses normalization + tokenization ({target_lang}), as papers "
+                f"report it. {beams}; the checkpoint as given (no checkpoint averaging by this script)."
+            )
+        else:
+            metrics = score_summarization(pipe, sources, references, args.batch_size, **decoding)
+            conventions = (
+                f"ROUGE F-measures (0-100) from rouge-score with Porter stemming, averaged over examples; {beams}; "
+                "the checkpoint as given."
+            )
+        return metrics, decoding, conventions
+
+    label_set = LabelSet(tuple(config.id2label[i] for i in sorted(config.id2label)), f"{args.model}'s id2label")
+    if args.task == "text-classification":
+        pipe = transformers.pipeline("text-classification", model=model, tokenizer=tokenizer)
+        metrics = score_text_classification(
+            pipe, dataset[columns["text"]], dataset[columns["label"]], label_set, args.batch_size, where
+        )
+        return metrics, {}, "Accuracy and F1 in 0-1 (F1 of label 1 for two labels, else macro-averaged)."
+
+    pipe = transformers.pipeline(
+        "token-classification", model=model, tokenizer=tokenizer, aggregation_strategy=args.aggregation_strategy
+    )
+    metrics = score_token_classification(
+        pipe, dataset[columns["tokens"]], dataset[columns["tags"]], label_set, args.batch_size, where
+    )
+    conventions = (
+        "Entity-level precision / recall / F1 in 0-1 (an entity counts when type, first and last word match, as "
+        "conlleval counts), on words joined by single spaces and tagged from the token-classification pipeline's "
+        f"entities (aggregation_strategy={args.aggregation_strategy!r})."
+    )
+    return metrics, {"aggregation_strategy": args.aggregation_strategy}, conventions
+
+
+def main(argv: list[str] | None = None) -> dict:
+    (args,) = HfArgumentParser(EvaluationArguments).parse_args_into_dataclasses(args=argv)
+    check_arguments(args)
+    output_file = Path(args.output_file) if args.output_file else Path(args.model) / RESULTS_FILE
+    if args.output_file is None and not Path(args.model).is_dir():
+        raise ValueError(f"--model {args.model} is not a local folder: give --output_file for the results.")
+
+    model = require_trained_head(AUTO_CLASSES[args.task], args.model, args.task, args.trust_remote_code).eval()
+    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+    # never feed the model more positions than it has
+    max_positions = getattr(model.config, "max_position_embeddings", None)
+    if max_positions:
+        tokenizer.model_max_length = min(tokenizer.model_max_length, max_positions)
+    columns = columns_for(args, model.config)
+    dataset, where = load_checked_split(
+        args.dataset, args.split, args.dataset_config, list(columns.values()), args.max_examples, "evaluation"
+    )
+
+    started = time.perf_counter()
+    metrics, decoding, conventions = evaluate(args, model, tokenizer, dataset, columns, where)
+    results = {
+        "model": args.model,
+        "task": args.task,
+        "dataset": {
+            "name": args.dataset_name or args.dataset,
+            "config": args.dataset_config,
+            "split": args.split,
+            "columns": columns,
+            "num_examples": len(dataset),
+        },
+        "decoding": decoding,
+        "metrics": metrics,
+        "conventions": conventions,
+        "time_seconds": round(time.perf_counter() - started, 2),
+        "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    output_file.parent.mkdir(parents=True, exist_ok=True)
+    output_file.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    for metric in metrics:
+        print(f"{metric['name']}: {metric['value']}" + (f"  ({metric['signature']})" if "signature" in metric else ""))
+    print(f"Wrote {output_file}")
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,92 @@
+"""Fine-tune a model for text classification (SST-2 style: a `text` column -> a `label` column) with `Trainer`.
+
+From a trained seq2seq checkpoint (its encoder-decoder weights are reused, the classification head is new):
+
+    python scripts/finetune_classification.py --model_name_or_path runs/multi30k \
+        --train_data ../shared/data/sst2/train.jsonl --validation_data ../shared/data/sst2/validation.jsonl \
+        --output_dir runs/sst2 --do_train --do_eval --num_train_epochs 1
+
+From scratch: `--preset small --tokenizer_name tokenizers/sst2` instead of `--model_name_or_path`.
+On two processes: `torchrun --nproc_per_node 2 scripts/finetune_classification.py ...` (or `accelerate launch`).
+
+Labels may be ids or names; their names come from `--label_set`, a `labels.json` beside the training file, the
+dataset's `ClassLabel` feature, or the values in the data (see vaswani.label_sets). Any `TrainingArguments` option
+works: `--activation_checkpointing`, `--bf16`, `--resume_from_checkpoint last`, ...
+"""
+
+import sys
+from dataclasses import dataclass, field
+
+from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer
+
+from vaswani.finetuning import (
+    argmax_logits,
+    input_length,
+    load_labelled_head,
+    load_splits,
+    load_tokenizer,
+    prepare_splits,
+    start_run,
+    train_and_evaluate,
+)
+from vaswani.label_sets import encode_labels
+from vaswani.metrics import load_metric
+
+
+@dataclass
+class ClassificationArguments:
+    text_column: str = field(default="text", metadata={"help": "Column holding the text to classify."})
+    label_column: str = field(default="label", metadata={"help": "Column holding the label (id or name)."})
+    label_set: list[str] | None = field(default=None, metadata={"help": "The label names, in id order."})
+    max_length: int = field(default=128, metadata={"help": "Texts are truncated to this many tokens."})
+
+
+def classification_metrics(num_labels: int):
+    """Accuracy, and F1 (of label 1 when there are two labels, else averaged over labels), both in 0-1."""
+    accuracy, f1 = load_metric("accuracy", keep_in_memory=True), load_metric("f1", keep_in_memory=True)
+    average = "binary" if num_labels == 2 else "macro"
+
+    def compute_metrics(prediction) -> dict:
+        predicted, references = prediction.predictions.reshape(-1), prediction.label_ids.reshape(-1)
+        return {
+            **accuracy.compute(predictions=predicted, references=references),
+            **f1.compute(predictions=predicted, references=references, average=average),
+        }
+
+    return compute_metrics
+
+
+def main(argv: list[str] | None = None) -> dict:
+    model_args, data_args, task_args, training_args = start_run(ClassificationArguments, argv)
+    tokenizer = load_tokenizer(model_args)
+    splits = load_splits(data_args, training_args, [task_args.text_column, task_args.label_column])
+    labels, model, report = load_labelled_head(
+        AutoModelForSequenceClassification, model_args, tokenizer, splits, task_args.label_column, task_args.label_set
+    )
+    max_length = input_length(model, tokenizer, task_args.max_length)
+
+    def prepare(dataset, source):
+        dataset = encode_labels(dataset, task_args.label_column, labels, source)
+        return dataset.map(
+            lambda batch: tokenizer(batch[task_args.text_column], truncation=True, max_length=max_length),
+            batched=True,
+            remove_columns=[column for column in dataset.column_names if column != "labels"],
+            desc="Tokenizing",
+        )
+
+    train, evaluation = prepare_splits(training_args, splits, prepare)
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        compute_metrics=classification_metrics(len(labels)),
+        preprocess_logits_for_metrics=argmax_logits,
+    )
+    return train_and_evaluate(trainer, training_args, {"loading_report": report.as_dict() if report else None})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,178 @@
+"""Fine-tune an encoder-decoder for summarization or translation with `Seq2SeqTrainer`, from an existing checkpoint
+(for example a model trained on Multi30k, fine-tuned on AESLC), scoring generated text (`--predict_with_generate`).
+
+    python scripts/finetune_seq2seq.py --task summarization --model_name_or_path runs/multi30k \
+        --train_data ../shared/data/aeslc/train.jsonl --validation_data ../shared/data/aeslc/validation.jsonl \
+        --source_column document --target_column summary --output_dir runs/aeslc \
+        --do_train --do_eval --predict_with_generate --generation_num_beams 4
+
+    python scripts/finetune_seq2seq.py --task translation --model_name_or_path runs/multi30k \
+        --train_data ../shared/data/multi30k/train.jsonl --validation_data ../shared/data/multi30k/validation.jsonl \
+        --source_column en --target_column de --output_dir runs/multi30k-ft --do_train --do_eval --predict_with_generate
+
+Translation is scored with sacreBLEU and with tokenized, lowercased BLEU (as papers report it); summarization with
+ROUGE-1/2/L/Lsum. `--preset NAME --tokenizer_name DIR` trains from scratch instead. On two processes:
+`torchrun --nproc_per_node 2 scripts/finetune_seq2seq.py ...`. Any `Seq2SeqTrainingArguments` option works
+(`--activation_checkpointing`, `--bf16`, `--resume_from_checkpoint last`, `--generation_max_length`, ...).
+"""
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+from vaswani.finetuning import (
+    input_length,
+    load_splits,
+    load_tokenizer,
+    prepare_splits,
+    start_run,
+    train_and_evaluate,
+    usable_length,
+)
+from vaswani.head_loading import load_head
+from vaswani.metrics import load_metric
+
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_COLUMNS = {"summarization": ("document", "summary"), "translation": (None, None)}
+
+
+@dataclass
+class Seq2SeqTaskArguments:
+    task: Literal["summarization", "translation"] = field(
+        default="summarization", metadata={"help": "Decides the metrics: ROUGE for summaries, BLEU for translation."}
+    )
+    source_column: str | None = field(
+        default=None, metadata={"help": "Source text column (default: document; for translation, --source_lang)."}
+    )
+    target_column: str | None = field(
+        default=None, metadata={"help": "Target text column (default: summary; for translation, --target_lang)."}
+    )
+    source_lang: str | None = field(
+        default=None, metadata={"help": "Translation: source language, kept in the config."}
+    )
+    target_lang: str | None = field(
+        default=None, metadata={"help": "Translation: target language, kept in the config and used to tokenize BLEU."}
+    )
+    max_source_length: int = field(default=512, metadata={"help": "Sources are truncated to this many tokens."})
+    max_target_length: int = field(default=128, metadata={"help": "Targets are truncated to this many tokens."})
+
+
+def resolve_columns(task_args: Seq2SeqTaskArguments) -> tuple[str, str]:
+    default_source, default_target = DEFAULT_COLUMNS[task_args.task]
+    source = task_args.source_column or default_source or task_args.source_lang
+    target = task_args.target_column or default_target or task_args.target_lang
+    if source is None or target is None:
+        raise ValueError(
+            "Translation needs its columns: --source_column and --target_column (or --source_lang / --target_lang "
+            "when the columns are named after the languages, as in Multi30k's en/de)."
+        )
+    return source, target
+
+
+def language_tag(tokenizer, target_lang: str | None) -> str | None:
+    """The tokenizer's tag for the target language (`>>de<<`), if it has tags."""
+    return (getattr(tokenizer, "language_tags", None) or {}).get(target_lang)
+
+
+def encode_pairs(batch, tokenizer, source_column, target_column, max_source_length, max_target_length, tag=None):
+    """Token ids of a batch of sources and their targets (`labels`), truncated. With a language tag, the source
+    starts with it, as the project's translation pipeline writes it: the model learns from what it will be given."""
+    sources = [f"{tag} {text}" if tag else text for text in batch[source_column]]
+    encoded = tokenizer(sources, truncation=True, max_length=max_source_length)
+    targets = tokenizer(text_target=batch[target_column], truncation=True, max_length=max_target_length)
+    encoded["labels"] = targets["input_ids"]
+    return encoded
+
+
+def generation_metrics(task: str, tokenizer, target_lang: str | None):
+    """compute_metrics for generated ids: sacreBLEU + tokenized BLEU (translation) or ROUGE (summarization), and
+    the mean generated length in tokens."""
+    if task == "translation":
+        sacrebleu = load_metric("sacrebleu", keep_in_memory=True)
+        tokenized_bleu = load_metric("tokenized_bleu", keep_in_memory=True)
+    else:
+        rouge = load_metric("rouge", keep_in_memory=True)
+
+    def decode(ids: np.ndarray) -> list[str]:
+        # batches are padded with -100 when gathered; the tokenizer cannot decode that
+        ids = np.where(ids < 0, tokenizer.pad_token_id, ids)
+        return [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
+
+    def compute_metrics(prediction) -> dict:
+        predictions, references = decode(prediction.predictions), decode(prediction.label_ids)
+        generated = np.asarray(prediction.predictions)
+        lengths = ((generated >= 0) & (generated != tokenizer.pad_token_id)).sum(-1)
+        metrics = {"gen_len": float(lengths.mean())}
+        if task == "translation":
+            bleu = sacrebleu.compute(predictions=predictions, references=[[r] for r in references])
+            paper_bleu = tokenized_bleu.compute(
+                predictions=predictions, references=[[r] for r in references], lang=target_lang or "en"
+            )
+            logger.info("sacreBLEU signature: %s; tokenized BLEU: %s", bleu["signature"], paper_bleu["signature"])
+            metrics.update(sacrebleu=bleu["score"], tokenized_bleu=paper_bleu["score"])
+        else:
+            metrics.update(rouge.compute(predictions=predictions, references=references))
+        return metrics
+
+    return compute_metrics
+
+
+def main(argv: list[str] | None = None) -> dict:
+    model_args, data_args, task_args, training_args = start_run(Seq2SeqTaskArguments, argv, Seq2SeqTrainingArguments)
+    source_column, target_column = resolve_columns(task_args)
+
+    tokenizer = load_tokenizer(model_args)
+    splits = load_splits(data_args, training_args, [source_column, target_column])
+    languages = {}
+    if task_args.task == "translation":
+        languages = {
+            key: value
+            for key, value in (("source_lang", task_args.source_lang), ("target_lang", task_args.target_lang))
+            if value is not None
+        }
+    model, report = load_head(AutoModelForSeq2SeqLM, model_args, tokenizer, **languages)
+    target_lang = task_args.target_lang or getattr(model.config, "target_lang", None)
+    max_source_length = input_length(model, tokenizer, task_args.max_source_length)
+    max_target_length = usable_length(model, task_args.max_target_length)
+    tag = language_tag(tokenizer, target_lang) if task_args.task == "translation" else None
+
+    def prepare(dataset, source):
+        return dataset.map(
+            encode_pairs,
+            batched=True,
+            remove_columns=dataset.column_names,
+            fn_kwargs=dict(
+                tokenizer=tokenizer, source_column=source_column, target_column=target_column,
+                max_source_length=max_source_length, max_target_length=max_target_length, tag=tag,
+            ),
+            desc="Tokenizing",
+        )
+
+    train, evaluation = prepare_splits(training_args, splits, prepare)
+
+    if training_args.generation_max_length is None:
+        training_args.generation_max_length = max_target_length
+    if training_args.do_eval and not training_args.predict_with_generate:
+        logger.warning("Without --predict_with_generate, evaluation reports the loss only (no BLEU / ROUGE).")
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        processing_class=tokenizer,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        compute_metrics=(
+            generation_metrics(task_args.task, tokenizer, target_lang) if training_args.predict_with_generate else None
+        ),
+    )
+    return train_and_evaluate(trainer, training_args, {"loading_report": report.as_dict() if report else None})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,109 @@
+"""Fine-tune a model for token classification (named-entity recognition, CoNLL-2003 style: a column of words and a
+column of BIO tags) with `Trainer`, scored with entity-level F1 (seqeval-style).
+
+    python scripts/finetune_token_classification.py --preset small --tokenizer_name tokenizers/conll2003 \
+        --train_data ../shared/data/conll2003/train.jsonl --validation_data ../shared/data/conll2003/validation.jsonl \
+        --output_dir runs/conll2003 --do_train --do_eval --num_train_epochs 5
+
+`--model_name_or_path CHECKPOINT` starts from a checkpoint instead; a seq2seq checkpoint gives its shared embedding
+and encoder, and the log names the new `classifier` and the decoder left unused. The fine-tuned folder works with
+`transformers.pipeline("token-classification", model=DIR, aggregation_strategy="first")`.
+
+Tags may be names or ids; their names come from `--label_set`, a `labels.json` beside the training file (CoNLL-2003
+here has one), the dataset's `ClassLabel` feature, or the values in the data. On two processes:
+`torchrun --nproc_per_node 2 scripts/finetune_token_classification.py ...`.
+"""
+
+import sys
+from dataclasses import dataclass, field
+
+from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
+
+from vaswani.finetuning import (
+    argmax_logits,
+    input_length,
+    load_labelled_head,
+    load_splits,
+    load_tokenizer,
+    prepare_splits,
+    start_run,
+    train_and_evaluate,
+)
+from vaswani.label_sets import encode_labels
+from vaswani.metrics import load_metric
+from vaswani.token_alignment import WordStarts, inside_label_ids, tokenize_and_align, word_level_tags
+
+
+@dataclass
+class TokenClassificationArguments:
+    tokens_column: str = field(default="tokens", metadata={"help": "Column holding each sentence's list of words."})
+    tags_column: str = field(default="ner_tags", metadata={"help": "Column holding each sentence's list of tags."})
+    label_set: list[str] | None = field(default=None, metadata={"help": "The tag names, in id order."})
+    max_length: int = field(default=256, metadata={"help": "Sentences are truncated to this many tokens."})
+
+
+def entity_metrics(id2label: dict[int, str], word_starts: WordStarts):
+    """Entity-level precision, recall and F1 and word accuracy, from the tag predicted at each word's first token."""
+    seqeval = load_metric("seqeval", keep_in_memory=True)
+
+    def compute_metrics(prediction) -> dict:
+        predicted, references = word_level_tags(
+            prediction.predictions, prediction.label_ids, prediction.inputs, word_starts, id2label
+        )
+        scores = seqeval.compute(predictions=predicted, references=references)
+        return {
+            "precision": scores["overall_precision"],
+            "recall": scores["overall_recall"],
+            "f1": scores["overall_f1"],
+            "accuracy": scores["overall_accuracy"],
+        }
+
+    return compute_metrics
+
+
+def main(argv: list[str] | None = None) -> dict:
+    model_args, data_args, task_args, training_args = start_run(TokenClassificationArguments, argv)
+    tokenizer = load_tokenizer(model_args)
+    splits = load_splits(data_args, training_args, [task_args.tokens_column, task_args.tags_column])
+    labels, model, report = load_labelled_head(
+        AutoModelForTokenClassification, model_args, tokenizer, splits, task_args.tags_column, task_args.label_set
+    )
+    max_length = input_length(model, tokenizer, task_args.max_length)
+    inside = inside_label_ids(labels)
+
+    def prepare(dataset, source):
+        dataset = encode_labels(dataset, task_args.tags_column, labels, source, target="word_labels")
+        return dataset.map(
+            lambda batch: tokenize_and_align(
+                batch[task_args.tokens_column], batch["word_labels"], tokenizer, max_length, inside
+            ),
+            batched=True,
+            remove_columns=dataset.column_names,
+            desc="Tokenizing and aligning tags",
+        )
+
+    train, evaluation = prepare_splits(training_args, splits, prepare)
+    # which token starts each word is needed for scoring only: keep it beside the data, not in the model's inputs;
+    # scoring finds it by each sentence's input ids, which Trainer returns with the predictions
+    word_starts = None
+    if evaluation is not None:
+        word_starts = WordStarts(evaluation["input_ids"], evaluation["first_token"], tokenizer.pad_token_id)
+        evaluation = evaluation.remove_columns("first_token")
+        training_args.include_for_metrics = sorted({*training_args.include_for_metrics, "inputs"})
+    train = train.remove_columns("first_token") if train is not None else None
+
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        processing_class=tokenizer,
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+        compute_metrics=entity_metrics(labels.id2label, word_starts),
+        preprocess_logits_for_metrics=argmax_logits,
+    )
+    return train_and_evaluate(trainer, training_args, {"loading_report": report.as_dict() if report else None})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

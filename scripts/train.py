@@ -1,0 +1,44 @@
+"""Train a Vaswani encoder-decoder from scratch on a translation or summarization dataset, with Hugging Face
+Accelerate: the same command runs in one CPU process, on several GPUs and on several machines.
+
+    # one process (CPU or one GPU); the toy task the project writes itself, no download
+    python scripts/train.py --config scripts/configs/quickstart.yaml
+
+    # several GPUs (DDP), mixed precision; FSDP or DeepSpeed by an `accelerate config` file, no code change
+    accelerate launch --multi_gpu --num_processes 4 scripts/train.py --config scripts/configs/multi30k_en_de.yaml \
+        --mixed_precision bf16
+
+    # continue a run that was stopped or killed, from its latest checkpoint
+    python scripts/train.py --config scripts/configs/multi30k_en_de.yaml --resume
+
+Options come from the dataclasses in `vaswani.training.arguments` (`--help` lists them); `--config FILE` (YAML or
+JSON) sets any of them, and the command line overrides the file. The output folder then holds `best/` and `last/`
+(models saved with `save_pretrained` and the tokenizer: they load with the Auto classes and the pipelines),
+`checkpoints/step-*/` (full state, for --resume and scripts/average_checkpoints.py), `metrics.jsonl`,
+`tensorboard/`, `training_curves.png` and `summary.json`.
+"""
+
+import sys
+
+from transformers.utils import logging as transformers_logging
+
+from vaswani.training.arguments import parse_arguments
+from vaswani.training.errors import TrainingError
+from vaswani.training.loop import train
+
+
+def main(argv: list[str] | None = None):
+    data, model, training = parse_arguments(argv)
+    transformers_logging.disable_progress_bar()  # one "Writing model shards" bar per save would bury the training bar
+    outcome = train(data, model, training)
+    outcome.accelerator.end_training()  # closes the trackers and the process group
+    return outcome
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (TrainingError, ValueError, FileNotFoundError, NotADirectoryError) as error:
+        # a problem with the input or the environment: its message says what to do; a traceback would hide it
+        print(f"train.py: error: {error}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,51 @@
+import json
+import sys
+
+import torch
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+import benchmark  # noqa: E402
+
+
+def trainable(model) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def test_marian_is_built_with_the_identical_architecture():
+    for preset in ("tiny", "small", "base"):
+        setup = benchmark.Setup(preset, "fp32", 2, 8, 8, 1000, "cpu")
+        ours, marian = benchmark.vaswani_model(setup), benchmark.marian_model(setup)
+        assert trainable(ours) == trainable(marian), preset
+        assert ours.config._attn_implementation == marian.config._attn_implementation == "sdpa"
+        assert marian.lm_head.weight is marian.model.shared.weight
+
+
+def test_training_flops_count_the_matrix_products():
+    setup = benchmark.Setup("tiny", "fp32", 2, 8, 8, 1000, "cpu")
+    model = benchmark.vaswani_model(setup)
+    non_embedding = trainable(model) - model.config.vocab_size * model.config.d_model
+    flops = benchmark.training_flops(model.config, setup)
+    # 6 FLOPs per weight per token is the usual estimate; ours adds the output projection and attention on top
+    rough = 6 * non_embedding * setup.batch_size * setup.source_length
+    assert rough < flops < 10 * rough
+
+
+def test_the_benchmark_runs_and_reports(tmp_path):
+    out = tmp_path / "bench.json"
+    benchmark.main(
+        ["--presets", "tiny", "--generation-presets", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "0",
+         "--batch-size", "4", "--vocab-size", "500", "--new-tokens", "3", "--json", str(out)]
+    )
+    report = json.loads(out.read_text())
+    assert report["peak_flops"]["fp32"] > 0
+    rows = report["training"]
+    assert {row["precision"] for row in rows} <= {"fp32", "bf16"} and rows
+    for row in rows:
+        assert row["vaswani_target_tokens_per_s"] > 0 and row["marian_target_tokens_per_s"] > 0
+        assert row["speedup"] > 0 and 0 < row["vaswani_mfu"]
+        assert row["vaswani_peak_memory_mb"] >= 0
+    assert {row["num_beams"] for row in report["generation"]} == {1, 4}
+    if "bf16" not in {row["precision"] for row in rows}:
+        assert "bf16" in report["skipped"]  # said, not silently dropped

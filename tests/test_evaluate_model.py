@@ -1,0 +1,175 @@
+"""scripts/evaluate_model.py: a checkpoint + a dataset split -> the results file, through the pipelines."""
+
+import json
+import re
+
+import pytest
+import torch
+
+from conftest import PAIRS, spread_weights, tiny_config
+from finetune_helpers import (  # noqa: F401  (one_thread is a fixture)
+    NER_LABELS,
+    QUIET,
+    load_script,
+    ner_rows,
+    one_thread,
+    save_seq2seq_checkpoint,
+    write_jsonl,
+)
+from transformers import pipeline as transformers_pipeline
+from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
+from vaswani.metrics import load_metric
+from vaswani.pipelines import pipeline
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+evaluate_model = load_script("evaluate_model")
+DECODING = ["--num_beams", "2", "--length_penalty", "1.0", "--max_new_tokens", "12"]
+
+
+@pytest.fixture(scope="module")
+def seq2seq(tokenizer, tmp_path_factory):
+    """An en->de checkpoint with varied weights (its outputs differ from sentence to sentence)."""
+    folder = tmp_path_factory.mktemp("seq2seq")
+    torch.manual_seed(0)
+    model = spread_weights(VaswaniForConditionalGeneration(
+        tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"))).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def outputs_one_by_one(task, folder, texts):
+    """What the checkpoint generates for each text alone, with the decoding settings of DECODING."""
+    generate = pipeline(task, model=str(folder))
+    key = "translation_text" if task == "translation" else "summary_text"
+    return [generate(text, num_beams=2, length_penalty=1.0, max_new_tokens=12)[0][key] for text in texts]
+
+
+def check_schema(results, task, num_examples):
+    assert results["task"] == task
+    assert set(results) == {"model", "task", "dataset", "decoding", "metrics", "conventions", "time_seconds", "created"}
+    assert set(results["dataset"]) == {"name", "config", "split", "columns", "num_examples"}
+    assert results["dataset"]["num_examples"] == num_examples
+    assert results["time_seconds"] > 0
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", results["created"])
+    for metric in results["metrics"]:
+        assert {"type", "name", "value"} <= set(metric) and isinstance(metric["value"], float)
+
+
+def test_translation_results_come_from_the_pipeline_with_the_given_decoding(seq2seq, tmp_path):
+    sources = [en for en, _ in PAIRS]
+    # references that are the model's own outputs: BLEU is 100 exactly when the script decodes as asked
+    references = outputs_one_by_one("translation", seq2seq, sources)
+    data = write_jsonl(tmp_path / "test.jsonl", [{"en": s, "de": r} for s, r in zip(sources, references)])
+    results = evaluate_model.main([
+        "--model", str(seq2seq), "--task", "translation", "--dataset", str(data), "--split", "test",
+        "--dataset_name", "bentrevett/multi30k", "--batch_size", "3", *DECODING,
+    ])
+    written = json.loads((seq2seq / "evaluation_results.json").read_text())
+    assert written == results
+    check_schema(results, "translation", len(PAIRS))
+    assert results["dataset"] == {"name": "bentrevett/multi30k", "config": None, "split": "test",
+                                  "columns": {"source": "en", "target": "de"}, "num_examples": len(PAIRS)}
+    assert results["decoding"] == {"num_beams": 2, "length_penalty": 1.0, "max_new_tokens": 12}
+    sacrebleu, bleu = results["metrics"]
+    assert (sacrebleu["type"], sacrebleu["name"], sacrebleu["value"]) == ("sacrebleu", "sacreBLEU", 100.0)
+    assert sacrebleu["signature"].startswith("nrefs:1|case:mixed")
+    assert (bleu["type"], bleu["name"], bleu["value"]) == ("bleu", "BLEU (tokenized, lowercased)", 100.0)
+    assert "moses-tok:de" in bleu["signature"]
+    assert "beam 2" in results["conventions"]
+
+
+def test_summarization_results_are_rouge_of_the_pipeline_outputs(seq2seq, tmp_path):
+    documents = [en for en, _ in PAIRS]
+    summaries = [" ".join(document.split()[:3]) for document in documents]
+    rows = [{"document": d, "summary": s} for d, s in zip(documents, summaries)]
+    data = write_jsonl(tmp_path / "validation.jsonl", rows)
+    results = evaluate_model.main(["--model", str(seq2seq), "--task", "summarization", "--dataset", str(data),
+                                   "--output_file", str(tmp_path / "results.json"), "--batch_size", "4", *DECODING])
+    check_schema(results, "summarization", len(PAIRS))
+    expected = load_metric("rouge").compute(
+        predictions=outputs_one_by_one("summarization", seq2seq, documents), references=summaries
+    )
+    assert [m["type"] for m in results["metrics"]] == ["rouge1", "rouge2", "rougeL", "rougeLsum"]
+    assert [m["value"] for m in results["metrics"]] == [round(expected[m["type"]], 2) for m in results["metrics"]]
+    assert json.loads((tmp_path / "results.json").read_text())["metrics"] == results["metrics"]
+
+
+@pytest.fixture(scope="module")
+def classifier(tokenizer, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("classifier")
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=len(tokenizer), num_labels=2, id2label={0: "english", 1: "german"},
+                         label2id={"english": 0, "german": 1})
+    spread_weights(VaswaniForSequenceClassification(config)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_text_classification_accuracy_through_the_pipeline(classifier, tmp_path):
+    texts = [text for pair in PAIRS for text in pair]
+    predicted = [out["label"] for out in transformers_pipeline("text-classification", model=str(classifier))(texts)]
+    # the first 14 gold labels agree with the model, the last 6 do not; labels given as names
+    gold = predicted[:14] + [{"english": "german", "german": "english"}[label] for label in predicted[14:]]
+    data = write_jsonl(tmp_path / "validation.jsonl", [{"text": t, "label": g} for t, g in zip(texts, gold)])
+    results = evaluate_model.main(["--model", str(classifier), "--task", "text-classification", "--dataset", str(data),
+                                   "--output_file", str(tmp_path / "results.json")])
+    check_schema(results, "text-classification", 20)
+    accuracy = results["metrics"][0]
+    assert (accuracy["type"], accuracy["value"]) == ("accuracy", 0.7)
+    assert results["decoding"] == {}
+
+
+def test_token_classification_entity_f1_through_the_pipeline(tokenizer, tmp_path):
+    finetune = load_script("finetune_token_classification")
+    folder = tmp_path / "tagger"
+    write_jsonl(tmp_path / "data" / "train.jsonl", ner_rows())
+    (tmp_path / "data" / "labels.json").write_text(json.dumps(NER_LABELS))
+    checkpoint = save_seq2seq_checkpoint(tmp_path / "seq2seq", tokenizer)
+    finetune.main(["--model_name_or_path", str(checkpoint), "--train_data", str(tmp_path / "data" / "train.jsonl"),
+                   "--output_dir", str(folder), "--do_train", "--max_steps", "80", "--learning_rate", "5e-3",
+                   "--per_device_train_batch_size", "5", "--save_strategy", "no", *QUIET])
+    # gold tags as ids this time: they are mapped through the checkpoint's labels
+    rows = [{**row, "ner_tags": [NER_LABELS.index(tag) for tag in row["ner_tags"]]} for row in ner_rows()]
+    data = write_jsonl(tmp_path / "validation.jsonl", rows)
+    results = evaluate_model.main(["--model", str(folder), "--task", "token-classification", "--dataset", str(data),
+                                   "--aggregation_strategy", "average"])
+    check_schema(results, "token-classification", len(rows))
+    assert results["decoding"] == {"aggregation_strategy": "average"}
+    f1 = results["metrics"][0]
+    assert (f1["type"], f1["value"]) == ("f1", 1.0)
+
+
+def test_checkpoint_not_fine_tuned_for_the_task_is_refused(seq2seq, tmp_path):
+    data = write_jsonl(tmp_path / "validation.jsonl", ner_rows())
+    with pytest.raises(ValueError, match=r"not fine-tuned for token-classification: it has no weights for classifier"):
+        evaluate_model.main(["--model", str(seq2seq), "--task", "token-classification", "--dataset", str(data),
+                             "--output_file", str(tmp_path / "results.json")])
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_empty_evaluation_split_is_an_error(seq2seq, tmp_path):
+    (tmp_path / "test.csv").write_text("en,de\n")
+    with pytest.raises(ValueError, match=r"The evaluation split .*test.csv has no rows"):
+        evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--dataset", str(tmp_path / "test.csv"),
+                             "--output_file", str(tmp_path / "results.json")])
+
+
+def test_label_outside_the_checkpoint_labels_is_an_error(classifier, tmp_path):
+    data = write_jsonl(tmp_path / "validation.jsonl", [{"text": "Ein Mann.", "label": "german"},
+                                                        {"text": "A man.", "label": "french"}])
+    with pytest.raises(ValueError, match=r"Label 'french' at row 1 of .*validation.jsonl is not in the label set"):
+        evaluate_model.main(["--model", str(classifier), "--task", "text-classification", "--dataset", str(data),
+                             "--output_file", str(tmp_path / "results.json")])
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--aggregation_strategy", "none", "scoring needs grouped entities"),
+    ("--num_beams", "0", "--num_beams must be at least 1"),
+    ("--max_examples", "0", "--max_examples must be at least 1"),
+])
+def test_bad_settings_are_errors(seq2seq, tmp_path, option, value, message):
+    with pytest.raises(ValueError, match=message):
+        evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--dataset", "unused.jsonl",
+                             option, value])

@@ -1,0 +1,193 @@
+"""scripts/finetune_classification.py: Trainer fine-tuning for text classification, from scratch or from a seq2seq
+checkpoint, with label checks, activation checkpointing, gradient accumulation, resume and 2 processes."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, pipeline
+
+from finetune_helpers import (  # noqa: F401  (one_thread is a fixture)
+    QUIET,
+    count_calls,
+    language_rows,
+    load_script,
+    one_thread,
+    run_two_processes,
+    save_seq2seq_checkpoint,
+    weights,
+    write_jsonl,
+)
+from vaswani.modeling_vaswani import VaswaniFeedForward
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+script = load_script("finetune_classification")
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tokenizer, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tokenizer")
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Language identification (English / German) with a labels.json beside the files, as the SST-2 copy has."""
+    folder = tmp_path_factory.mktemp("language-id")
+    write_jsonl(folder / "train.jsonl", language_rows())
+    write_jsonl(folder / "validation.jsonl", language_rows())
+    (folder / "labels.json").write_text(json.dumps(["english", "german"]))
+    return folder
+
+
+def scratch_args(tokenizer_dir, data, output_dir, *extra):
+    return [
+        "--preset", "tiny", "--tokenizer_name", str(tokenizer_dir), "--config_overrides", "dropout=0.0",
+        "--train_data", str(data / "train.jsonl"), "--validation_data", str(data / "validation.jsonl"),
+        "--output_dir", str(output_dir), "--per_device_train_batch_size", "4", *QUIET, *extra,
+    ]
+
+
+def test_from_scratch_learns_the_task_and_saves_a_usable_classifier(tokenizer_dir, data, tmp_path):
+    results = script.main(scratch_args(
+        tokenizer_dir, data, tmp_path, "--do_train", "--do_eval", "--max_steps", "40", "--learning_rate", "3e-3",
+        "--save_strategy", "no",
+    ))
+    assert results["eval_accuracy"] >= 0.9 and results["eval_f1"] >= 0.9
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path)
+    assert model.config.id2label == {0: "english", 1: "german"}  # the names of labels.json
+    classify = pipeline("text-classification", model=model, tokenizer=str(tmp_path))
+    assert classify("Two dogs play in the snow.")[0]["label"] == "english"
+    assert classify("Zwei Hunde spielen im Schnee.")[0]["label"] == "german"
+    saved = json.loads((tmp_path / "all_results.json").read_text())
+    assert saved["eval_accuracy"] == results["eval_accuracy"]
+
+
+def test_seq2seq_checkpoint_gives_its_encoder_decoder_and_a_new_head(tokenizer, data, tmp_path, caplog):
+    checkpoint = save_seq2seq_checkpoint(tmp_path / "seq2seq", tokenizer)
+    output = tmp_path / "out"
+    # a learning rate of 0 leaves the weights as loaded, so the saved model shows what was reused
+    results = script.main([
+        "--model_name_or_path", str(checkpoint), "--train_data", str(data / "train.jsonl"), "--output_dir", str(output),
+        "--do_train", "--max_steps", "1", "--learning_rate", "0", "--save_strategy", "no", *QUIET,
+    ])
+    report = results["loading_report"]
+    assert report["new"] == ["classification_head.dense", "classification_head.out_proj"]
+    assert report["unused"] == []
+    assert "classification_head" in caplog.text
+    before, after = weights(checkpoint), weights(output)
+    for name in ("model.shared.weight", "model.encoder.layers.1.feed_forward.fc1.weight",
+                 "model.decoder.layers.1.encoder_attn.v_proj.weight"):
+        assert torch.equal(before[name], after[name]), name
+
+
+def test_string_labels_are_mapped_through_label2id(tokenizer_dir, tmp_path):
+    # names in the label column; labels.json fixes the ids (german first), not the order they appear in
+    write_jsonl(tmp_path / "data" / "train.jsonl", language_rows(english="english", german="german"))
+    (tmp_path / "data" / "labels.json").write_text(json.dumps(["german", "english"]))
+    results = script.main(scratch_args(
+        tokenizer_dir, tmp_path / "data", tmp_path / "out", "--validation_data", str(tmp_path / "data" / "train.jsonl"),
+        "--do_train", "--do_eval", "--max_steps", "40", "--learning_rate", "3e-3", "--save_strategy", "no",
+    ))
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out")
+    assert model.config.label2id == {"german": 0, "english": 1}
+    assert results["eval_accuracy"] >= 0.9
+    logits = model(**_encode(tmp_path / "out", "Ein Mann reitet ein Pferd.")).logits
+    assert model.config.id2label[int(logits.argmax())] == "german"
+
+
+def _encode(folder, text):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)([text], return_tensors="pt")
+
+
+@pytest.mark.parametrize(
+    "bad_label, message",
+    [(2, r"Label id 2 at row 3 of column 'label' in .*train.jsonl is outside the label set.*\['english', 'german'\]"),
+     ("spanish", r"Label 'spanish' at row 3 .* is not in the label set.*\['english', 'german'\]"),
+     (1.5, r"Label 1.5 \(float\) at row 3 .*labels must be ids \(int\) or names \(str\)")],
+)
+def test_label_outside_the_label_set_is_an_error(tokenizer_dir, data, tmp_path, bad_label, message):
+    rows = language_rows()
+    rows[3]["label"] = bad_label
+    write_jsonl(tmp_path / "train.jsonl", rows)
+    (tmp_path / "labels.json").write_text(json.dumps(["english", "german"]))
+    with pytest.raises(ValueError, match=message):
+        script.main(scratch_args(tokenizer_dir, tmp_path, tmp_path / "out", "--do_train", "--max_steps", "1"))
+
+
+@pytest.mark.parametrize("content", ["", "[]"], ids=["empty-jsonl", "json-without-rows"])
+def test_empty_evaluation_split_is_an_error(tokenizer_dir, data, tmp_path, content):
+    suffix = ".jsonl" if not content else ".json"
+    empty = tmp_path / f"validation{suffix}"
+    empty.write_text(content)
+    with pytest.raises(ValueError, match=r"(is empty|has no rows)"):
+        script.main(scratch_args(tokenizer_dir, data, tmp_path / "out", "--validation_data", str(empty), "--do_eval"))
+
+
+def test_nothing_to_do_and_missing_checkpoint_to_resume_are_errors(tokenizer_dir, data, tmp_path):
+    with pytest.raises(ValueError, match="--do_train and/or --do_eval"):
+        script.main(scratch_args(tokenizer_dir, data, tmp_path / "a"))
+    with pytest.raises(ValueError, match="no checkpoint-\\* folder"):
+        script.main(scratch_args(tokenizer_dir, data, tmp_path / "b", "--do_train", "--resume_from_checkpoint", "last"))
+
+
+def test_activation_checkpointing_recomputes_layers_and_trains_the_same(tokenizer_dir, data, tmp_path, monkeypatch):
+    feed_forward = count_calls(monkeypatch, VaswaniFeedForward)
+    counts = {}
+    for name, extra in (("plain", []), ("checkpointed", ["--activation_checkpointing", "true"])):
+        feed_forward["calls"] = 0
+        script.main(scratch_args(tokenizer_dir, data, tmp_path / name, "--do_train", "--max_steps", "3",
+                                 "--save_strategy", "no", *extra))
+        counts[name] = feed_forward["calls"]
+    # 3 steps through 2 encoder + 2 decoder layers; backward runs each checkpointed layer again
+    assert counts == {"plain": 3 * 4, "checkpointed": 2 * 3 * 4}
+    plain, checkpointed = weights(tmp_path / "plain"), weights(tmp_path / "checkpointed")
+    for name in plain:
+        torch.testing.assert_close(plain[name], checkpointed[name], rtol=1e-5, atol=1e-6)
+
+
+def test_gradient_accumulation_gives_the_gradient_of_the_whole_batch(tokenizer_dir, data, tmp_path):
+    # plain SGD without clipping: a loss scaled by the accumulation steps would show in the weights at once
+    common = ["--do_train", "--max_steps", "2", "--optim", "sgd", "--learning_rate", "0.1", "--max_grad_norm", "0",
+              "--save_strategy", "no", "--train_sampling_strategy", "sequential"]
+    script.main(scratch_args(tokenizer_dir, data, tmp_path / "whole", *common))
+    script.main(scratch_args(tokenizer_dir, data, tmp_path / "accumulated", *common,
+                             "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2"))
+    whole, accumulated = weights(tmp_path / "whole"), weights(tmp_path / "accumulated")
+    for name in whole:
+        torch.testing.assert_close(whole[name], accumulated[name], rtol=1e-4, atol=1e-6)
+
+
+def test_resume_from_a_trainer_checkpoint_continues_the_same_run(tokenizer_dir, data, tmp_path, monkeypatch):
+    common = ["--do_train", "--save_strategy", "steps", "--save_steps", "2", "--lr_scheduler_type", "constant",
+              "--learning_rate", "3e-3"]
+    script.main(scratch_args(tokenizer_dir, data, tmp_path / "straight", *common, "--max_steps", "4"))
+    script.main(scratch_args(tokenizer_dir, data, tmp_path / "resumed", *common, "--max_steps", "2"))
+
+    feed_forward = count_calls(monkeypatch, VaswaniFeedForward)
+    script.main(scratch_args(tokenizer_dir, data, tmp_path / "resumed", *common, "--max_steps", "4",
+                             "--resume_from_checkpoint", "last"))
+    assert feed_forward["calls"] == 2 * 4  # steps 3 and 4 only, through 2 encoder + 2 decoder layers
+    straight, resumed = weights(tmp_path / "straight"), weights(tmp_path / "resumed")
+    for name in straight:
+        torch.testing.assert_close(straight[name], resumed[name], rtol=1e-5, atol=1e-6)
+    state = json.loads((tmp_path / "resumed" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+
+
+def test_two_processes_with_accelerate_launch(tokenizer_dir, data, tmp_path):
+    output = run_two_processes(
+        "finetune_classification",
+        scratch_args(tokenizer_dir, data, tmp_path, "--do_train", "--do_eval", "--max_steps", "3",
+                     "--save_strategy", "no", "--activation_checkpointing", "true"),
+        launcher="accelerate",
+    )
+    train = json.loads((tmp_path / "train_results.json").read_text())
+    assert train["num_processes"] == 2, output[-3000:]
+    evaluation = json.loads((tmp_path / "eval_results.json").read_text())
+    assert 0.0 <= evaluation["eval_accuracy"] <= 1.0
+    assert AutoModelForSequenceClassification.from_pretrained(tmp_path).config.num_labels == 2

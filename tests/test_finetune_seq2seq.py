@@ -1,0 +1,163 @@
+"""scripts/finetune_seq2seq.py: Seq2SeqTrainer fine-tuning of a saved checkpoint for translation and summarization,
+scored on generated text, on one process and on two, with activation checkpointing and resume."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from conftest import PAIRS, tiny_config
+from finetune_helpers import (  # noqa: F401  (one_thread is a fixture)
+    QUIET,
+    count_calls,
+    load_script,
+    one_thread,
+    run_two_processes,
+    save_seq2seq_checkpoint,
+    weights,
+    write_jsonl,
+)
+from vaswani import VaswaniForConditionalGeneration, VaswaniForTokenClassification
+from vaswani.modeling_vaswani import VaswaniFeedForward
+from vaswani.pipelines import pipeline
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+script = load_script("finetune_seq2seq")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tokenizer, tmp_path_factory):
+    """A saved en->de model and its tokenizer: the "existing checkpoint" that fine-tuning starts from."""
+    folder = tmp_path_factory.mktemp("multi30k-like")
+    return save_seq2seq_checkpoint(folder, tokenizer, source_lang="en", target_lang="de")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    # a "summary" here is the first three words of the sentence: short, and learnable by a tiny model
+    rows = [{"en": en, "de": de, "document": en, "summary": " ".join(en.split()[:3])} for en, de in PAIRS]
+    return write_jsonl(tmp_path_factory.mktemp("pairs") / "pairs.jsonl", rows)
+
+
+def translation_args(checkpoint, data, output_dir, *extra):
+    return [
+        "--task", "translation", "--model_name_or_path", str(checkpoint), "--source_column", "en",
+        "--target_column", "de", "--train_data", str(data), "--validation_data", str(data),
+        "--output_dir", str(output_dir), "--per_device_train_batch_size", "5", "--generation_max_length", "24",
+        *QUIET, *extra,
+    ]
+
+
+def test_translation_fine_tuning_scores_generated_text(checkpoint, data, tmp_path):
+    results = script.main(translation_args(
+        checkpoint, data, tmp_path, "--do_train", "--do_eval", "--predict_with_generate", "--max_steps", "120",
+        "--learning_rate", "3e-3", "--generation_num_beams", "2", "--save_strategy", "no",
+    ))
+    # the ten training pairs are the evaluation set: a model that learned them translates them back
+    assert results["eval_sacrebleu"] > 50 and results["eval_tokenized_bleu"] > 50
+    assert 3 <= results["eval_gen_len"] <= 24
+    model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    assert (model.config.source_lang, model.config.target_lang) == ("en", "de")
+    translate = pipeline("translation", model=str(tmp_path))
+    outputs = translate([en for en, _ in PAIRS], num_beams=2, max_new_tokens=24)
+    exact = sum(output["translation_text"] == de for output, (_, de) in zip(outputs, PAIRS))
+    assert exact >= 5, outputs
+
+
+def test_sources_carry_the_target_language_tag_as_the_pipeline_writes_them(tmp_path):
+    from vaswani import VaswaniTokenizer
+
+    texts = [text for pair in PAIRS for text in pair]
+    tagged = VaswaniTokenizer.train_from_texts(texts, vocab_size=400, min_frequency=1, language_codes=["de", "fr"])
+    assert script.language_tag(tagged, "de") == ">>de<<" and script.language_tag(tagged, "xx") is None
+    batch = {"en": [PAIRS[0][0]], "de": [PAIRS[0][1]]}
+    encoded = script.encode_pairs(batch, tagged, "en", "de", 64, 64, tag=">>de<<")
+    assert encoded["input_ids"][0][0] == tagged.convert_tokens_to_ids(">>de<<")
+    assert encoded["input_ids"][0][1:] == tagged(PAIRS[0][0])["input_ids"]
+    # what the translation pipeline feeds the encoder for the same sentence
+    translator = pipeline("translation", model=VaswaniForConditionalGeneration(
+        tiny_config(vocab_size=len(tagged), target_lang="de")), tokenizer=tagged)
+    assert translator.preprocess(PAIRS[0][0])["input_ids"][0].tolist() == encoded["input_ids"][0]
+    assert encoded["labels"][0] == tagged(text_target=PAIRS[0][1])["input_ids"]
+
+
+def test_summarization_reports_rouge(checkpoint, data, tmp_path):
+    results = script.main([
+        "--task", "summarization", "--model_name_or_path", str(checkpoint), "--train_data", str(data),
+        "--validation_data", str(data), "--output_dir", str(tmp_path), "--do_train", "--do_eval",
+        "--predict_with_generate", "--max_steps", "60", "--learning_rate", "3e-3", "--save_strategy", "no",
+        "--per_device_train_batch_size", "5", "--max_target_length", "8", "--max_source_length", "16", *QUIET,
+    ])
+    for key in ("eval_rouge1", "eval_rouge2", "eval_rougeL", "eval_rougeLsum"):
+        assert 0 <= results[key] <= 100
+    assert results["eval_rouge1"] > 50
+    assert results["eval_gen_len"] <= 8  # --max_target_length bounds the generated summaries too
+    # the saved tokenizer truncates documents as training did, for the summarization pipeline
+    assert AutoTokenizer.from_pretrained(tmp_path).model_max_length == 16
+    assert "eval_sacrebleu" not in results
+
+
+def test_without_predict_with_generate_evaluation_is_the_loss(checkpoint, data, tmp_path):
+    results = script.main(translation_args(checkpoint, data, tmp_path, "--do_eval"))
+    assert "eval_loss" in results and "eval_sacrebleu" not in results
+
+
+def test_resume_continues_the_same_run(checkpoint, data, tmp_path, monkeypatch):
+    common = ["--do_train", "--save_strategy", "steps", "--save_steps", "2", "--lr_scheduler_type", "constant",
+              "--learning_rate", "3e-3", "--per_device_train_batch_size", "2"]
+    script.main(translation_args(checkpoint, data, tmp_path / "straight", *common, "--max_steps", "4"))
+    script.main(translation_args(checkpoint, data, tmp_path / "resumed", *common, "--max_steps", "2"))
+    feed_forward = count_calls(monkeypatch, VaswaniFeedForward)
+    script.main(translation_args(checkpoint, data, tmp_path / "resumed", *common, "--max_steps", "4",
+                                 "--resume_from_checkpoint", str(tmp_path / "resumed" / "checkpoint-2")))
+    assert feed_forward["calls"] == 2 * 4  # only steps 3 and 4 ran, through 2 encoder + 2 decoder layers
+    straight, resumed = weights(tmp_path / "straight"), weights(tmp_path / "resumed")
+    for name in straight:
+        torch.testing.assert_close(straight[name], resumed[name], rtol=1e-5, atol=1e-6)
+
+
+def test_resume_from_a_folder_that_is_no_trainer_checkpoint_is_an_error(checkpoint, data, tmp_path):
+    with pytest.raises(ValueError, match="not a Trainer checkpoint"):
+        script.main(translation_args(checkpoint, data, tmp_path, "--do_train", "--resume_from_checkpoint",
+                                     str(checkpoint)))
+
+
+def test_encoder_only_checkpoint_reports_the_new_decoder(tokenizer, data, tmp_path):
+    tagger = tmp_path / "tagger"
+    VaswaniForTokenClassification(tiny_config(vocab_size=len(tokenizer), num_labels=3)).save_pretrained(tagger)
+    tokenizer.save_pretrained(tagger)
+    results = script.main(translation_args(tagger, data, tmp_path / "out", "--do_train", "--max_steps", "1",
+                                           "--save_strategy", "no"))
+    report = results["loading_report"]
+    assert report["new"] == ["model.decoder.layers"]
+    assert report["unused"] == ["classifier"]
+
+
+def test_translation_without_columns_is_an_error(checkpoint, data, tmp_path):
+    with pytest.raises(ValueError, match="--source_column and --target_column"):
+        script.main(["--task", "translation", "--model_name_or_path", str(checkpoint), "--train_data", str(data),
+                     "--output_dir", str(tmp_path), "--do_train"])
+
+
+def test_several_processes_without_a_process_group_is_an_error(checkpoint, data, tmp_path, monkeypatch):
+    # what torchrun sets; without --use_cpu on a machine without GPUs, each process would train alone
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="--use_cpu true"):
+        script.main(translation_args(checkpoint, data, tmp_path, "--do_train"))
+
+
+def test_two_processes_with_torchrun_and_activation_checkpointing(checkpoint, data, tmp_path):
+    output = run_two_processes("finetune_seq2seq", translation_args(
+        checkpoint, data, tmp_path, "--do_train", "--do_eval", "--predict_with_generate", "--max_steps", "4",
+        "--per_device_train_batch_size", "2", "--activation_checkpointing", "true", "--save_steps", "2",
+        "--generation_num_beams", "2",
+    ))
+    train = json.loads((tmp_path / "train_results.json").read_text())
+    assert train["num_processes"] == 2, output[-3000:]
+    evaluation = json.loads((tmp_path / "eval_results.json").read_text())
+    assert {"eval_sacrebleu", "eval_tokenized_bleu", "eval_gen_len"} <= set(evaluation)
+    state = json.loads((tmp_path / "trainer_state.json").read_text())
+    assert state["global_step"] == 4 and (tmp_path / "checkpoint-4").is_dir()
+    assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path).config.target_lang == "de"

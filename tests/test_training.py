@@ -1,0 +1,600 @@
+"""scripts/train.py and vaswani.training: data, token-budget batching, the paper's recipe, checkpoints that survive a
+hard kill, evaluation while training, logs, configs, checkpoint averaging, and the faults a run must survive.
+
+Runs are tiny (a 55k-parameter model, a few hundred synthetic pairs, a few updates) and run in this process, except
+where a process must die (the kill-and-resume test) or several must cooperate (test_training_distributed.py).
+"""
+
+import errno
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+from conftest import REPO, needs_shared_data, tiny_config
+from vaswani import VaswaniForConditionalGeneration
+from vaswani.training import checkpoints as checkpoints_module
+from vaswani.training.arguments import DataArguments, load_config_file, parse_arguments
+from vaswani.training.batching import TokenBudgetBatches, collate
+from vaswani.training.checkpoints import latest_checkpoint, list_checkpoints, remove_leftovers
+from vaswani.training.errors import CheckpointError, TrainingDiverged, TrainingError
+from vaswani.training.loop import TrainingProgress, run_update, train
+from vaswani.training.optimization import build_optimizer_and_schedule
+from vaswani.training.seq2seq_data import load_raw_splits, prepare_data
+from vaswani.training.synthetic import generate_pairs, write_synthetic_translation
+
+sys.path.insert(0, str(REPO / "scripts"))
+import average_checkpoints  # noqa: E402
+
+
+# --- helpers ------------------------------------------------------------------------------------------------------
+
+TINY_RUN = dict(
+    dataset="synthetic", synthetic_train_size=240, synthetic_validation_size=12, max_source_length=32,
+    max_target_length=32, preset="tiny", vocab_size=400, dropout=0.1, max_steps=8, max_tokens_per_batch=256,
+    tokens_per_update=512, learning_rate=3e-3, warmup_steps=4, logging_steps=1, eval_steps=4, save_steps=2,
+    keep_checkpoints=3, eval_num_beams=2, eval_max_new_tokens=12, max_eval_examples=6, eval_batch_size=4,
+    report_to="none", seed=0,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models train fastest on one thread; two threads on two cores that other work also uses can be many
+    times slower. Subprocesses get OMP_NUM_THREADS=1 for the same reason (and the same arithmetic)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_argv(output_dir, **overrides) -> list[str]:
+    """Command-line arguments of a run that takes a few seconds on a CPU."""
+    argv = ["--output_dir", str(output_dir)]
+    for name, value in {**TINY_RUN, **overrides}.items():
+        if value is not None:
+            argv += [f"--{name}", *(map(str, value) if isinstance(value, (list, tuple)) else [str(value)])]
+    return argv
+
+
+def run_in_process(argv):
+    try:
+        return train(*parse_arguments(argv))
+    finally:
+        # Accelerate keeps its state in class attributes; the next run in this process starts afresh
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+
+
+def run_script(argv, check=True) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "train.py"), *argv], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    if check and result.returncode != 0:
+        pytest.fail(f"train.py failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return result
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def metrics_records(output_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One complete tiny run, shared by the tests that inspect what a run leaves behind."""
+    output_dir = tmp_path_factory.mktemp("run")
+    outcome = run_in_process(tiny_argv(output_dir, report_to="tensorboard"))
+    return output_dir, outcome.summary
+
+
+# --- the synthetic default dataset ---------------------------------------------------------------------------------
+
+
+def test_synthetic_task_is_deterministic_and_translates_grammatically(tmp_path):
+    assert generate_pairs(50, seed=3) == generate_pairs(50, seed=3)
+    assert generate_pairs(50, seed=3) != generate_pairs(50, seed=4)
+    pairs = {pair["en"]: pair["de"] for pair in generate_pairs(5000, seed=0)}
+    # case, gender and adjective endings, verb-second order after a fronted adverb, "in the" -> "im"
+    expected = {
+        "The dog sees a cat.": "Der Hund sieht eine Katze.",
+        "The cat sees the dog.": "Die Katze sieht den Hund.",
+        "A cat has a big ball.": "Eine Katze hat einen großen Ball.",
+    }
+    for english, german in expected.items():
+        if english in pairs:
+            assert pairs[english] == german
+    adverb_first = [(en, de) for en, de in pairs.items() if en.startswith("Today ")]
+    assert adverb_first and all(de.split()[1] in {"sieht", "mag", "findet", "hat", "beobachtet", "hört", "jagt",
+                                                  "trägt", "will", "schläft", "läuft", "singt", "wartet", "spielt",
+                                                  "isst"} for _, de in adverb_first)
+    assert any(" im Garten." in de for de in pairs.values())
+
+    paths = write_synthetic_translation(tmp_path, train_size=300, validation_size=40, seed=0)
+    train = [json.loads(line)["en"] for line in paths["train"].read_text().splitlines()]
+    validation = [json.loads(line)["en"] for line in paths["validation"].read_text().splitlines()]
+    assert len(train) == 300 and len(validation) == 40
+    assert not set(validation) & set(train), "validation sentences must be unseen in training"
+
+
+# --- data: loading, column mapping, tokenization, filtering ---------------------------------------------------------
+
+
+def test_local_pairs_are_mapped_tokenized_and_filtered_with_counts(tmp_path, tokenizer):
+    rows = [{"document": f"A man is riding horse number {i}.", "summary": f"Ein Mann reitet Pferd {i}."}
+            for i in range(10)]
+    rows += [{"document": "   ", "summary": "Leer."}, {"document": "Empty target.", "summary": ""}]
+    rows += [{"document": "word " * 60, "summary": "Zu lang."}]
+    train_file = write_jsonl(tmp_path / "train.jsonl", rows)
+    validation_file = write_jsonl(tmp_path / "validation.jsonl", rows[:4])
+    data = DataArguments(dataset=str(train_file), validation_dataset=str(validation_file), source_column="document",
+                         target_column="summary", max_source_length=40, max_target_length=40)
+    prepared = prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data)
+
+    report = prepared.reports[0]
+    assert (report.rows, report.empty, report.too_long, report.kept) == (13, 2, 1, 10)
+    assert "13 pairs -> 10 kept (2 empty dropped, 1 dropped as longer than 40/40" in report.describe(data)
+    first = prepared.train[0]
+    assert first["input_ids"] == tokenizer(rows[0]["document"])["input_ids"]
+    assert first["labels"] == tokenizer(text_target=rows[0]["summary"])["input_ids"]
+    assert first["source_length"] == len(first["input_ids"])
+    assert prepared.validation[0]["target_text"] == rows[0]["summary"]  # the references for BLEU/ROUGE
+
+    truncating = DataArguments(**{**data.__dict__, "too_long": "truncate"})
+    prepared = prepare_data(*load_raw_splits(truncating, tmp_path, seed=0), tokenizer, truncating)
+    report = prepared.reports[0]
+    assert (report.empty, report.truncated, report.kept) == (2, 1, 11)
+    longest = max(prepared.train["source_length"])
+    assert longest == 40 and prepared.train[10]["input_ids"][-1] == tokenizer.eos_token_id
+
+
+def test_tokenization_is_cached_between_runs(tmp_path, tokenizer):
+    train_file = write_jsonl(tmp_path / "train.jsonl", [{"en": f"Sentence {i}.", "de": f"Satz {i}."} for i in range(20)])
+    data = DataArguments(dataset=str(train_file), validation_dataset=str(train_file))
+    first = prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data).train
+    cache = Path(first.cache_files[0]["filename"])
+    written = cache.stat().st_mtime_ns
+    second = prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data).train
+    assert Path(second.cache_files[0]["filename"]) == cache
+    assert cache.stat().st_mtime_ns == written, "the second run must reuse the tokenized cache, not rewrite it"
+
+
+def test_a_dotted_column_reads_inside_a_dict_column(tmp_path, tokenizer):
+    rows = [{"translation": {"en": f"A dog {i}.", "de": f"Ein Hund {i}."}} for i in range(6)]
+    train_file = write_jsonl(tmp_path / "wmt.jsonl", rows)
+    data = DataArguments(dataset=str(train_file), validation_dataset=str(train_file),
+                         source_column="translation.en", target_column="translation.de")
+    prepared = prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data)
+    assert prepared.validation["target_text"][:2] == ["Ein Hund 0.", "Ein Hund 1."]
+
+
+def test_a_hub_dataset_is_asked_for_by_name_config_and_split(tmp_path, monkeypatch):
+    import datasets
+
+    asked = []
+
+    def load_dataset(name, config=None, split=None, **kwargs):
+        asked.append((name, config, split))
+        return datasets.Dataset.from_list([{"en": "A dog.", "de": "Ein Hund."}] * 3)
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    data = DataArguments(dataset="someone/parallel-corpus", dataset_config="en-de", validation_split="dev")
+    train, validation = load_raw_splits(data, tmp_path, seed=0)
+    assert asked == [("someone/parallel-corpus", "en-de", "train"), ("someone/parallel-corpus", "en-de", "dev")]
+    assert len(train) == len(validation) == 3
+
+
+def test_a_local_file_without_validation_holds_out_pairs(tmp_path):
+    train_file = write_jsonl(tmp_path / "train.jsonl", [{"en": f"s {i}", "de": f"t {i}"} for i in range(300)])
+    train, validation = load_raw_splits(DataArguments(dataset=str(train_file)), tmp_path, seed=0)
+    assert (len(train), len(validation)) == (297, 3)
+    assert not set(train["en"]) & set(validation["en"])
+
+
+def test_missing_column_error_names_it_and_lists_the_columns(tmp_path):
+    train_file = write_jsonl(tmp_path / "train.jsonl", [{"english": "a", "german": "b"}] * 3)
+    with pytest.raises(ValueError, match=r"Column 'en' is not in .*train.jsonl.*\['english', 'german'\]"):
+        load_raw_splits(DataArguments(dataset=str(train_file), validation_dataset=str(train_file)), tmp_path, 0)
+
+
+def test_an_empty_dataset_is_an_error(tmp_path, tokenizer):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ValueError, match=r"empty\.jsonl is empty"):
+        load_raw_splits(DataArguments(dataset=str(empty)), tmp_path, 0)
+    blank = write_jsonl(tmp_path / "blank.jsonl", [{"en": "", "de": "x"}, {"en": "y", "de": " "}])
+    data = DataArguments(dataset=str(blank), validation_dataset=str(blank))
+    with pytest.raises(ValueError, match=r"No usable pair is left in the train: 2 pairs -> 0 kept \(2 empty"):
+        prepare_data(*load_raw_splits(data, tmp_path, 0), tokenizer, data)
+
+
+def test_a_broken_file_is_reported_with_its_file_and_line(tmp_path):
+    not_utf8 = tmp_path / "latin1.jsonl"
+    not_utf8.write_bytes(b'{"en": "a", "de": "b"}\n{"en": "caf\xe9", "de": "b"}\n')
+    with pytest.raises(ValueError, match=r"latin1\.jsonl, line 2: not valid UTF-8"):
+        run_in_process(tiny_argv(tmp_path / "out", dataset=str(not_utf8)))
+
+    not_json = tmp_path / "broken.jsonl"
+    not_json.write_text('{"en": "a", "de": "b"}\n{"en": "a", "de": "b"}\n{"en": "a" "de": "b"}\n')
+    with pytest.raises(ValueError, match=r"broken\.jsonl, line 3: not valid JSON"):
+        load_raw_splits(DataArguments(dataset=str(not_json)), tmp_path, 0)
+
+
+@needs_shared_data
+@pytest.mark.parametrize("config", ["multi30k_en_de", "aeslc", "samsum"])
+def test_experiment_configs_load_their_real_datasets(config, tmp_path, tokenizer, monkeypatch):
+    monkeypatch.chdir(REPO)  # the configs name ../shared/data relative to the repository root
+    data, model, training = parse_arguments(["--config", f"scripts/configs/{config}.yaml", "--max_train_examples", "40",
+                                             "--max_steps", "3"])
+    assert training.max_steps == 3  # the command line overrides the file
+    train_raw, validation_raw = load_raw_splits(data, tmp_path, seed=0)
+    prepared = prepare_data(train_raw, validation_raw.select(range(20)), tokenizer, data)
+    assert prepared.reports[0].rows == 40 and len(prepared.train) > 0
+    assert prepared.validation["target_text"][0] == validation_raw[0][data.target_column]
+
+
+# --- batching by tokens ---------------------------------------------------------------------------------------------
+
+
+def lengths(count=500, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    source = torch.randint(3, 60, (count,), generator=generator)
+    target = (source + torch.randint(-2, 8, (count,), generator=generator)).clamp(min=2)
+    return source.tolist(), target.tolist()
+
+
+def test_batches_respect_the_token_budget_and_hold_every_pair_once():
+    source, target = lengths()
+    batches = TokenBudgetBatches(source, target, max_tokens=400, seed=0).all_batches(epoch=0)
+    for batch in batches:
+        assert max(source[i] for i in batch) * len(batch) <= 400
+        assert max(target[i] for i in batch) * len(batch) <= 400
+    assert sorted(i for batch in batches for i in batch) == list(range(500))
+    # length bucketing: far less padding than batches of the same sizes drawn at random
+    padding = sum(max(source[i] for i in b) * len(b) - sum(source[i] for i in b) for b in batches) / sum(source)
+    assert padding < 0.1
+
+
+def test_batches_are_deterministic_for_a_seed_and_reshuffled_each_epoch():
+    source, target = lengths()
+    make = lambda seed: TokenBudgetBatches(source, target, max_tokens=400, seed=seed)  # noqa: E731
+    assert make(0).all_batches(0) == make(0).all_batches(0)
+    assert make(0).all_batches(0) != make(1).all_batches(0)
+    assert make(0).all_batches(0) != make(0).all_batches(1)
+
+
+def test_processes_get_disjoint_shares_of_equal_length():
+    source, target = lengths()
+    shares = [TokenBudgetBatches(source, target, 400, seed=0, num_processes=3, process_index=r).batches(0)
+              for r in range(3)]
+    assert len({len(share) for share in shares}) == 1
+    seen = [i for share in shares for batch in share for i in batch]
+    assert len(seen) == len(set(seen))
+    everything = TokenBudgetBatches(source, target, 400, seed=0).all_batches(0)
+    assert len(seen) >= 500 - 2 * max(len(b) for b in everything)  # at most 2 batches left over for 3 processes
+
+
+def test_the_batch_stream_resumes_at_a_position_across_epochs():
+    source, target = lengths(60)
+    batches = TokenBudgetBatches(source, target, max_tokens=200, seed=0)
+    stream = batches.stream()
+    first_pass = [next(stream) for _ in range(len(batches.batches(0)) + 3)]
+    assert first_pass[-1][:2] == (1, 2)
+    resumed = batches.stream(*batches.next_position(*first_pass[4][:2]))
+    assert [next(resumed) for _ in range(len(first_pass) - 5)] == first_pass[5:]
+
+
+def test_a_pair_longer_than_the_budget_is_refused():
+    with pytest.raises(ValueError, match="A pair of 80 tokens does not fit a batch of max_tokens=64"):
+        TokenBudgetBatches([80, 3], [5, 4], max_tokens=64, seed=0)
+    with pytest.raises(ValueError, match=r"--max_tokens_per_batch \(100\) is smaller than the longest allowed"):
+        parse_arguments(["--max_tokens_per_batch", "100", "--max_source_length", "128"])
+
+
+# --- one update: accumulation weighting and clipping -----------------------------------------------------------------
+
+
+def update_args(max_grad_norm=0.0):
+    return parse_arguments(["--max_grad_norm", str(max_grad_norm), "--output_dir", "unused"])[2]
+
+
+def pairs_batch(tokenizer, pairs):
+    rows = {"input_ids": [tokenizer(s)["input_ids"] for s, _ in pairs],
+            "labels": [tokenizer(text_target=t)["input_ids"] for _, t in pairs]}
+    return collate(rows, tokenizer.pad_token_id)
+
+
+def gradients_after_update(model, micro_batches, accumulation):
+    """Run one update with SGD at learning rate 1, so that the change of the weights is minus the gradient."""
+    accelerator = Accelerator(cpu=True)
+    accelerator.gradient_accumulation_steps = accumulation
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    prepared, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
+    try:
+        loss, tokens, norm = run_update(accelerator, prepared, optimizer, schedule, micro_batches,
+                                        update_args(), TrainingProgress())
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+    return [b - p.detach() for b, p in zip(before, model.parameters())], loss, tokens
+
+
+def test_accumulated_micro_batches_give_the_gradient_of_one_big_batch(tokenizer):
+    from conftest import PAIRS
+
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    whole, loss_whole, tokens_whole = gradients_after_update(model, [pairs_batch(tokenizer, PAIRS)], 1)
+    model.load_state_dict(state)
+    # unequal micro-batches: a plain mean of their losses would weigh the 2 pairs like the 8 others
+    parts, loss_parts, tokens_parts = gradients_after_update(
+        model, [pairs_batch(tokenizer, PAIRS[:2]), pairs_batch(tokenizer, PAIRS[2:])], 2
+    )
+    assert tokens_parts == tokens_whole
+    assert loss_parts == pytest.approx(loss_whole, rel=1e-5)
+    for a, b in zip(whole, parts):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_gradients_are_clipped_before_the_step(tokenizer):
+    from conftest import PAIRS
+
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))
+    accelerator = Accelerator(cpu=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    prepared, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
+    try:
+        _, _, norm = run_update(accelerator, prepared, optimizer, schedule, [pairs_batch(tokenizer, PAIRS)],
+                                update_args(max_grad_norm=0.5), TrainingProgress())
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+    step = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())]).norm().item()
+    assert norm > 0.5, "the test needs a gradient larger than the limit"
+    assert step == pytest.approx(0.5, rel=1e-3)
+
+
+# --- the paper's recipe ----------------------------------------------------------------------------------------------
+
+
+def test_the_defaults_are_the_papers_recipe():
+    data, model_args, args = parse_arguments([])
+    assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.9, 0.98, 1e-9)
+    assert (args.warmup_steps, args.tokens_per_update, args.learning_rate) == (4000, 25000, None)
+    assert (model_args.label_smoothing, model_args.dropout) == (0.1, 0.1)
+    assert (args.eval_num_beams, args.eval_length_penalty) == (4, 0.6)
+
+    model = VaswaniForConditionalGeneration(tiny_config(d_model=512, encoder_attention_heads=8,
+                                                        decoder_attention_heads=8))
+    optimizer, schedule = build_optimizer_and_schedule(model, 512**-0.5 * 4000**-0.5, 4000)
+    assert optimizer.param_groups[0]["betas"] == (0.9, 0.98) and optimizer.param_groups[0]["eps"] == 1e-9
+    paper = lambda step: 512**-0.5 * min(step**-0.5, step * 4000**-1.5)  # noqa: E731
+    rates = {}
+    for step in range(1, 16001):  # the rate used by update number `step`
+        rates[step] = optimizer.param_groups[0]["lr"]
+        optimizer.step()
+        schedule.step()
+    for step in (1, 2, 1000, 4000, 4001, 16000):
+        assert rates[step] == pytest.approx(paper(step), rel=1e-9)
+
+
+def test_a_config_file_is_overridden_by_the_command_line(tmp_path):
+    config = tmp_path / "experiment.yaml"
+    config.write_text("max_steps: 10\ndropout: 0.3\nmodel_overrides: {encoder_layers: 1}\nsource_column: document\n")
+    data, model_args, args = parse_arguments(["--config", str(config), "--max_steps", "20"])
+    assert (args.max_steps, model_args.dropout, data.source_column) == (20, 0.3, "document")
+    assert json.loads(model_args.model_overrides) == {"encoder_layers": 1}
+
+    config.write_text("max_step: 10\n")
+    with pytest.raises(ValueError, match=r"unknown option 'max_step'; did you mean 'max_steps'\?"):
+        load_config_file(str(config))
+    with pytest.raises(ValueError, match=r"--model_overrides must be a JSON object"):
+        parse_arguments(["--model_overrides", "{layers: 2"])
+
+
+# --- a complete run: outputs, logs, models ---------------------------------------------------------------------------
+
+
+def test_a_run_logs_metrics_tensorboard_curves_and_a_summary(finished_run):
+    output_dir, summary = finished_run
+    records = metrics_records(output_dir)
+    training = [r for r in records if "loss" in r]
+    assert [r["step"] for r in training] == list(range(1, 9))
+    assert all(r["tokens_per_second"] > 0 and r["learning_rate"] > 0 for r in training)
+    assert training[-1]["loss"] < training[0]["loss"], "the loss must fall"
+    evaluations = [r for r in records if "val_loss" in r]
+    assert [r["step"] for r in evaluations] == [4, 8]
+    assert all(r["bleu_signature"].startswith("nrefs:1|case:mixed|") for r in evaluations)
+    assert list((output_dir / "tensorboard").rglob("events.out.tfevents.*"))
+    assert (output_dir / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((output_dir / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    assert summary["steps"] == 8 and summary["tokens_per_second"] > 0
+    best = max(evaluations, key=lambda r: r["bleu"])
+    assert summary["best_score"] == best["bleu"] and summary["best_step"] == best["step"]
+
+
+def test_best_and_last_models_load_with_auto_classes_and_the_pipeline(finished_run):
+    output_dir, _ = finished_run
+    for name in ("best", "last"):
+        model = AutoModelForSeq2SeqLM.from_pretrained(output_dir / name)
+        tokenizer = AutoTokenizer.from_pretrained(output_dir / name)
+        assert model.config.source_lang is None and model.generation_config.num_beams == 2
+    last = load_file(output_dir / "last" / "model.safetensors")
+    newest = load_file(latest_checkpoint(output_dir / "checkpoints") / "model" / "model.safetensors")
+    assert all(torch.equal(last[k], newest[k]) for k in last)
+    translator = pipeline("translation", model=str(output_dir / "last"), tokenizer=tokenizer, trust_remote_code=True)
+    assert isinstance(translator("The dog sees a cat.")[0]["translation_text"], str)
+
+
+def test_only_the_last_checkpoints_are_kept(finished_run):
+    output_dir, _ = finished_run
+    assert [step for step, _ in list_checkpoints(output_dir / "checkpoints")] == [4, 6, 8]
+    assert not [p for p in (output_dir / "checkpoints").iterdir() if p.name.startswith(".")]
+
+
+def test_average_checkpoints_is_the_mean_and_loads(finished_run, tmp_path):
+    output_dir, _ = finished_run
+    averaged = average_checkpoints.main(["--run_dir", str(output_dir), "--last", "2", "--output_dir",
+                                         str(tmp_path / "averaged")])
+    model = AutoModelForSeq2SeqLM.from_pretrained(averaged)
+    AutoTokenizer.from_pretrained(averaged)
+    six, eight = (load_file(checkpoints_module.checkpoint_path(output_dir / "checkpoints", s) / "model" /
+                            "model.safetensors") for s in (6, 8))
+    weights = model.state_dict()
+    for name in six:
+        torch.testing.assert_close(weights[name], (six[name] + eight[name]) / 2)
+    assert not torch.equal(six["model.shared.weight"], eight["model.shared.weight"])
+    with pytest.raises(ValueError, match="either --run_dir"):
+        average_checkpoints.main(["--output_dir", str(tmp_path / "x")])
+
+
+def test_a_run_refuses_a_folder_that_holds_another_run(finished_run):
+    output_dir, _ = finished_run
+    with pytest.raises(TrainingError, match=r"already holds a run .*--resume.*--overwrite_output_dir"):
+        run_in_process(tiny_argv(output_dir))
+
+
+def test_summarization_is_scored_with_rouge(tmp_path):
+    rows = [{"document": f"Anna: I will bring {n} cakes tomorrow.\nBen: Great!", "summary": f"Anna brings {n} cakes."}
+            for n in ("two", "three", "four", "five", "six", "seven")] * 8
+    train_file = write_jsonl(tmp_path / "train.jsonl", rows)
+    outcome = run_in_process(tiny_argv(tmp_path / "out", dataset=str(train_file), validation_dataset=str(train_file),
+                                       task="summarization", source_column="document", target_column="summary",
+                                       max_steps=2, eval_steps=2, too_long="truncate"))
+    evaluation = [r for r in metrics_records(tmp_path / "out") if "val_loss" in r][-1]
+    assert {"rouge1", "rouge2", "rougeL", "rougeLsum"} <= evaluation.keys()
+    assert outcome.summary["best_metric"] == "rougeL"
+
+
+def test_early_stopping_stops_after_the_patience_runs_out(tmp_path):
+    # a learning rate too small to change anything: the validation loss never improves after the first evaluation
+    outcome = run_in_process(tiny_argv(tmp_path, learning_rate=1e-12, max_steps=40, eval_steps=2,
+                                       best_metric="loss", early_stopping_patience=2))
+    assert outcome.summary["steps"] == 6
+    assert "early stopping" in outcome.summary["stopped_because"]
+    assert outcome.summary["best_step"] == 2
+
+
+@pytest.mark.parametrize("precision, checkpointing", [("bf16", False), ("fp16", False), ("no", True)],
+                         ids=["bf16", "fp16", "fp32 with activation checkpointing"])
+def test_mixed_precision_and_activation_checkpointing_train(tmp_path, precision, checkpointing):
+    outcome = run_in_process(tiny_argv(tmp_path, mixed_precision=precision, max_steps=3, eval_steps=3,
+                                       save_steps=3, gradient_checkpointing=checkpointing))
+    assert outcome.model.is_activation_checkpointing == checkpointing
+    assert outcome.summary["mixed_precision"] == precision
+    assert all(math.isfinite(r["loss"]) for r in metrics_records(tmp_path) if "loss" in r)
+    AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "last")
+
+
+def test_the_quickstart_config_runs_and_translates(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    output_dir = tmp_path / "quickstart"
+    run_in_process(["--config", "scripts/configs/quickstart.yaml", "--output_dir", str(output_dir),
+                    "--max_steps", "2", "--synthetic_train_size", "300", "--synthetic_validation_size", "10",
+                    "--max_eval_examples", "2", "--report_to", "none"])
+    translator = pipeline("translation", model=str(output_dir / "best"), trust_remote_code=True)
+    assert isinstance(translator("The dog sees a cat.")[0]["translation_text"], str)
+
+
+# --- checkpoints and faults -------------------------------------------------------------------------------------------
+
+
+def test_kill_during_a_save_then_resume_gives_the_weights_of_an_uninterrupted_run(tmp_path):
+    options = dict(max_steps=8, save_steps=2, eval_steps=100, dropout=0.1)  # dropout on: the RNG state must resume
+    run_in_process(tiny_argv(tmp_path / "straight", **options))
+
+    interrupted = tmp_path / "interrupted"
+    killed = run_script(tiny_argv(interrupted, debug_kill_at_step=5, debug_kill_during_save=True, **options),
+                        check=False)
+    assert killed.returncode == -9, killed.stderr[-2000:]  # SIGKILL
+    leftovers = [p.name for p in (interrupted / "checkpoints").iterdir()]
+    assert ".tmp-step-00000005" in leftovers, "the kill must come in the middle of a save"
+    assert latest_checkpoint(interrupted / "checkpoints").name == "step-00000004"
+
+    resumed = run_script(tiny_argv(interrupted, resume=True, **options))
+    assert "Resumed from" in resumed.stdout and "step-00000004: update 4" in resumed.stdout
+    straight = load_file(tmp_path / "straight" / "last" / "model.safetensors")
+    again = load_file(interrupted / "last" / "model.safetensors")
+    for name in straight:
+        torch.testing.assert_close(again[name], straight[name], rtol=1e-6, atol=1e-7)
+    steps = [r["step"] for r in metrics_records(interrupted) if "loss" in r]
+    assert steps == list(range(1, 9)), "the log keeps each update once"
+
+
+def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    original = VaswaniForConditionalGeneration.forward
+    calls = {"count": 0}
+
+    def forward_that_breaks(self, *args, **kwargs):
+        outputs = original(self, *args, **kwargs)
+        if self.training and outputs.loss is not None:
+            calls["count"] += 1
+            if calls["count"] > 6:  # update 4 of 2 micro-batches each
+                outputs.loss = outputs.loss * float("nan")
+        return outputs
+
+    monkeypatch.setattr(VaswaniForConditionalGeneration, "forward", forward_that_breaks)
+    with pytest.raises(TrainingDiverged, match=r"diverged at update 4: the loss is nan.*last good one is "
+                                               r".*step-00000002"):
+        run_in_process(tiny_argv(tmp_path, save_steps=2, eval_steps=100))
+    assert [s for s, _ in list_checkpoints(tmp_path / "checkpoints")] == [2]
+    good = load_file(latest_checkpoint(tmp_path / "checkpoints") / "model" / "model.safetensors")
+    assert all(torch.isfinite(t).all() for t in good.values())
+
+
+@pytest.mark.parametrize("failure", [errno.ENOSPC, errno.EACCES], ids=["disk full", "not writable"])
+def test_a_failed_save_raises_a_clear_error_and_keeps_earlier_checkpoints(tmp_path, monkeypatch, failure):
+    original = Accelerator.save_state
+
+    def save_state_that_fails(self, output_dir=None, **kwargs):
+        if output_dir.endswith("step-00000004"):
+            original(self, output_dir, **kwargs)  # part of it is written, as when a disk fills up
+            raise OSError(failure, os.strerror(failure), output_dir)
+        return original(self, output_dir, **kwargs)
+
+    monkeypatch.setattr(Accelerator, "save_state", save_state_that_fails)
+    with pytest.raises(CheckpointError) as caught:
+        run_in_process(tiny_argv(tmp_path, save_steps=2, eval_steps=100))
+    message = str(caught.value)
+    assert "Could not save the checkpoint of update 4" in message and os.strerror(failure) in message
+    assert "the latest complete one is" in message and "step-00000002" in message
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-00000002"]
+    AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "checkpoints" / "step-00000002" / "model")
+
+
+def test_an_unwritable_output_folder_is_reported_before_training(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = run_script(tiny_argv(blocker / "run"), check=False)
+    assert result.returncode == 1
+    assert f"train.py: error: --output_dir {blocker / 'run'} is not writable" in result.stderr
+    assert "Traceback" not in result.stderr  # the message, not a stack trace
+
+
+def test_a_half_swapped_published_model_is_put_back(tmp_path):
+    (tmp_path / ".old-best").mkdir()
+    (tmp_path / ".old-best" / "config.json").write_text("{}")
+    (tmp_path / ".tmp-last").mkdir()
+    remove_leftovers(tmp_path)
+    assert (tmp_path / "best" / "config.json").is_file()
+    assert not (tmp_path / ".tmp-last").exists()

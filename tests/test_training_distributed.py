@@ -1,0 +1,97 @@
+"""Training in two processes on a CPU, launched the way users launch it on GPUs:
+
+    ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 ...
+
+(`accelerate launch --cpu --num_processes 2` would quietly run one process.) The launched program trains with
+`vaswani.training` and records, in each process, which batches it trained on, its final weights, and its share of a
+distributed generation; the test then checks what DDP promises.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+from conftest import REPO
+from test_training import metrics_records, tiny_argv
+
+
+WORKER = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+
+    import torch
+
+    from vaswani.training import batching
+    from vaswani.training.arguments import parse_arguments
+    from vaswani.training.evaluation import generate_predictions
+    from vaswani.training.loop import train
+    from vaswani.training.seq2seq_data import load_raw_splits, prepare_data
+    from transformers import AutoTokenizer
+
+    # record every batch this process trains on
+    seen = []
+    original_stream = batching.TokenBudgetBatches.stream
+    def recording_stream(self, *args, **kwargs):
+        for item in original_stream(self, *args, **kwargs):
+            seen.append(item[2])
+            yield item
+    batching.TokenBudgetBatches.stream = recording_stream
+
+    data, model_args, args = parse_arguments(sys.argv[1:])
+    outcome = train(data, model_args, args)
+    accelerator, model = outcome.accelerator, outcome.model
+    rank = accelerator.process_index
+
+    # generation split across the processes, gathered on the main one; and the same pairs one by one, here
+    output_dir = Path(args.output_dir)
+    tokenizer = AutoTokenizer.from_pretrained(output_dir / "tokenizer")
+    validation = prepare_data(*load_raw_splits(data, output_dir, args.seed), tokenizer, data).validation
+    settings = dict(num_beams=1, max_new_tokens=10)
+    distributed = generate_predictions(accelerator, model, tokenizer, validation, 2, **settings)
+    one_by_one = [
+        tokenizer.decode(model.generate(input_ids=torch.tensor([ids]), **settings)[0], skip_special_tokens=True)
+        for ids in validation["input_ids"]
+    ]
+    torch.save(torch.cat([p.detach().flatten() for p in model.parameters()]), output_dir / f"weights-{rank}.pt")
+    (output_dir / f"rank-{rank}.json").write_text(json.dumps(
+        {"batches": seen, "distributed": distributed, "one_by_one": one_by_one}
+    ))
+    """
+)
+
+
+def test_two_processes_train_one_model_on_different_batches(tmp_path):
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    output_dir = tmp_path / "run"
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    argv = tiny_argv(output_dir, max_steps=6, eval_steps=3, save_steps=3, synthetic_validation_size=7)
+    result = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(worker), *argv],
+        capture_output=True, text=True, timeout=400, env=env, cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert "2 process(es) x 1 micro-batch(es)" in result.stdout
+
+    ranks = [json.loads((output_dir / f"rank-{r}.json").read_text()) for r in range(2)]
+    # each process trained on its own batches, never one of the other's
+    assert len(ranks[0]["batches"]) == len(ranks[1]["batches"]) == 6
+    pairs = [{i for batch in rank["batches"] for i in batch} for rank in ranks]
+    assert pairs[0] and pairs[1] and not pairs[0] & pairs[1]
+    # ... and yet both hold the same model, bit for bit
+    assert torch.equal(torch.load(output_dir / "weights-0.pt"), torch.load(output_dir / "weights-1.pt"))
+    # the loss fell
+    losses = [r["loss"] for r in metrics_records(output_dir) if "loss" in r]
+    assert len(losses) == 6 and losses[-1] < losses[0]
+    # distributed generation, padded across processes and gathered, gives every pair once, in order
+    assert ranks[0]["distributed"] == ranks[0]["one_by_one"] and len(ranks[0]["distributed"]) == 7
+    assert ranks[1]["distributed"] == []
+    # the main process alone reports (each evaluation printed once)
+    assert result.stdout.count("update 3: val_loss") == 1
+    assert (output_dir / "last" / "model.safetensors").is_file()
