@@ -4,7 +4,9 @@ The environment is set here, before anything imports transformers, so that no te
 and nothing is written to the user's cache.
 """
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,6 +17,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="vaswani-tests-hf-home-")
+# the caches of this test session (and of the isolated processes it starts) go when it ends
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
@@ -106,8 +110,8 @@ def run_isolated(code: str, timeout: int = 240) -> str:
     """Run `code` in a fresh Python process, in another working directory, with a clean PYTHONPATH, offline, and
     with this project's package not importable. Returns stdout; fails the test with stderr if the process fails."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    env["HF_HOME"] = tempfile.mkdtemp(prefix="vaswani-isolated-hf-home-")
-    with tempfile.TemporaryDirectory() as workdir:
+    with tempfile.TemporaryDirectory() as workdir, tempfile.TemporaryDirectory() as hf_home:
+        env["HF_HOME"] = hf_home
         result = subprocess.run(
             [sys.executable, "-c", ISOLATION_PRELUDE + textwrap.dedent(code)],
             cwd=workdir,

@@ -235,7 +235,7 @@ def test_a_broken_file_is_reported_with_its_file_and_line(tmp_path):
 
 
 @needs_shared_data
-@pytest.mark.parametrize("config", ["multi30k_en_de", "aeslc", "samsum"])
+@pytest.mark.parametrize("config", ["multi30k_en_de", "multi30k_de_en", "aeslc", "samsum"])
 def test_experiment_configs_load_their_real_datasets(config, tmp_path, tokenizer, monkeypatch):
     monkeypatch.chdir(REPO)  # the configs name ../shared/data relative to the repository root
     data, model, training = parse_arguments(["--config", f"scripts/configs/{config}.yaml", "--max_train_examples", "40",
