@@ -809,6 +809,17 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+        """Beam search keeps, at every step, the best continuations of each input and gathers their caches with
+        `beam_idx`. Only the self-attention keys/values need that: a beam is always drawn from the beams of the same
+        input, whose cross-attention keys/values are identical (one encoder output, repeated once per beam), so
+        gathering those would copy every layer's encoder keys/values at every step for nothing."""
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
+
 
 class VaswaniClassificationHead(nn.Module):
     """dropout -> dense -> tanh -> dropout -> projection to the labels."""

@@ -113,6 +113,31 @@ def test_beam_search_settings_are_used():
     assert several.shape[0] == 9
 
 
+def test_beam_search_without_gathering_cross_attention_gives_the_plain_results(monkeypatch):
+    # the model gathers only the self-attention cache between beam steps; gathering both (transformers' default for
+    # an EncoderDecoderCache) must give the same beams, scores and final cache
+    model = model_with()
+    ids, mask = batch()
+    settings = dict(input_ids=ids, attention_mask=mask, max_new_tokens=8, num_beams=4, num_return_sequences=2,
+                    return_dict_in_generate=True, output_scores=True, length_penalty=0.6)
+    gathered = []
+    plain_reorder = EncoderDecoderCache.reorder_cache
+    monkeypatch.setattr(EncoderDecoderCache, "reorder_cache",
+                        lambda cache, beam_idx: (gathered.append(beam_idx), plain_reorder(cache, beam_idx)))
+    fast = model.generate(**settings)
+    assert not gathered  # the model's own reordering ran, not the cache's
+    monkeypatch.setattr(type(model), "_reorder_cache", lambda self, cache, beam_idx: (cache.reorder_cache(beam_idx), cache)[1])
+    plain = model.generate(**settings)
+    assert gathered  # ... and now the plain one did
+    # beams really moved between inputs' slots, or the test would prove nothing
+    assert any(not torch.equal(index, torch.arange(len(index))) for index in gathered)
+    assert torch.equal(fast.sequences, plain.sequences)
+    assert torch.equal(fast.sequences_scores, plain.sequences_scores)
+    for fast_layer, plain_layer in zip(fast.past_key_values.self_attention_cache.layers,
+                                       plain.past_key_values.self_attention_cache.layers):
+        assert torch.equal(fast_layer.keys, plain_layer.keys) and torch.equal(fast_layer.values, plain_layer.values)
+
+
 def test_sampling_is_random_and_reproducible_with_a_seed():
     model = model_with()
     ids, mask = batch()
