@@ -1,0 +1,306 @@
+"""Fill the project's results table, in README.md and model_card.md, from the files its runs wrote: the evaluation
+results of scripts/evaluate_model.py and the training summaries, for each recipe of scripts/configs/recipes.yaml.
+
+    python scripts/results_table.py            # rewrite the table in both files
+    python scripts/results_table.py --check    # exit 1 if a file's table is out of date; writes nothing
+
+Only the text between `<!-- recipe-results:start -->` and `<!-- recipe-results:end -->` is rewritten. A recipe whose
+results file does not exist yet says "not run yet": no number in the table is typed by hand. Below the table, each
+recipe gets its commands and the evaluation conventions from its results file (decoding settings, metric
+signatures), so that every number stands next to how it was measured.
+"""
+
+import json
+import sys
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+
+import yaml
+from transformers import HfArgumentParser
+
+from model_card import TASKS, load_results
+from vaswani.training.reporting import format_duration
+
+
+REPO = Path(__file__).resolve().parents[1]
+START = "<!-- recipe-results:start -->"
+END = "<!-- recipe-results:end -->"
+NOT_RUN = "not run yet"
+# training-time fields of the summaries: scripts/train.py's summary.json, the Trainer's all_results.json
+DURATION_FIELDS = ("wall_seconds", "train_runtime")
+
+
+@dataclass
+class TableArguments:
+    recipes: str = field(
+        default="scripts/configs/recipes.yaml", metadata={"help": "The recipes file (YAML), one entry per row."}
+    )
+    files: list[str] = field(
+        default_factory=lambda: ["README.md", "model_card.md"],
+        metadata={"help": "The files whose block between the recipe-results markers is rewritten."},
+    )
+    root: str = field(
+        default=str(REPO), metadata={"help": "Relative paths (--recipes, --files, the recipes' files) start here."}
+    )
+    check: bool = field(default=False, metadata={"help": "Write nothing; exit 1 if a file's block is out of date."})
+
+
+@dataclass
+class Goal:
+    """The target as a check: the results' metric `metric` (its `type`) is at least `at_least`."""
+
+    metric: str
+    at_least: float
+
+
+@dataclass
+class Recipe:
+    name: str
+    task: str
+    data: str
+    command: str
+    results: str
+    hardware: str
+    reference: str
+    target: str
+    training_summary: str | None = None
+    metrics: list[str] | None = None
+    goal: Goal | None = None
+    notes: str | None = None
+
+
+def load_recipes(path: Path) -> list[Recipe]:
+    """The recipes of a YAML file `{recipes: [...]}`; an error names the file, the recipe and the field."""
+    try:
+        content = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Recipes file {path} does not exist.") from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"Recipes file {path} is not valid YAML: {error}") from None
+    if not isinstance(content, dict) or not isinstance(content.get("recipes"), list) or not content["recipes"]:
+        raise ValueError(f"Recipes file {path}: expected `recipes:` with a list of recipes.")
+    known = [f.name for f in fields(Recipe)]
+    required = [f.name for f in fields(Recipe) if f.default is MISSING]
+    recipes = []
+    for number, entry in enumerate(content["recipes"], start=1):
+        if not isinstance(entry, dict):
+            raise ValueError(f"Recipes file {path}: recipe {number} is not a mapping of fields.")
+        where = f"Recipes file {path}, recipe {number} ({entry.get('name', 'no name')})"
+        if unknown := sorted(set(entry) - set(known)):
+            raise ValueError(f"{where}: unknown field(s) {unknown}; the fields are {known}.")
+        for key in known:
+            value = entry.get(key)
+            if key in required and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{where}: `{key}` is missing or not text.")
+            if key in ("training_summary", "notes") and value is not None and not isinstance(value, str):
+                raise ValueError(f"{where}: `{key}` must be text.")
+        if entry["task"] not in TASKS:
+            raise ValueError(f"{where}: `task` is {entry['task']!r}; expected one of {list(TASKS)}.")
+        metrics = entry.get("metrics")
+        types_listed = isinstance(metrics, list) and metrics and all(isinstance(kind, str) for kind in metrics)
+        if metrics is not None and not types_listed:
+            raise ValueError(f"{where}: `metrics` must be a list of metric types (e.g. [bleu, sacrebleu]).")
+        goal = None if entry.get("goal") is None else parse_goal(entry["goal"], where)
+        recipes.append(Recipe(**{**entry, "command": entry["command"].strip(), "goal": goal}))
+    return recipes
+
+
+def parse_goal(goal, where: str) -> Goal:
+    if (
+        not isinstance(goal, dict)
+        or set(goal) != {"metric", "at_least"}
+        or not isinstance(goal["metric"], str)
+        or isinstance(goal["at_least"], bool)
+        or not isinstance(goal["at_least"], (int, float))
+    ):
+        raise ValueError(f"{where}: `goal` must be {{metric: TYPE, at_least: NUMBER}}, got {goal!r}.")
+    return Goal(goal["metric"], goal["at_least"])
+
+
+def training_seconds(path: Path) -> float | None:
+    """The training time a summary file reports, or None if the file does not exist yet."""
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"Training summary {path} is not valid JSON: {error}") from None
+    for key in DURATION_FIELDS:
+        value = summary.get(key) if isinstance(summary, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    raise ValueError(
+        f"Training summary {path}: no `{DURATION_FIELDS[0]}` (summary.json of scripts/train.py) or "
+        f"`{DURATION_FIELDS[1]}` (all_results.json of the fine-tuning scripts) with a number of seconds."
+    )
+
+
+@dataclass
+class Row:
+    """A recipe with what its runs wrote: the results (None: not run yet) and the training time."""
+
+    recipe: Recipe
+    results: dict | None
+    metrics: list[dict]  # the results' metrics to show, in the recipe's order
+    seconds: float | None
+
+
+def read_row(recipe: Recipe, root: Path) -> Row:
+    results_path = root / recipe.results
+    results = load_results(results_path) if results_path.is_file() else None
+    metrics = []
+    if results is not None:
+        if results["task"] != recipe.task:
+            raise ValueError(
+                f"Results file {results_path}: `task` is {results['task']!r}, but recipe {recipe.name!r} is "
+                f"{recipe.task!r}: the recipe points at another run's results."
+            )
+        by_type = {metric["type"]: metric for metric in results["metrics"]}
+        wanted = list(recipe.metrics or by_type)
+        if recipe.goal is not None and recipe.goal.metric not in wanted:
+            wanted.append(recipe.goal.metric)
+        for kind in wanted:
+            if kind not in by_type:
+                raise ValueError(
+                    f"Results file {results_path}: recipe {recipe.name!r} needs the metric of type `{kind}`, but "
+                    f"`metrics` has only {list(by_type)}."
+                )
+        metrics = [by_type[kind] for kind in recipe.metrics or by_type]
+    seconds = training_seconds(root / recipe.training_summary) if recipe.training_summary else None
+    return Row(recipe, results, metrics, seconds)
+
+
+def cell(text: str) -> str:
+    """Text for a Markdown table cell: one line, pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def number(value: float) -> str:
+    """A value exactly as the results file has it."""
+    return repr(value)
+
+
+def goal_cell(row: Row) -> str:
+    goal = row.recipe.goal
+    if row.results is None:
+        return NOT_RUN
+    if goal is None:
+        return "—"
+    value = next(m["value"] for m in row.results["metrics"] if m["type"] == goal.metric)
+    verdict, sign = ("yes", "≥") if value >= goal.at_least else ("no", "<")
+    return f"{verdict} ({goal.metric} {number(value)} {sign} {number(goal.at_least)})"
+
+
+def table_line(row: Row) -> str:
+    recipe, results = row.recipe, row.results
+    if results is None:
+        data, values = recipe.data, NOT_RUN
+    else:
+        dataset = results["dataset"]
+        size = f", {dataset['num_examples']:,} examples" if dataset["num_examples"] is not None else ""
+        data = f"{dataset['name']}, {dataset['split']}{size}"
+        values = "; ".join(f"{metric['name']} {number(metric['value'])}" for metric in row.metrics)
+    if not recipe.training_summary:
+        duration = "—"
+    else:
+        duration = NOT_RUN if row.seconds is None else f"{format_duration(row.seconds)} (wall)"
+    cells = [recipe.name, data, values, recipe.reference, recipe.target, goal_cell(row), duration, recipe.hardware]
+    return "| " + " | ".join(cell(text) for text in cells) + " |"
+
+
+def details(row: Row) -> str:
+    """The commands of a recipe and the conventions of its numbers."""
+    recipe, results = row.recipe, row.results
+    lines = [f"**{recipe.name}** ({recipe.task})", "", "```bash", recipe.command, "```", ""]
+    if results is None:
+        lines.append(f"- Results: {NOT_RUN} (`{recipe.results}` does not exist).")
+    else:
+        dataset = results["dataset"]
+        decoding = ", ".join(f"`{key}={value}`" for key, value in results["decoding"].items())
+        lines.append(
+            f"- Evaluated on {dataset['name']}, split {dataset['split']}"
+            + (f", {dataset['num_examples']:,} examples" if dataset["num_examples"] is not None else "")
+            + (f"; {decoding}" if decoding else "")
+            + f" (`{recipe.results}`"
+            + (f", {results['created']}" if results.get("created") else "")
+            + ")."
+        )
+        if results["conventions"]:
+            lines.append(f"- Conventions: {' '.join(results['conventions'].split())}")
+        # metrics that share a signature (ROUGE-1/2/L) are listed once, together
+        names_of_signature: dict[str, list[str]] = {}
+        for metric in results["metrics"]:
+            if metric["signature"]:
+                names_of_signature.setdefault(metric["signature"], []).append(metric["name"])
+        for signature, names in names_of_signature.items():
+            lines.append(f"- {', '.join(names)} signature: `{signature}`")
+    if recipe.training_summary:
+        if row.seconds is None:
+            lines.append(f"- Training time: {NOT_RUN} (`{recipe.training_summary}` does not exist).")
+        else:
+            lines.append(
+                f"- Training time: {format_duration(row.seconds)} wall (`{recipe.training_summary}`), on "
+                f"{recipe.hardware}."
+            )
+    if recipe.notes:
+        lines.append(f"- Notes: {' '.join(recipe.notes.split())}")
+    return "\n".join(lines)
+
+
+def render_block(rows: list[Row], recipes_file: str) -> str:
+    header = [
+        f"<!-- Written by scripts/results_table.py from {recipes_file} and the files its recipes name: edit those "
+        "and run the script, not this block. -->",
+        "",
+        "| recipe | data, split | result | reference | target | met? | training time | hardware |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    block = "\n".join(header + [table_line(row) for row in rows]) + "\n\n" + "\n\n".join(details(r) for r in rows)
+    # model_card.md is a Jinja2 template whose block sits inside {% raw %}: only an endraw tag could break out of it
+    if "endraw" in block:
+        raise ValueError("The table would contain the text `endraw`, which would break model_card.md's {% raw %}.")
+    return block
+
+
+def replace_block(text: str, block: str, where: str) -> str:
+    """`text` with everything between the markers replaced by `block`; the text outside stays as it is."""
+    if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
+        raise ValueError(
+            f"{where} needs the markers {START} and {END}, once each and in that order, around the place of the "
+            "results table."
+        )
+    before, rest = text.split(START)
+    _, after = rest.split(END)
+    return f"{before}{START}\n{block}\n{END}{after}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """0 when the files are written (or, with --check, up to date); 1 when --check finds a block out of date."""
+    (args,) = HfArgumentParser(TableArguments).parse_args_into_dataclasses(args=argv)
+    root = Path(args.root)
+    recipes = load_recipes(root / args.recipes)
+    block = render_block([read_row(recipe, root) for recipe in recipes], args.recipes)
+    stale = []
+    for name in args.files:
+        path = root / name
+        if not path.is_file():
+            raise FileNotFoundError(f"--files: {path} does not exist.")
+        text = path.read_text(encoding="utf-8")
+        updated = replace_block(text, block, str(path))
+        if updated != text:
+            stale.append(name)
+            if not args.check:
+                path.write_text(updated, encoding="utf-8")
+    if args.check and stale:
+        print(f"Out of date: {', '.join(stale)}. Run: python scripts/results_table.py", file=sys.stderr)
+        return 1
+    print(("Up to date: " if not stale else "Rewrote the results table in: ") + ", ".join(stale or args.files))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except (ValueError, FileNotFoundError) as error:
+        print(f"results_table.py: error: {error}", file=sys.stderr)
+        sys.exit(2)

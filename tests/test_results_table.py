@@ -1,0 +1,293 @@
+"""scripts/results_table.py: the recipe-results table is built from the results files and nothing else, replaces only
+the block between its markers, `--check` finds a stale block, bad files are named with the field, and model_card.md
+still renders with the block."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import REPO, tiny_config
+
+
+sys.path.insert(0, str(REPO / "scripts"))
+import model_card  # noqa: E402
+import results_table  # noqa: E402
+from results_table import END, START  # noqa: E402
+
+
+TRANSLATION_RESULTS = {
+    "model": "outputs/en_de/averaged",
+    "task": "translation",
+    "dataset": {"name": "bentrevett/multi30k", "config": None, "split": "test_2016_flickr",
+                "columns": {"source": "en", "target": "de"}, "num_examples": 1000},
+    "decoding": {"num_beams": 5, "length_penalty": 1.0, "max_new_tokens": 80},
+    "metrics": [
+        {"type": "sacrebleu", "name": "sacreBLEU", "value": 35.21, "signature": "nrefs:1|case:mixed|tok:13a|v:2.6.0"},
+        {"type": "bleu", "name": "BLEU (tokenized, lowercased)", "value": 38.17, "signature": "moses-de|lc|tok"},
+        {"type": "chrf", "name": "chrF", "value": 61.5},
+    ],
+    "conventions": "Beam 5, length penalty 1.0; Moses tokenization for BLEU.",
+    "time_seconds": 12.3,
+    "created": "2026-11-22T10:00:00Z",
+}
+CLASSIFICATION_RESULTS = {
+    "model": "outputs/sst2",
+    "task": "text-classification",
+    "dataset": {"name": "stanfordnlp/sst2", "config": None, "split": "validation", "num_examples": 872},
+    "decoding": {},
+    "metrics": [
+        {"type": "accuracy", "name": "Accuracy", "value": 0.7654},
+        {"type": "f1", "name": "F1 (binary)", "value": 0.7781},
+    ],
+    "conventions": "Accuracy and F1 in 0-1.",
+    "created": "2026-11-22T11:00:00Z",
+}
+RECIPES = {
+    "recipes": [
+        {
+            "name": "Multi30k en->de",
+            "task": "translation",
+            "data": "Multi30k, test_2016_flickr",
+            "command": "python scripts/train.py --config en_de.yaml\npython scripts/evaluate_model.py --model x\n",
+            "results": "outputs/en_de/evaluation_results.json",
+            "training_summary": "outputs/en_de/summary.json",
+            "metrics": ["bleu", "sacrebleu"],
+            "hardware": "a test CPU",
+            "reference": "about 41 BLEU",
+            "target": "BLEU of at least 35",
+            "goal": {"metric": "bleu", "at_least": 35},
+            "notes": "Average of the last 5 checkpoints.",
+        },
+        {
+            "name": "SST-2",
+            "task": "text-classification",
+            "data": "SST-2, validation",
+            "command": "python scripts/finetune_classification.py --output_dir outputs/sst2",
+            "results": "outputs/sst2/evaluation_results.json",
+            "training_summary": "outputs/sst2/all_results.json",
+            "hardware": "a test CPU | one thread",
+            "reference": "about 83%",
+            "target": "accuracy of at least 0.80",
+            "goal": {"metric": "accuracy", "at_least": 0.8},
+        },
+        {
+            "name": "AESLC",
+            "task": "summarization",
+            "data": "AESLC, validation",
+            "command": "python scripts/train.py --config aeslc.yaml",
+            "results": "outputs/aeslc/evaluation_results.json",
+            "training_summary": "outputs/aeslc/summary.json",
+            "hardware": "a test CPU",
+            "reference": "15.04 / 7.39 / 14.93",
+            "target": "ROUGE-L of at least 10",
+            "goal": {"metric": "rougeL", "at_least": 10},
+        },
+    ]
+}
+BEFORE = "# A project\n\nSome text before the table.\n\n"
+AFTER = "\n\n## Later section\n\nText after the table, untouched.\n"
+
+
+def write_json(path, content):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(content, indent=2), encoding="utf-8")
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A folder laid out like the repository: a recipes file, two recipes' output files, a README with markers."""
+    (tmp_path / "recipes.yaml").write_text(yaml.safe_dump(RECIPES, sort_keys=False), encoding="utf-8")
+    write_json(tmp_path / "outputs/en_de/evaluation_results.json", TRANSLATION_RESULTS)
+    write_json(tmp_path / "outputs/en_de/summary.json", {"steps": 3500, "wall_seconds": 3723.4, "train_seconds": 3500})
+    write_json(tmp_path / "outputs/sst2/evaluation_results.json", CLASSIFICATION_RESULTS)
+    write_json(tmp_path / "outputs/sst2/all_results.json", {"epoch": 1.0, "train_runtime": 671.2, "eval_loss": 0.4})
+    (tmp_path / "README.md").write_text(f"{BEFORE}{START}\nOLD TABLE 99.9\n{END}{AFTER}", encoding="utf-8")
+    return tmp_path
+
+
+def run(project, *extra, files=("README.md",)) -> int:
+    return results_table.main(["--root", str(project), "--recipes", "recipes.yaml", "--files", *files, *extra])
+
+
+def block_of(path) -> str:
+    text = path.read_text(encoding="utf-8")
+    return text[text.index(START) + len(START): text.index(END)]
+
+
+def table_rows(block: str) -> dict[str, str]:
+    """The table's lines by their first cell (the recipe's name)."""
+    lines = [line for line in block.splitlines() if line.startswith("| ") and "---" not in line]
+    return {line.split(" | ")[0][2:]: line for line in lines}
+
+
+def test_the_table_holds_exactly_the_numbers_of_the_results_files(project):
+    assert run(project) == 0
+    rows = table_rows(block_of(project / "README.md"))
+    assert rows["Multi30k en->de"] == (
+        "| Multi30k en->de | bentrevett/multi30k, test_2016_flickr, 1,000 examples "
+        "| BLEU (tokenized, lowercased) 38.17; sacreBLEU 35.21 | about 41 BLEU | BLEU of at least 35 "
+        "| yes (bleu 38.17 ≥ 35) | 1h02m03s (wall) | a test CPU |"
+    )
+    assert rows["SST-2"] == (
+        "| SST-2 | stanfordnlp/sst2, validation, 872 examples | Accuracy 0.7654; F1 (binary) 0.7781 | about 83% "
+        "| accuracy of at least 0.80 | no (accuracy 0.7654 < 0.8) | 11m11s (wall) | a test CPU \\| one thread |"
+    )
+
+
+def test_the_details_give_commands_and_the_conventions_of_the_results(project):
+    run(project)
+    block = block_of(project / "README.md")
+    details = block[block.index("**Multi30k en->de**"): block.index("**SST-2**")]
+    command = "python scripts/train.py --config en_de.yaml\npython scripts/evaluate_model.py --model x"
+    assert f"```bash\n{command}\n```" in details
+    assert "`num_beams=5`, `length_penalty=1.0`, `max_new_tokens=80`" in details
+    assert TRANSLATION_RESULTS["conventions"] in details
+    for metric in TRANSLATION_RESULTS["metrics"][:2]:
+        assert f"- {metric['name']} signature: `{metric['signature']}`" in details
+    assert "Average of the last 5 checkpoints." in details and "1h02m03s wall" in details
+    # every number in the block comes from a file: nothing else that looks like a score
+    numbers = set(re.findall(r"\d+\.\d+", block))
+    assert numbers <= {"38.17", "35.21", "0.7654", "0.7781", "1.0", "0.80", "0.8", "7.39", "15.04", "14.93", "2.6"}
+
+
+def test_a_recipe_without_results_says_not_run_yet(project):
+    run(project)
+    block = block_of(project / "README.md")
+    assert table_rows(block)["AESLC"] == (
+        "| AESLC | AESLC, validation | not run yet | 15.04 / 7.39 / 14.93 | ROUGE-L of at least 10 | not run yet "
+        "| not run yet | a test CPU |"
+    )
+    assert "- Results: not run yet (`outputs/aeslc/evaluation_results.json` does not exist)." in block
+    # once the run writes its file, the row shows it
+    write_json(project / "outputs/aeslc/evaluation_results.json", {
+        **TRANSLATION_RESULTS, "task": "summarization", "decoding": {"num_beams": 4},
+        "metrics": [{"type": "rouge1", "name": "ROUGE-1", "value": 20.25, "signature": "rouge-score|stem"},
+                    {"type": "rougeL", "name": "ROUGE-L", "value": 12.5, "signature": "rouge-score|stem"}],
+    })
+    run(project)
+    block = block_of(project / "README.md")
+    assert "| ROUGE-1 20.25; ROUGE-L 12.5 | 15.04 / 7.39 / 14.93 |" in table_rows(block)["AESLC"]
+    assert "yes (rougeL 12.5 ≥ 10)" in table_rows(block)["AESLC"]
+    assert "- ROUGE-1, ROUGE-L signature: `rouge-score|stem`" in block  # one signature, listed once
+
+
+def test_only_the_block_between_the_markers_is_replaced(project):
+    run(project)
+    text = (project / "README.md").read_text(encoding="utf-8")
+    assert text.startswith(BEFORE + START + "\n") and text.endswith("\n" + END + AFTER)
+    assert "OLD TABLE" not in text
+    run(project)  # a second run changes nothing
+    assert (project / "README.md").read_text(encoding="utf-8") == text
+
+
+def test_check_finds_a_stale_block_and_writes_nothing(project):
+    assert run(project, "--check") == 1  # the old block
+    assert "OLD TABLE" in (project / "README.md").read_text(encoding="utf-8")
+    run(project)
+    assert run(project, "--check") == 0
+    written = (project / "README.md").read_text(encoding="utf-8")
+    write_json(project / "outputs/en_de/evaluation_results.json", {
+        **TRANSLATION_RESULTS, "metrics": [{**m, "value": m["value"] + 1} for m in TRANSLATION_RESULTS["metrics"]]
+    })
+    assert run(project, "--check") == 1
+    assert (project / "README.md").read_text(encoding="utf-8") == written
+
+
+def test_check_fails_the_command_line(project):
+    command = [sys.executable, str(REPO / "scripts/results_table.py"), "--root", str(project),
+               "--recipes", "recipes.yaml", "--files", "README.md", "--check"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 1 and "Out of date: README.md" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda r: r["metrics"][0].update(value="35.21"), r"`metrics\[0\]\.value` is missing or not a int or float"),
+        (lambda r: r["dataset"].pop("split"), r"`dataset\.split` is missing"),
+        (lambda r: r.update(task="translate"), r"`task` is 'translate'"),
+        (lambda r: r.update(task="summarization"), r"`task` is 'summarization', but recipe 'Multi30k en->de' is"),
+        (lambda r: r["metrics"].pop(1), r"recipe 'Multi30k en->de' needs the metric of type `bleu`"),
+    ],
+)
+def test_a_malformed_results_file_is_named_with_its_field(project, change, message):
+    results = json.loads(json.dumps(TRANSLATION_RESULTS))
+    change(results)
+    write_json(project / "outputs/en_de/evaluation_results.json", results)
+    path = re.escape(str(project / "outputs/en_de/evaluation_results.json"))
+    with pytest.raises(ValueError, match=rf"Results file {path}: {message}"):
+        run(project)
+
+
+def test_a_results_file_that_is_not_json_is_named(project):
+    (project / "outputs/sst2/evaluation_results.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"outputs/sst2/evaluation_results.json is not valid JSON"):
+        run(project)
+
+
+def test_a_training_summary_without_a_duration_is_named(project):
+    write_json(project / "outputs/sst2/all_results.json", {"epoch": 1.0, "train_runtime": "11 min"})
+    with pytest.raises(ValueError, match=r"Training summary .*outputs/sst2/all_results.json: no `wall_seconds`"):
+        run(project)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda r: r.pop("hardware"), r"recipe 1 \(Multi30k en->de\): `hardware` is missing or not text"),
+        (lambda r: r.update(hardwear="x"), r"recipe 1 \(Multi30k en->de\): unknown field\(s\) \['hardwear'\]"),
+        (lambda r: r.update(task="mt"), r"`task` is 'mt'; expected one of"),
+        (lambda r: r.update(goal={"metric": "bleu"}), r"`goal` must be \{metric: TYPE, at_least: NUMBER\}"),
+        (lambda r: r.update(metrics="bleu"), r"`metrics` must be a list of metric types"),
+        (lambda r: r.update(notes="see {% endraw %}"), r"would break model_card.md"),
+    ],
+)
+def test_a_bad_recipe_is_named_with_its_field(project, change, message):
+    recipes = json.loads(json.dumps(RECIPES))
+    change(recipes["recipes"][0])
+    (project / "recipes.yaml").write_text(yaml.safe_dump(recipes), encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        run(project)
+
+
+def test_a_file_without_the_markers_is_refused(project):
+    (project / "README.md").write_text("# No markers here\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"README.md needs the markers {START} and {END}"):
+        run(project)
+    assert (project / "README.md").read_text(encoding="utf-8") == "# No markers here\n"
+
+
+def test_model_card_with_the_block_still_renders(project, tokenizer):
+    """The repository's model_card.md, its block filled (with text that looks like Jinja), renders as a card."""
+    shutil.copy(REPO / "model_card.md", project / "model_card.md")
+    recipes = json.loads(json.dumps(RECIPES))
+    recipes["recipes"][0]["command"] += 'echo "{{ not a template variable }}" {% if %}'
+    (project / "recipes.yaml").write_text(yaml.safe_dump(recipes), encoding="utf-8")
+    assert run(project, files=("model_card.md",)) == 0
+    card = model_card.render_model_card(
+        tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"), 12345, "someone/tiny",
+        template=project / "model_card.md",
+    )
+    section = card[card.index("## Recipes of this project"): card.index("## Citation")]
+    assert table_rows(section)["Multi30k en->de"].startswith("| Multi30k en->de | bentrevett/multi30k")
+    assert 'echo "{{ not a template variable }}" {% if %}' in section
+    assert "{% raw %}" not in card and "{% endraw %}" not in card
+    assert "| direction | en → de" in card  # the rest of the template still renders
+
+
+def test_the_repository_recipes_name_files_that_exist():
+    recipes = results_table.load_recipes(REPO / "scripts/configs/recipes.yaml")
+    assert [recipe.name for recipe in recipes] == [
+        "Multi30k en->de", "Multi30k de->en", "AESLC", "SST-2", "CoNLL-2003", "SAMSum"
+    ]
+    for recipe in recipes:
+        for script in re.findall(r"scripts/\S+\.py", recipe.command):
+            assert (REPO / script).is_file(), f"{recipe.name}: {script} does not exist"
+        for config in re.findall(r"--config (\S+)", recipe.command):
+            assert (REPO / config).is_file(), f"{recipe.name}: {config} does not exist"
+        assert recipe.results.endswith("evaluation_results.json") and recipe.results.startswith("outputs/")
