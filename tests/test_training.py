@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -531,8 +532,16 @@ def test_kill_during_a_save_then_resume_gives_the_weights_of_an_uninterrupted_ru
     assert ".tmp-step-00000005" in leftovers, "the kill must come in the middle of a save"
     assert latest_checkpoint(interrupted / "checkpoints").name == "step-00000004"
 
+    before_the_kill = torch.load(interrupted / "checkpoints" / "step-00000004" / "custom_checkpoint_0.pkl",
+                                 weights_only=False)["wall_seconds"]
+    assert before_the_kill > 0
+    resume_started = time.perf_counter()
     resumed = run_script(tiny_argv(interrupted, resume=True, **options))
+    resume_seconds = time.perf_counter() - resume_started
     assert "Resumed from" in resumed.stdout and "step-00000004: update 4" in resumed.stdout
+    # the summary's wall time is the whole run's: the part before the checkpoint, and the resumed process
+    wall_seconds = json.loads((interrupted / "summary.json").read_text())["wall_seconds"]
+    assert before_the_kill < wall_seconds <= before_the_kill + resume_seconds
     straight = load_file(tmp_path / "straight" / "last" / "model.safetensors")
     again = load_file(interrupted / "last" / "model.safetensors")
     for name in straight:

@@ -40,6 +40,10 @@ class TrainingProgress:
     position: int = 0  # index of the next batch within that epoch, in this process's share
     tokens: int = 0  # source + target tokens trained on, all processes
     train_seconds: float = 0.0  # time spent in updates (evaluation and saving excluded)
+    # wall time of the run up to its latest checkpoint, summed over the processes that worked on it (set-up,
+    # updates, evaluation, saving), so that a resumed run reports the time of the whole run; the work lost between
+    # the last checkpoint and a kill is not in it (it was done again)
+    wall_seconds: float = 0.0
     best_score: float | None = None
     best_step: int | None = None
     evaluations_without_improvement: int = 0
@@ -77,10 +81,15 @@ class Run:
     progress: TrainingProgress
     metrics: MetricsLog
     score_name: str  # what decides the best model
+    started: float = 0.0  # time.perf_counter() when this process started the run
+    earlier_seconds: float = 0.0  # wall time of the run before this process (from the checkpoint resumed)
 
     @property
     def output_dir(self) -> Path:
         return Path(self.args.output_dir)
+
+    def wall_seconds(self) -> float:
+        return self.earlier_seconds + time.perf_counter() - self.started
 
 
 @dataclass
@@ -104,6 +113,7 @@ class LoggingWindow:
 def train(data: DataArguments, model_args: ModelArguments, args: TrainArguments) -> TrainingOutcome:
     started = time.perf_counter()
     run = set_up(data, model_args, args)
+    run.started, run.earlier_seconds = started, run.progress.wall_seconds
     bar = tqdm(total=args.max_steps, initial=run.progress.step, desc="training",
                disable=not run.accelerator.is_main_process)
     try:
@@ -113,10 +123,11 @@ def train(data: DataArguments, model_args: ModelArguments, args: TrainArguments)
     if last_evaluated != run.progress.step:
         evaluate_and_keep_best(run)
     if last_saved != run.progress.step:
+        run.progress.wall_seconds = run.wall_seconds()
         save_checkpoint(run.accelerator, run.model, run.tokenizer, run.output_dir / "checkpoints", run.progress.step,
                         args.keep_checkpoints)
     publish_model(run.accelerator, run.model, run.tokenizer, run.output_dir / "last")
-    summary = finish(run, stopped_because, started)
+    summary = finish(run, stopped_because)
     return TrainingOutcome(summary=summary, model=run.accelerator.unwrap_model(run.model), accelerator=run.accelerator)
 
 
@@ -235,6 +246,7 @@ def train_until_done(run: Run, bar) -> tuple[str, int | None, int | None]:
             last_evaluated = progress.step
         kill_now = args.debug_kill_at_step == progress.step
         if progress.step % args.save_steps == 0 or (kill_now and args.debug_kill_during_save):
+            progress.wall_seconds = run.wall_seconds()
             save_checkpoint(accelerator, run.model, run.tokenizer, run.output_dir / "checkpoints", progress.step,
                             args.keep_checkpoints, kill_halfway=kill_now and args.debug_kill_during_save)
             last_saved = progress.step
@@ -320,12 +332,12 @@ def diverged(what: str, progress: TrainingProgress, args: TrainArguments) -> Tra
     )
 
 
-def finish(run: Run, stopped_because: str, started: float) -> dict:
+def finish(run: Run, stopped_because: str) -> dict:
     accelerator, progress, output_dir = run.accelerator, run.progress, run.output_dir
     summary = {
         "stopped_because": stopped_because,
         "steps": progress.step,
-        "wall_seconds": time.perf_counter() - started,
+        "wall_seconds": run.wall_seconds(),  # the whole run, resumed parts included
         "train_seconds": progress.train_seconds,
         "tokens": progress.tokens,
         "tokens_per_second": progress.tokens / max(progress.train_seconds, 1e-9),
