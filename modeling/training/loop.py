@@ -123,9 +123,7 @@ def train(data: DataArguments, model_args: ModelArguments, args: TrainArguments)
     if last_evaluated != run.progress.step:
         evaluate_and_keep_best(run)
     if last_saved != run.progress.step:
-        run.progress.wall_seconds = run.wall_seconds()
-        save_checkpoint(run.accelerator, run.model, run.tokenizer, run.output_dir / "checkpoints", run.progress.step,
-                        args.keep_checkpoints)
+        save_full_checkpoint(run)
     publish_model(run.accelerator, run.model, run.tokenizer, run.output_dir / "last")
     summary = finish(run, stopped_because)
     return TrainingOutcome(summary=summary, model=run.accelerator.unwrap_model(run.model), accelerator=run.accelerator)
@@ -246,9 +244,7 @@ def train_until_done(run: Run, bar) -> tuple[str, int | None, int | None]:
             last_evaluated = progress.step
         kill_now = args.debug_kill_at_step == progress.step
         if progress.step % args.save_steps == 0 or (kill_now and args.debug_kill_during_save):
-            progress.wall_seconds = run.wall_seconds()
-            save_checkpoint(accelerator, run.model, run.tokenizer, run.output_dir / "checkpoints", progress.step,
-                            args.keep_checkpoints, kill_halfway=kill_now and args.debug_kill_during_save)
+            save_full_checkpoint(run, kill_halfway=kill_now and args.debug_kill_during_save)
             last_saved = progress.step
         if kill_now:
             os.kill(os.getpid(), signal.SIGKILL)  # testing only: a hard kill, as a preempted job gets
@@ -330,6 +326,13 @@ def diverged(what: str, progress: TrainingProgress, args: TrainArguments) -> Tra
         f"holds a broken model; the last good one is {latest or '(none saved yet)'}. Try a lower --learning_rate, "
         "more --warmup_steps, --max_grad_norm 1.0, or bf16 instead of fp16, and continue with --resume."
     )
+
+
+def save_full_checkpoint(run: Run, kill_halfway: bool = False) -> None:
+    """The run's full state at its current update, with the wall time so far (for the summary after a resume)."""
+    run.progress.wall_seconds = run.wall_seconds()
+    save_checkpoint(run.accelerator, run.model, run.tokenizer, run.output_dir / "checkpoints", run.progress.step,
+                    run.args.keep_checkpoints, kill_halfway=kill_halfway)
 
 
 def finish(run: Run, stopped_because: str) -> dict:
