@@ -17,7 +17,6 @@ import argparse
 import json
 import math
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -162,7 +161,8 @@ def matmul_peak(setup: Setup, dtype: torch.dtype, size: int = 2048, repeats: int
 
 
 def peak_memory_mb(model_name: str, setup: Setup, steps: int = 3) -> float:
-    """Peak memory of training steps, above what the model and optimizer hold, in a fresh process."""
+    """Peak memory of training steps above the model at rest (activations, gradients, optimizer state), in MiB,
+    measured in a fresh process."""
     code = (
         "import json, sys; sys.argv=['x']; import benchmark as b; "
         f"print(json.dumps(b._measure_memory({model_name!r}, b.Setup(**{asdict(setup)!r}), {steps})))"
@@ -173,19 +173,39 @@ def peak_memory_mb(model_name: str, setup: Setup, steps: int = 3) -> float:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _resident_mb(field: str) -> float:
+    """VmRSS (resident now) or VmHWM (its high-water mark) of this process, from /proc/self/status, in MiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024  # the kernel reports kB
+    raise RuntimeError(f"/proc/self/status has no {field} line")
+
+
 def _measure_memory(model_name: str, setup: Setup, steps: int) -> float:
+    """Memory the training steps need above the model at rest: on GPU the allocator's peak; on CPU the resident
+    set's high-water mark during the steps minus the resident set before them. Writing 5 to /proc/self/clear_refs
+    resets the high-water mark (Linux 4.0+), so what model construction or the imports touched does not count.
+    Call it in a fresh process (peak_memory_mb does): in a long-lived one, memory that earlier work freed but the
+    allocator kept is reused by the steps and never raises the resident set, and the measurement reads near 0."""
     torch.manual_seed(0)
     model = vaswani_model(setup) if model_name == "vaswani" else marian_model(setup)
     step = training_step_function(model, setup)
     if setup.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
         for _ in range(steps):
             step()
-        return torch.cuda.max_memory_allocated() / 2**20
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return (torch.cuda.max_memory_allocated() - before) / 2**20
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:  # not allowed in some sandboxes: the mark then includes construction, still a fresh process's
+        pass
+    before = _resident_mb("VmRSS")
     for _ in range(steps):
         step()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024  # ru_maxrss is in KiB on Linux
+    return _resident_mb("VmHWM") - before
 
 
 # --- generation ----------------------------------------------------------------------------------------------------

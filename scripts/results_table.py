@@ -7,7 +7,7 @@ results of scripts/evaluate_model.py and the training summaries, for each recipe
 Only the text between `<!-- recipe-results:start -->` and `<!-- recipe-results:end -->` is rewritten. A recipe whose
 results file does not exist yet says "not run yet": no number in the table is typed by hand. Below the table, each
 recipe gets its commands and the evaluation conventions from its results file (decoding settings, metric
-signatures), so that every number stands next to how it was measured.
+signatures), so that every number stands next to how it was measured, and the picture the run made, if any.
 """
 
 import json
@@ -67,6 +67,7 @@ class Recipe:
     metrics: list[str] | None = None
     goal: Goal | None = None
     notes: str | None = None
+    picture: str | None = None
 
 
 def load_recipes(path: Path) -> list[Recipe]:
@@ -92,7 +93,7 @@ def load_recipes(path: Path) -> list[Recipe]:
             value = entry.get(key)
             if key in required and (not isinstance(value, str) or not value.strip()):
                 raise ValueError(f"{where}: `{key}` is missing or not text.")
-            if key in ("training_summary", "notes") and value is not None and not isinstance(value, str):
+            if key in ("training_summary", "notes", "picture") and value is not None and not isinstance(value, str):
                 raise ValueError(f"{where}: `{key}` must be text.")
         if entry["task"] not in TASKS:
             raise ValueError(f"{where}: `task` is {entry['task']!r}; expected one of {list(TASKS)}.")
@@ -208,7 +209,7 @@ def table_line(row: Row) -> str:
     return "| " + " | ".join(cell(text) for text in cells) + " |"
 
 
-def details(row: Row) -> str:
+def details(row: Row, root: Path) -> str:
     """The commands of a recipe and the conventions of its numbers."""
     recipe, results = row.recipe, row.results
     lines = [f"**{recipe.name}** ({recipe.task})", "", "```bash", recipe.command, "```", ""]
@@ -244,10 +245,12 @@ def details(row: Row) -> str:
             )
     if recipe.notes:
         lines.append(f"- Notes: {' '.join(recipe.notes.split())}")
+    if recipe.picture and (root / recipe.picture).is_file():
+        lines += ["", f"![{recipe.name}: the picture its run made]({recipe.picture})"]
     return "\n".join(lines)
 
 
-def render_block(rows: list[Row], recipes_file: str) -> str:
+def render_block(rows: list[Row], recipes_file: str, root: Path) -> str:
     header = [
         f"<!-- Written by scripts/results_table.py from {recipes_file} and the files its recipes name: edit those "
         "and run the script, not this block. -->",
@@ -255,7 +258,8 @@ def render_block(rows: list[Row], recipes_file: str) -> str:
         "| recipe | data, split | result | reference | target | met? | training time | hardware |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    block = "\n".join(header + [table_line(row) for row in rows]) + "\n\n" + "\n\n".join(details(r) for r in rows)
+    table = "\n".join(header + [table_line(row) for row in rows])
+    block = table + "\n\n" + "\n\n".join(details(row, root) for row in rows)
     # model_card.md is a Jinja2 template whose block sits inside {% raw %}: only an endraw tag could break out of it
     if "endraw" in block:
         raise ValueError("The table would contain the text `endraw`, which would break model_card.md's {% raw %}.")
@@ -279,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     (args,) = HfArgumentParser(TableArguments).parse_args_into_dataclasses(args=argv)
     root = Path(args.root)
     recipes = load_recipes(root / args.recipes)
-    block = render_block([read_row(recipe, root) for recipe in recipes], args.recipes)
+    block = render_block([read_row(recipe, root) for recipe in recipes], args.recipes, root)
     stale = []
     for name in args.files:
         path = root / name

@@ -62,6 +62,7 @@ RECIPES = {
             "target": "BLEU of at least 35",
             "goal": {"metric": "bleu", "at_least": 35},
             "notes": "Average of the last 5 checkpoints.",
+            "picture": "outputs/en_de/attention.png",
         },
         {
             "name": "SST-2",
@@ -174,6 +175,15 @@ def test_a_recipe_without_results_says_not_run_yet(project):
     assert "| ROUGE-1 20.25; ROUGE-L 12.5 | 15.04 / 7.39 / 14.93 |" in table_rows(block)["AESLC"]
     assert "yes (rougeL 12.5 ≥ 10)" in table_rows(block)["AESLC"]
     assert "- ROUGE-1, ROUGE-L signature: `rouge-score|stem`" in block  # one signature, listed once
+
+
+def test_a_picture_is_shown_once_the_run_made_it(project):
+    run(project)
+    assert "attention.png" not in block_of(project / "README.md")  # no broken image before the run
+    (project / "outputs/en_de/attention.png").write_bytes(b"\x89PNG")
+    run(project)
+    details = block_of(project / "README.md").split("**SST-2**")[0]
+    assert details.endswith("![Multi30k en->de: the picture its run made](outputs/en_de/attention.png)\n\n")
 
 
 def test_only_the_block_between_the_markers_is_replaced(project):
@@ -290,4 +300,6 @@ def test_the_repository_recipes_name_files_that_exist():
             assert (REPO / script).is_file(), f"{recipe.name}: {script} does not exist"
         for config in re.findall(r"--config (\S+)", recipe.command):
             assert (REPO / config).is_file(), f"{recipe.name}: {config} does not exist"
-        assert recipe.results.endswith("evaluation_results.json") and recipe.results.startswith("outputs/")
+        # the numbers are kept in the repository (results/), the weights are not (outputs/ is git-ignored)
+        assert recipe.results.endswith("evaluation_results.json") and recipe.results.startswith("results/")
+        assert recipe.results in recipe.command and (recipe.training_summary or "") in recipe.command

@@ -240,8 +240,8 @@ def test_a_broken_file_is_reported_with_its_file_and_line(tmp_path):
 def test_experiment_configs_load_their_real_datasets(config, tmp_path, tokenizer, monkeypatch):
     monkeypatch.chdir(REPO)  # the configs name ../shared/data relative to the repository root
     data, model, training = parse_arguments(["--config", f"scripts/configs/{config}.yaml", "--max_train_examples", "40",
-                                             "--max_steps", "3"])
-    assert training.max_steps == 3  # the command line overrides the file
+                                             "--max_steps", "3", "--cooldown_steps", "0"])
+    assert training.max_steps == 3 and training.cooldown_steps == 0  # the command line overrides the file
     train_raw, validation_raw = load_raw_splits(data, tmp_path, seed=0)
     prepared = prepare_data(train_raw, validation_raw.select(range(20)), tokenizer, data)
     assert prepared.reports[0].rows == 40 and len(prepared.train) > 0
@@ -397,6 +397,33 @@ def test_the_defaults_are_the_papers_recipe():
         schedule.step()
     for step in (1, 2, 1000, 4000, 4001, 16000):
         assert rates[step] == pytest.approx(paper(step), rel=1e-9)
+
+
+def test_a_cooldown_anneals_the_last_updates_to_zero_and_leaves_the_rest_alone():
+    model = VaswaniForConditionalGeneration(tiny_config())
+    plain_optimizer, plain_schedule = build_optimizer_and_schedule(model, 1e-3, 10)
+    optimizer, schedule = build_optimizer_and_schedule(model, 1e-3, 10, max_steps=100, cooldown_steps=30)
+    plain, cooled = {}, {}
+    for step in range(1, 101):
+        plain[step], cooled[step] = plain_optimizer.param_groups[0]["lr"], optimizer.param_groups[0]["lr"]
+        for opt, sched in ((plain_optimizer, plain_schedule), (optimizer, schedule)):
+            opt.step()
+            sched.step()
+    assert all(cooled[step] == plain[step] for step in range(1, 71))  # warmup and decay untouched
+    assert cooled[71] == pytest.approx(plain[71] * 30 / 31)
+    assert cooled[100] == pytest.approx(plain[100] / 31) and cooled[100] > 0  # the last update still moves
+    assert all(cooled[step + 1] < cooled[step] for step in range(70, 100))
+    assert optimizer.param_groups[0]["lr"] == 0.0  # an update past max_steps would not move the weights
+
+    with pytest.raises(ValueError, match="A cooldown needs max_steps"):
+        build_optimizer_and_schedule(model, 1e-3, 10, cooldown_steps=30)
+    with pytest.raises(ValueError, match=r"--cooldown_steps must be between 0 and --max_steps \(100\), got 101"):
+        parse_arguments(["--max_steps", "100", "--warmup_steps", "10", "--cooldown_steps", "101"])
+    # a run shorter than its warmup is allowed, with or without a cooldown (the factors multiply)
+    parse_arguments(["--max_steps", "3", "--warmup_steps", "4000"])
+    parse_arguments(["--max_steps", "3", "--warmup_steps", "4000", "--cooldown_steps", "3"])
+    with pytest.raises(ValueError, match=r"--cooldown_steps must be between 0 .* got -1"):
+        parse_arguments(["--cooldown_steps", "-1"])
 
 
 def test_a_config_file_is_overridden_by_the_command_line(tmp_path):

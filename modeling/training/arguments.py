@@ -105,6 +105,11 @@ class TrainArguments:
                   "warmup_steps^-0.5."},
     )
     warmup_steps: int = field(default=4000, metadata={"help": "Linear warmup updates (the paper: 4,000)."})
+    cooldown_steps: int = field(
+        default=0,
+        metadata={"help": "Not in the paper: scale the learning rate linearly down to zero over the last N updates "
+                  "before max_steps (0: no cooldown, the paper's schedule to the end)."},
+    )
     adam_beta1: float = field(default=0.9)
     adam_beta2: float = field(default=0.98)
     adam_epsilon: float = field(default=1e-9)
@@ -177,6 +182,12 @@ def check_arguments(data: DataArguments, model: ModelArguments, train: TrainArgu
         )
     if train.cpu_threads is not None and train.cpu_threads < 1:
         raise ValueError(f"--cpu_threads must be at least 1, got {train.cpu_threads}.")
+    if not 0 <= train.cooldown_steps <= train.max_steps:
+        raise ValueError(
+            f"--cooldown_steps must be between 0 and --max_steps ({train.max_steps}), got {train.cooldown_steps}: "
+            "the cooldown is the last part of the run (a config's cooldown_steps may need lowering, or 0, together "
+            "with a shorter --max_steps)."
+        )
     if train.learning_rate is not None and train.learning_rate <= 0:
         raise ValueError(f"--learning_rate must be positive, got {train.learning_rate}.")
     if model.model_overrides is not None:

@@ -156,7 +156,7 @@ def set_up(data: DataArguments, model_args: ModelArguments, args: TrainArguments
     peak_learning_rate = args.learning_rate or paper_peak_learning_rate(model.config.d_model, args.warmup_steps)
     optimizer, schedule = build_optimizer_and_schedule(
         model, peak_learning_rate, args.warmup_steps, (args.adam_beta1, args.adam_beta2), args.adam_epsilon,
-        args.weight_decay,
+        args.weight_decay, max_steps=args.max_steps, cooldown_steps=args.cooldown_steps,
     )
     accumulation = max(1, round(args.tokens_per_update / (args.max_tokens_per_batch * accelerator.num_processes)))
     accelerator.gradient_accumulation_steps = accumulation
