@@ -228,6 +228,18 @@ def generation_function(model, setup: Setup, new_tokens: int, num_beams: int):
     return generate
 
 
+def cpu_name() -> str:
+    """The processor's model name from /proc/cpuinfo (platform.processor() is often empty on Linux)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "CPU"
+
+
 # --- the report ----------------------------------------------------------------------------------------------------
 
 
@@ -236,7 +248,7 @@ def run(args) -> dict:
     torch.set_num_threads(torch.get_num_threads())
     precisions = args.precisions or (["bf16"] if device == "cuda" else ["fp32", "bf16"])
     batch_size = args.batch_size or (128 if device == "cuda" else 32)
-    device_name = torch.cuda.get_device_name() if device == "cuda" else f"{platform.processor() or 'CPU'} ({torch.get_num_threads()} threads)"
+    device_name = torch.cuda.get_device_name() if device == "cuda" else f"{cpu_name()} ({torch.get_num_threads()} threads)"
     report = {"device": device_name, "torch": torch.__version__, "peak_flops": {}, "training": [], "generation": []}
     print(f"device: {device_name}; torch {torch.__version__}")
 
