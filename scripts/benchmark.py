@@ -173,13 +173,25 @@ def peak_memory_mb(model_name: str, setup: Setup, steps: int = 3) -> float:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def proc_field(path: str, name: str) -> str | None:
+    """The value of the `name: value` line of a /proc file (/proc/self/status, /proc/cpuinfo), or None."""
+    try:
+        with open(path) as lines:
+            for line in lines:
+                key, _, value = line.partition(":")
+                if key.strip() == name:
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
 def _resident_mb(field: str) -> float:
     """VmRSS (resident now) or VmHWM (its high-water mark) of this process, from /proc/self/status, in MiB."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024  # the kernel reports kB
-    raise RuntimeError(f"/proc/self/status has no {field} line")
+    value = proc_field("/proc/self/status", field)
+    if value is None:
+        raise RuntimeError(f"/proc/self/status has no {field} line")
+    return int(value.split()[0]) / 1024  # the kernel reports kB
 
 
 def _measure_memory(model_name: str, setup: Setup, steps: int) -> float:
@@ -230,14 +242,7 @@ def generation_function(model, setup: Setup, new_tokens: int, num_beams: int):
 
 def cpu_name() -> str:
     """The processor's model name from /proc/cpuinfo (platform.processor() is often empty on Linux)."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "CPU"
+    return proc_field("/proc/cpuinfo", "model name") or platform.processor() or "CPU"
 
 
 # --- the report ----------------------------------------------------------------------------------------------------

@@ -56,8 +56,7 @@ def build_optimizer_and_schedule(
 
     def factor(count: int) -> float:
         step = count + 1
-        shape = inverse_square_root_factor(step, warmup_steps)
-        return shape * cooldown_factor(step, max_steps, cooldown_steps) if cooldown_steps else shape
+        return inverse_square_root_factor(step, warmup_steps) * cooldown_factor(step, max_steps, cooldown_steps)
 
     schedule = LambdaLR(optimizer, factor)
     return optimizer, schedule
