@@ -1,0 +1,99 @@
+"""Self-supervised pretraining pairs for summarization: each document paired with its own lead sentence.
+
+    python scripts/make_pseudo_summaries.py --dataset ../shared/data/aeslc/train.jsonl --column document \
+        --output_dir outputs/aeslc_lead
+
+A small summarization set (AESLC: 14,436 e-mails, ~120,000 subject-line tokens) is too little signal for a model
+trained from scratch to learn to read its source: the decoder learns a language model of the targets and ignores the
+encoder (see the AESLC notes in scripts/configs/recipes.yaml). These pairs give it that signal from the documents
+alone, with no labels: the target is the document's first sentence of at least `--min_sentence_words` words (the
+"Lead" choice of PEGASUS's gap-sentence pretraining, Zhang et al. 2020), cut to `--max_target_words` words and left
+in the source, so the model learns to find that sentence and copy it. Train on them with `scripts/train.py`, then
+fine-tune on the real summaries with `scripts/finetune_seq2seq.py --model_name_or_path` (the AESLC recipe).
+
+Writes `train.jsonl` and `validation.jsonl` (the last `--validation_size` usable documents, held out) to
+`--output_dir`, each row `{"document": ..., "summary": ...}`. Documents without a sentence of
+`--min_sentence_words` words are left out, and counted.
+"""
+
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser
+
+from vaswani.data import load_split, require_columns
+
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+WORD = re.compile(r"\w+")
+
+
+@dataclass
+class PseudoSummaryArguments:
+    dataset: str = field(metadata={"help": "Local data file(s), comma-separated, or a Hub dataset name."})
+    output_dir: str = field(metadata={"help": "Folder for train.jsonl and validation.jsonl."})
+    column: str = field(default="document", metadata={"help": "The column holding the documents."})
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    split: str = field(default="train", metadata={"help": "Hub dataset split."})
+    min_sentence_words: int = field(default=4, metadata={"help": "Shorter sentences (greetings) are not chosen."})
+    max_target_words: int = field(default=20, metadata={"help": "The sentence is cut to N words."})
+    validation_size: int = field(default=500, metadata={"help": "Documents held out for validation."})
+
+
+def words(text: str) -> list[str]:
+    return WORD.findall(text)
+
+
+def lead_sentence(document: str, min_sentence_words: int = 4, max_target_words: int = 20) -> str | None:
+    """The first sentence (or line) of `document` with at least `min_sentence_words` words, cut to
+    `max_target_words` words; None if there is none. The minimum skips greetings ("Hi Phillip,")."""
+    for sentence in SENTENCE_END.split(document):
+        if sentence and len(words(sentence)) >= min_sentence_words:
+            return " ".join(sentence.split()[:max_target_words])
+    return None
+
+
+def main(argv: list[str] | None = None) -> dict[str, int]:
+    (args,) = HfArgumentParser(PseudoSummaryArguments).parse_args_into_dataclasses(args=argv)
+    for name in ("min_sentence_words", "max_target_words"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
+    if args.validation_size < 0:
+        raise ValueError(f"--validation_size must be 0 or more, got {args.validation_size}.")
+    dataset = load_split(args.dataset, args.split, args.dataset_config)
+    require_columns(dataset, [args.column], where=args.dataset)
+    pairs = []
+    for document in dataset[args.column]:
+        if not isinstance(document, str):
+            continue
+        summary = lead_sentence(document, args.min_sentence_words, args.max_target_words)
+        if summary is not None:
+            pairs.append({"document": document, "summary": summary})
+    if len(pairs) <= args.validation_size:
+        raise ValueError(
+            f"{args.dataset}: only {len(pairs)} of {len(dataset)} documents have a usable sentence, not more than "
+            f"--validation_size {args.validation_size}; lower it, or --min_sentence_words."
+        )
+    cut = len(pairs) - args.validation_size
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("train", pairs[:cut]), ("validation", pairs[cut:])):
+        with open(output_dir / f"{name}.jsonl", "w", encoding="utf-8") as file:
+            for row in rows:
+                file.write(json.dumps(row, ensure_ascii=False) + "\n")
+    counts = {"documents": len(dataset), "train": cut, "validation": len(pairs) - cut, "left_out": len(dataset) - len(pairs)}
+    print(
+        f"{counts['documents']} documents -> {counts['train']} training and {counts['validation']} validation pairs "
+        f"in {output_dir} ({counts['left_out']} without a usable sentence left out)."
+    )
+    return counts
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ValueError as error:
+        sys.exit(f"make_pseudo_summaries.py: error: {error}")

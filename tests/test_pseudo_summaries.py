@@ -1,0 +1,56 @@
+"""scripts/make_pseudo_summaries.py: each document paired with its first real sentence, a held-out validation part,
+and errors that name the argument."""
+
+import json
+
+import pytest
+
+from finetune_helpers import load_script, write_jsonl
+
+
+script = load_script("make_pseudo_summaries")
+
+EMAILS = [
+    "Hi Phillip,\nAttached is the Grande Communications Service Agreement. The business points are in Exhibit C.",
+    "Bob  Please review the draft contract by Friday!\nThanks,",
+    "Team,\n\nThe meeting moves to room 3267 on Tuesday at nine. Bring the numbers.",
+    "Ok.",  # no sentence of four words: left out
+]
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_lead_sentence_skips_greetings_and_cuts_to_length():
+    assert script.lead_sentence(EMAILS[0]) == "Attached is the Grande Communications Service Agreement."
+    assert script.lead_sentence(EMAILS[2], max_target_words=4) == "The meeting moves to"
+    # a greeting on the same line as the sentence stays: only line and sentence ends split
+    assert script.lead_sentence(EMAILS[1]) == "Bob Please review the draft contract by Friday!"
+    assert script.lead_sentence(EMAILS[3]) is None
+    assert script.lead_sentence(EMAILS[3], min_sentence_words=1) == "Ok."
+
+
+def test_writes_train_and_held_out_validation(tmp_path):
+    data = write_jsonl(tmp_path / "emails.jsonl", [{"document": text, "summary": "unused"} for text in EMAILS])
+    counts = script.main(["--dataset", str(data), "--output_dir", str(tmp_path / "out"), "--validation_size", "1"])
+    assert counts == {"documents": 4, "train": 2, "validation": 1, "left_out": 1}
+    train, validation = read_jsonl(tmp_path / "out" / "train.jsonl"), read_jsonl(tmp_path / "out" / "validation.jsonl")
+    assert [row["document"] for row in train + validation] == EMAILS[:3]
+    assert validation[0]["summary"] == "The meeting moves to room 3267 on Tuesday at nine."
+    assert all(row["summary"] in row["document"].replace("  ", " ") for row in train)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--validation_size", "3"], "only 3 of 4 documents have a usable sentence"),
+        (["--validation_size", "-1"], "--validation_size must be 0 or more"),
+        (["--max_target_words", "0"], "--max_target_words must be at least 1"),
+        (["--column", "body"], "body"),
+    ],
+)
+def test_bad_arguments_name_the_argument(tmp_path, extra, message):
+    data = write_jsonl(tmp_path / "emails.jsonl", [{"document": text} for text in EMAILS])
+    with pytest.raises(ValueError, match=message):
+        script.main(["--dataset", str(data), "--output_dir", str(tmp_path / "out"), *extra])
