@@ -1,7 +1,7 @@
 """Self-supervised pretraining pairs for summarization: each document paired with its own lead sentence.
 
     python scripts/make_pseudo_summaries.py --dataset ../shared/data/aeslc/train.jsonl --column document \
-        --output_dir outputs/aeslc_lead
+        --output_dir outputs/aeslc_lead_data
 
 A small summarization set (AESLC: 14,436 e-mails, ~120,000 subject-line tokens) is too little signal for a model
 trained from scratch to learn to read its source: the decoder learns a language model of the targets and ignores the
@@ -13,7 +13,11 @@ fine-tune on the real summaries with `scripts/finetune_seq2seq.py --model_name_o
 
 Writes `train.jsonl` and `validation.jsonl` (the last `--validation_size` usable documents, held out) to
 `--output_dir`, each row `{"document": ..., "summary": ...}`. Documents without a sentence of
-`--min_sentence_words` words are left out, and counted.
+`--min_sentence_words` words are left out, and counted. With `--reference_column summary` it also scores the lead
+sentences against the real summaries with ROUGE, as `scripts/evaluate_model.py` scores a model (the lead baseline):
+
+    python scripts/make_pseudo_summaries.py --dataset ../shared/data/aeslc/validation.jsonl --validation_size 0 \
+        --reference_column summary --output_dir outputs/aeslc_lead_baseline
 """
 
 import json
@@ -25,6 +29,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from vaswani.data import load_split, require_columns
+from vaswani.metrics import load_metric
 
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -41,22 +46,21 @@ class PseudoSummaryArguments:
     min_sentence_words: int = field(default=4, metadata={"help": "Shorter sentences (greetings) are not chosen."})
     max_target_words: int = field(default=20, metadata={"help": "The sentence is cut to N words."})
     validation_size: int = field(default=500, metadata={"help": "Documents held out for validation."})
-
-
-def words(text: str) -> list[str]:
-    return WORD.findall(text)
+    reference_column: str | None = field(
+        default=None, metadata={"help": "Also score the lead sentences against this column (ROUGE) and print it."}
+    )
 
 
 def lead_sentence(document: str, min_sentence_words: int = 4, max_target_words: int = 20) -> str | None:
     """The first sentence (or line) of `document` with at least `min_sentence_words` words, cut to
     `max_target_words` words; None if there is none. The minimum skips greetings ("Hi Phillip,")."""
     for sentence in SENTENCE_END.split(document):
-        if sentence and len(words(sentence)) >= min_sentence_words:
+        if sentence and len(WORD.findall(sentence)) >= min_sentence_words:
             return " ".join(sentence.split()[:max_target_words])
     return None
 
 
-def main(argv: list[str] | None = None) -> dict[str, int]:
+def main(argv: list[str] | None = None) -> dict[str, int | float]:
     (args,) = HfArgumentParser(PseudoSummaryArguments).parse_args_into_dataclasses(args=argv)
     for name in ("min_sentence_words", "max_target_words"):
         if getattr(args, name) < 1:
@@ -64,12 +68,14 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
     if args.validation_size < 0:
         raise ValueError(f"--validation_size must be 0 or more, got {args.validation_size}.")
     dataset = load_split(args.dataset, args.split, args.dataset_config)
-    require_columns(dataset, [args.column], where=args.dataset)
-    pairs = []
+    columns = [args.column] + ([args.reference_column] if args.reference_column else [])
+    require_columns(dataset, columns, where=args.dataset)
+    pairs, leads = [], []
     for document in dataset[args.column]:
-        if not isinstance(document, str):
-            continue
-        summary = lead_sentence(document, args.min_sentence_words, args.max_target_words)
+        summary = None
+        if isinstance(document, str):
+            summary = lead_sentence(document, args.min_sentence_words, args.max_target_words)
+        leads.append(summary or "")
         if summary is not None:
             pairs.append({"document": document, "summary": summary})
     if len(pairs) <= args.validation_size:
@@ -84,11 +90,19 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
         with open(output_dir / f"{name}.jsonl", "w", encoding="utf-8") as file:
             for row in rows:
                 file.write(json.dumps(row, ensure_ascii=False) + "\n")
-    counts = {"documents": len(dataset), "train": cut, "validation": len(pairs) - cut, "left_out": len(dataset) - len(pairs)}
+    counts = {
+        "documents": len(dataset), "train": cut, "validation": len(pairs) - cut, "left_out": len(dataset) - len(pairs)
+    }
     print(
         f"{counts['documents']} documents -> {counts['train']} training and {counts['validation']} validation pairs "
         f"in {output_dir} ({counts['left_out']} without a usable sentence left out)."
     )
+    if args.reference_column:
+        # every document counts: one without a lead sentence scores an empty prediction
+        rouge = load_metric("rouge").compute(predictions=leads, references=dataset[args.reference_column])
+        counts.update({name: round(value, 2) for name, value in rouge.items()})
+        scores = ", ".join(f"{name} {value:.2f}" for name, value in rouge.items())
+        print(f"lead baseline against {args.reference_column}: {scores}")
     return counts
 
 

@@ -48,9 +48,28 @@ def test_writes_train_and_held_out_validation(tmp_path):
         (["--validation_size", "-1"], "--validation_size must be 0 or more"),
         (["--max_target_words", "0"], "--max_target_words must be at least 1"),
         (["--column", "body"], "body"),
+        (["--reference_column", "subject"], "subject"),
     ],
 )
 def test_bad_arguments_name_the_argument(tmp_path, extra, message):
     data = write_jsonl(tmp_path / "emails.jsonl", [{"document": text} for text in EMAILS])
     with pytest.raises(ValueError, match=message):
         script.main(["--dataset", str(data), "--output_dir", str(tmp_path / "out"), *extra])
+
+
+def test_reference_column_scores_the_lead_baseline(tmp_path):
+    # the first e-mail's lead is its summary word for word, the second shares nothing with its summary, the third
+    # has no lead (an empty prediction): ROUGE-1 averages 100, 0 and 0
+    rows = [
+        {"document": "Hi,\nThe budget review moves to Friday.", "summary": "The budget review moves to Friday."},
+        {"document": "Please send the signed contract today.", "summary": "Lunch plans"},
+        {"document": "Ok.", "summary": "Hello"},
+    ]
+    data = write_jsonl(tmp_path / "emails.jsonl", rows)
+    counts = script.main(
+        ["--dataset", str(data), "--output_dir", str(tmp_path / "out"), "--validation_size", "0",
+         "--reference_column", "summary"]
+    )
+    assert counts["rouge1"] == pytest.approx(100 / 3, abs=0.01)
+    assert counts["rougeL"] == pytest.approx(100 / 3, abs=0.01)
+    assert counts["left_out"] == 1
