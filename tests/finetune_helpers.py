@@ -44,6 +44,10 @@ def write_jsonl(path: Path, rows) -> Path:
     return path
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
 def language_rows(english=0, german=1):
     """English sentences labelled `english`, German ones `german`: a task a tiny model learns in a few steps."""
     return [row for en, de in PAIRS for row in ({"text": en, "label": english}, {"text": de, "label": german})]

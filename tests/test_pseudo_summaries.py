@@ -1,11 +1,9 @@
 """scripts/make_pseudo_summaries.py: each document paired with its first real sentence, a held-out validation part,
 and errors that name the argument."""
 
-import json
-
 import pytest
 
-from finetune_helpers import load_script, write_jsonl
+from finetune_helpers import load_script, read_jsonl, write_jsonl
 
 
 script = load_script("make_pseudo_summaries")
@@ -16,10 +14,6 @@ EMAILS = [
     "Team,\n\nThe meeting moves to room 3267 on Tuesday at nine. Bring the numbers.",
     "Ok.",  # no sentence of four words: left out
 ]
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def test_lead_sentence_skips_greetings_and_cuts_to_length():
