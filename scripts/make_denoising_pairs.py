@@ -19,6 +19,7 @@ fewer than `--min_words` words are dropped, and repeated pieces kept once. Write
 """
 
 import json
+import math
 import random
 import sys
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ def pieces(text: str, min_words: int, max_words: int) -> list[str]:
 
 def poisson(rng: random.Random, mean: float) -> int:
     """A Poisson draw (Knuth's method; the means used here are small)."""
-    limit, count, product = pow(2.718281828459045, -mean), 0, rng.random()
+    limit, count, product = math.exp(-mean), 0, rng.random()
     while product > limit:
         count += 1
         product *= rng.random()
