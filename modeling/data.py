@@ -1,4 +1,5 @@
-"""Loading text datasets for the scripts: local JSON Lines / JSON / CSV files, or a Hub dataset by name.
+"""Loading text datasets for the scripts (local JSON Lines / JSON / CSV files, or a Hub dataset by name), and writing
+the JSON Lines training and validation files of the scripts that make self-supervised pairs.
 
 Errors name what is wrong: the file and line of a broken record, the missing column and the columns there are.
 """
@@ -106,3 +107,16 @@ def _strings(value) -> Iterable[str]:
     elif isinstance(value, (list, tuple)):
         for inner in value:
             yield from _strings(inner)
+
+
+def write_train_validation(rows: Sequence[dict], output_dir: str | Path, validation_size: int) -> int:
+    """Write `rows` as JSON Lines to `output_dir`/train.jsonl and validation.jsonl, the last `validation_size` rows
+    held out for validation; returns the number of training rows."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    cut = len(rows) - validation_size
+    for name, part in (("train", rows[:cut]), ("validation", rows[cut:])):
+        with open(output_dir / f"{name}.jsonl", "w", encoding="utf-8") as file:
+            for row in part:
+                file.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return cut

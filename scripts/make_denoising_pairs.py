@@ -18,16 +18,14 @@ fewer than `--min_words` words are dropped, and repeated pieces kept once. Write
 `{"noisy": ..., "text": ...}`.
 """
 
-import json
 import math
 import random
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from vaswani.data import load_split, require_columns
+from vaswani.data import load_split, require_columns, write_train_validation
 
 
 @dataclass
@@ -118,16 +116,10 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
     rng = random.Random(args.seed)
     rng.shuffle(texts)
     pairs = [{"noisy": delete_spans(text, rng, args.deletion_rate, args.mean_span), "text": text} for text in texts]
-    output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    cut = len(pairs) - args.validation_size
-    for name, rows in (("train", pairs[:cut]), ("validation", pairs[cut:])):
-        with open(output_dir / f"{name}.jsonl", "w", encoding="utf-8") as file:
-            for row in rows:
-                file.write(json.dumps(row, ensure_ascii=False) + "\n")
+    cut = write_train_validation(pairs, args.output_dir, args.validation_size)
     read = ", ".join(f"{count} from {spec}" for spec, count in counts.items())
     print(f"{sum(counts.values())} pieces ({read}), {len(texts)} distinct -> {cut} training and "
-          f"{len(pairs) - cut} validation pairs in {output_dir}.")
+          f"{len(pairs) - cut} validation pairs in {args.output_dir}.")
     return {"pieces": sum(counts.values()), "distinct": len(texts), "train": cut, "validation": len(pairs) - cut}
 
 

@@ -20,15 +20,13 @@ sentences against the real summaries with ROUGE, as `scripts/evaluate_model.py` 
         --reference_column summary --output_dir outputs/aeslc_lead_baseline
 """
 
-import json
 import re
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from vaswani.data import load_split, require_columns
+from vaswani.data import load_split, require_columns, write_train_validation
 from vaswani.metrics import load_metric
 
 
@@ -83,19 +81,13 @@ def main(argv: list[str] | None = None) -> dict[str, int | float]:
             f"{args.dataset}: only {len(pairs)} of {len(dataset)} documents have a usable sentence, not more than "
             f"--validation_size {args.validation_size}; lower it, or --min_sentence_words."
         )
-    cut = len(pairs) - args.validation_size
-    output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("train", pairs[:cut]), ("validation", pairs[cut:])):
-        with open(output_dir / f"{name}.jsonl", "w", encoding="utf-8") as file:
-            for row in rows:
-                file.write(json.dumps(row, ensure_ascii=False) + "\n")
+    cut = write_train_validation(pairs, args.output_dir, args.validation_size)
     counts = {
         "documents": len(dataset), "train": cut, "validation": len(pairs) - cut, "left_out": len(dataset) - len(pairs)
     }
     print(
         f"{counts['documents']} documents -> {counts['train']} training and {counts['validation']} validation pairs "
-        f"in {output_dir} ({counts['left_out']} without a usable sentence left out)."
+        f"in {args.output_dir} ({counts['left_out']} without a usable sentence left out)."
     )
     if args.reference_column:
         # every document counts: one without a lead sentence scores an empty prediction
