@@ -9,7 +9,12 @@ load hits both alike), on the same random batch:
     tokens/s, model FLOPs utilization (analytic FLOPs / time / the matmul peak measured in the same run), and peak
     memory (measured in a fresh subprocess per model, since a process' high-water mark never goes down on CPU);
   * generation: greedy and beam-4 decoding of a batch of inputs, forced to the same number of new tokens for both
-    models -> generated tokens/s.
+    models -> generated tokens/s;
+  * with --profile, where each model's time goes: the share of a step's (a generate call's) time spent in matrix
+    products and in attention kernels (torch.profiler, self time of each operator), the rest being other operators
+    and Python. Both models call the same matrix products and attention kernels, so Marian's share in them bounds the
+    ratio: however cheap everything else became, this model could be at most 1 / that share times faster than
+    Marian ("speedup_ceiling").
 Runs on CPU by default and on the GPU when one is present (bf16 there, with a larger batch).
 """
 
@@ -240,6 +245,65 @@ def generation_function(model, setup: Setup, new_tokens: int, num_beams: int):
     return generate
 
 
+# --- where the time goes ---------------------------------------------------------------------------------------------
+
+# Operators (forward and backward) by the kind of work they do; the name of a backward kernel contains its forward's.
+MATRIX_PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
+ATTENTION_KERNELS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
+
+
+def kernel_group(operator: str) -> str:
+    """'matrix products', 'attention kernels' or 'other' for an operator name as torch.profiler reports it."""
+    if operator in MATRIX_PRODUCTS:
+        return "matrix products"
+    if any(part in operator for part in ATTENTION_KERNELS):
+        return "attention kernels"
+    return "other"
+
+
+def kernel_shares(function, setup: Setup, calls: int = 1) -> dict[str, float]:
+    """Share of `function`'s time spent in matrix products and in attention kernels: the self time of every operator
+    (device time on a GPU), summed by group, over the wall time of the same profiled calls. Self times do not count
+    nested operators twice. The profiler's own cost lands in the wall time, never in a kernel: it can only make the
+    shares smaller, and the ceiling computed from them larger."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = setup.device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    function()  # outside the profile: first-call work (allocations, autotuning) is not what a step costs
+    with profile(activities=activities) as profiler:
+        synchronize(setup)
+        start = time.perf_counter()
+        for _ in range(calls):
+            function()
+        synchronize(setup)
+        wall = time.perf_counter() - start
+    totals = {"matrix products": 0.0, "attention kernels": 0.0}
+    for event in profiler.key_averages():
+        group = kernel_group(event.key)
+        if group in totals:
+            totals[group] += (event.self_device_time_total if on_gpu else event.self_cpu_time_total) / 1e6
+    return {group: seconds / wall for group, seconds in totals.items()}
+
+
+def profile_row(row: dict, functions: dict, setup: Setup) -> None:
+    """Add to a result row each model's share of its time in matrix products and attention kernels (the rest is
+    every other operator and the Python around them), and the ceiling the shared kernels put on the ratio: 1 over
+    Marian's share in them."""
+    for name, function in functions.items():
+        shares = kernel_shares(function, setup)
+        for group, share in shares.items():
+            row[f"{name}_share_{group.replace(' ', '_')}"] = share
+        row[f"{name}_share_other"] = 1 - sum(shares.values())
+    row["speedup_ceiling"] = 1 / (row["marian_share_matrix_products"] + row["marian_share_attention_kernels"])
+    print(
+        f"    where the time goes (this model / Marian): matrix products {row['vaswani_share_matrix_products']:.0%} / "
+        f"{row['marian_share_matrix_products']:.0%}, attention kernels {row['vaswani_share_attention_kernels']:.0%} / "
+        f"{row['marian_share_attention_kernels']:.0%}, the rest {row['vaswani_share_other']:.0%} / "
+        f"{row['marian_share_other']:.0%} -> with the same kernels the ratio is at most x{row['speedup_ceiling']:.2f}"
+    )
+
+
 def cpu_name() -> str:
     """The processor's model name from /proc/cpuinfo (platform.processor() is often empty on Linux)."""
     return proc_field("/proc/cpuinfo", "model name") or platform.processor() or "CPU"
@@ -273,10 +337,8 @@ def run(args) -> dict:
             setup = Setup(preset, precision, batch_size, args.source_length, args.target_length, args.vocab_size, device)
             torch.manual_seed(0)
             ours, marian = vaswani_model(setup), marian_model(setup)
-            seconds = alternate(
-                {"vaswani": training_step_function(ours, setup), "marian": training_step_function(marian, setup)},
-                args.rounds, args.steps, args.warmup, setup,
-            )
+            steps = {"vaswani": training_step_function(ours, setup), "marian": training_step_function(marian, setup)}
+            seconds = alternate(steps, args.rounds, args.steps, args.warmup, setup)
             flops = training_flops(ours.config, setup)
             row = {"preset": preset, "precision": precision, "batch": f"{batch_size}x{args.source_length}+{args.target_length}",
                    "parameters_m": round(ours.num_parameters() / 1e6, 1)}
@@ -293,19 +355,19 @@ def run(args) -> dict:
                 f"(MFU {row['vaswani_mfu']:.0%}) | marian {row['marian_target_tokens_per_s']:8.0f} "
                 f"(MFU {row['marian_mfu']:.0%}) | x{row['speedup']:.2f}"
             )
-            del ours, marian
+            if args.profile:
+                profile_row(row, steps, setup)
+            del ours, marian, steps
 
             if preset in args.generation_presets:
                 torch.manual_seed(0)
                 ours, marian = vaswani_model(setup), marian_model(setup)
                 for beams in (1, 4):
-                    seconds = alternate(
-                        {
-                            "vaswani": generation_function(ours, setup, args.new_tokens, beams),
-                            "marian": generation_function(marian, setup, args.new_tokens, beams),
-                        },
-                        args.rounds, 1, 1, setup,
-                    )
+                    calls = {
+                        "vaswani": generation_function(ours, setup, args.new_tokens, beams),
+                        "marian": generation_function(marian, setup, args.new_tokens, beams),
+                    }
+                    seconds = alternate(calls, args.rounds, 1, 1, setup)
                     row = {"preset": preset, "precision": precision, "num_beams": beams, "batch": batch_size,
                            "new_tokens": args.new_tokens}
                     for name, value in seconds.items():
@@ -316,6 +378,8 @@ def run(args) -> dict:
                         f"generate {preset:5s} {precision} beams={beams}: vaswani {row['vaswani_tokens_per_s']:7.0f} "
                         f"tok/s | marian {row['marian_tokens_per_s']:7.0f} | x{row['speedup']:.2f}"
                     )
+                    if args.profile:
+                        profile_row(row, calls, setup)
                 del ours, marian
     return report
 
@@ -336,6 +400,11 @@ def main(argv=None):
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory subprocesses")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is present")
     parser.add_argument("--force-bf16", action="store_true", help="time bf16 even where its matmuls are slower than fp32")
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="also profile one step (one generate call) of each model: the share of matrix products, attention "
+        "kernels and the rest, and the ceiling on the ratio that the shared kernels allow",
+    )
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     report = run(args)

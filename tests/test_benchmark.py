@@ -36,7 +36,7 @@ def test_the_benchmark_runs_and_reports(tmp_path):
     out = tmp_path / "bench.json"
     benchmark.main(
         ["--presets", "tiny", "--generation-presets", "tiny", "--rounds", "1", "--steps", "1", "--warmup", "0",
-         "--batch-size", "4", "--vocab-size", "500", "--new-tokens", "3", "--json", str(out)]
+         "--batch-size", "4", "--vocab-size", "500", "--new-tokens", "3", "--profile", "--json", str(out)]
     )
     report = json.loads(out.read_text())
     assert report["peak_flops"]["fp32"] > 0
@@ -50,8 +50,36 @@ def test_the_benchmark_runs_and_reports(tmp_path):
         for name in ("vaswani", "marian"):
             assert row[f"{name}_peak_memory_mb"] > 2 * weights_mb
     assert {row["num_beams"] for row in report["generation"]} == {1, 4}
+    for row in rows + report["generation"]:
+        for name in ("vaswani", "marian"):
+            # every step of both models multiplies matrices; the shares are of the profiled calls' own time
+            assert 0 < row[f"{name}_share_matrix_products"] < 1
+            assert 0 <= row[f"{name}_share_attention_kernels"] < 1
+            shared = row[f"{name}_share_matrix_products"] + row[f"{name}_share_attention_kernels"]
+            assert abs(row[f"{name}_share_other"] - (1 - shared)) < 1e-9
+        marian_shared = row["marian_share_matrix_products"] + row["marian_share_attention_kernels"]
+        assert abs(row["speedup_ceiling"] - 1 / marian_shared) < 1e-6 and row["speedup_ceiling"] > 1
     if "bf16" not in {row["precision"] for row in rows}:
         assert "bf16" in report["skipped"]  # said, not silently dropped
+
+
+def test_kernel_groups_name_forward_and_backward_kernels():
+    assert benchmark.kernel_group("aten::addmm") == benchmark.kernel_group("aten::bmm") == "matrix products"
+    for name in ("aten::_scaled_dot_product_flash_attention_for_cpu",
+                 "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+                 "aten::_scaled_dot_product_efficient_attention_backward", "aten::_flash_attention_forward"):
+        assert benchmark.kernel_group(name) == "attention kernels", name
+    # composites whose time is their children's, and everything else
+    for name in ("aten::linear", "aten::matmul", "aten::softmax", "aten::copy_", "Optimizer.step#Adam.step"):
+        assert benchmark.kernel_group(name) == "other", name
+
+
+def test_kernel_shares_find_the_matrix_products_of_a_training_step():
+    setup = benchmark.Setup("tiny", "fp32", 2, 8, 8, 500, "cpu")
+    step = benchmark.training_step_function(benchmark.vaswani_model(setup), setup)
+    shares = benchmark.kernel_shares(step, setup, calls=2)
+    assert shares["matrix products"] > 0 and shares["attention kernels"] > 0
+    assert shares["matrix products"] + shares["attention kernels"] < 1  # of the same calls' wall time
 
 
 def test_peak_memory_counts_gradients_and_optimizer_state():
