@@ -9,7 +9,8 @@ or name the checkpoints (`checkpoints/step-*` folders of scripts/train.py, or an
         --output_dir RUN/averaged
 
 The result is saved with `save_pretrained`, with the tokenizer of the newest checkpoint, and loads like any model
-of this project (Auto classes, pipelines).
+of this project (Auto classes, pipelines). `checkpoint_averaging.json` beside it names the checkpoints averaged;
+`scripts/evaluate_model.py` states them in the conventions of the model's scores.
 """
 
 import sys
@@ -20,7 +21,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
 import vaswani  # noqa: F401  (registers the Vaswani classes with the Auto classes)
-from vaswani.training.checkpoints import list_checkpoints
+from vaswani.training.checkpoints import list_checkpoints, write_averaging_record
 
 
 @dataclass
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> Path:
     output_dir = Path(args.output_dir)
     model.save_pretrained(output_dir)
     AutoTokenizer.from_pretrained(folders[-1]).save_pretrained(output_dir)
+    write_averaging_record(output_dir, folders)
     print(f"Averaged {len(folders)} checkpoints ({', '.join(str(f) for f in folders)}) into {output_dir}")
     return output_dir
 

@@ -47,6 +47,7 @@ from vaswani.evaluation import (
 from vaswani.finetuning import load_checked_split
 from vaswani.head_loading import require_trained_head
 from vaswani.label_sets import LabelSet
+from vaswani.training.checkpoints import weights_provenance
 
 
 RESULTS_FILE = "evaluation_results.json"
@@ -149,13 +150,13 @@ def evaluate(args: EvaluationArguments, model, tokenizer, dataset, columns: dict
             conventions = (
                 f"sacreBLEU on detokenized output against the raw references (signature given); BLEU (tokenized, "
                 f"lowercased) after lowercasing and Moses normalization + tokenization ({target_lang}), as papers "
-                f"report it. {beams}; the checkpoint as given (no checkpoint averaging by this script)."
+                f"report it. {beams}; weights: {weights_provenance(args.model)}."
             )
         else:
             metrics = score_summarization(pipe, sources, references, args.batch_size, **decoding)
             conventions = (
                 f"ROUGE F-measures (0-100) from rouge-score with Porter stemming, averaged over examples; {beams}; "
-                "the checkpoint as given."
+                f"weights: {weights_provenance(args.model)}."
             )
         return metrics, decoding, conventions
 

@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from transformers import pipeline as transformers_pipeline
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
 from vaswani.metrics import load_metric
 from vaswani.pipelines import pipeline
+from vaswani.training.checkpoints import write_averaging_record
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -78,6 +80,18 @@ def test_translation_results_come_from_the_pipeline_with_the_given_decoding(seq2
     assert (bleu["type"], bleu["name"], bleu["value"]) == ("bleu", "BLEU (tokenized, lowercased)", 100.0)
     assert "moses-tok:de" in bleu["signature"]
     assert "beam 2" in results["conventions"]
+    assert "weights: the checkpoint as given (no checkpoint averaging recorded in it)" in results["conventions"]
+
+
+def test_the_conventions_name_the_checkpoints_an_averaged_model_was_made_of(seq2seq, tmp_path):
+    averaged = tmp_path / "averaged"
+    shutil.copytree(seq2seq, averaged)
+    write_averaging_record(averaged, [tmp_path / "run" / "checkpoints" / f"step-0000{s}00" / "model" for s in (98, 99)])
+    data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:2]])
+    results = evaluate_model.main(["--model", str(averaged), "--task", "translation", "--dataset", str(data),
+                                   "--output_file", str(tmp_path / "results.json"), *DECODING])
+    assert results["conventions"].endswith(
+        "weights: the mean of 2 checkpoints (updates 9,800, 9,900; scripts/average_checkpoints.py).")
 
 
 def test_summarization_results_are_rouge_of_the_pipeline_outputs(seq2seq, tmp_path):

@@ -492,6 +492,12 @@ def test_average_checkpoints_is_the_mean_and_loads(finished_run, tmp_path):
     for name in six:
         torch.testing.assert_close(weights[name], (six[name] + eight[name]) / 2)
     assert not torch.equal(six["model.shared.weight"], eight["model.shared.weight"])
+    # the averaged model says what it is, for the conventions beside its scores
+    record = json.loads((averaged / checkpoints_module.AVERAGING_RECORD).read_text())
+    assert record["steps"] == [6, 8]
+    assert checkpoints_module.weights_provenance(str(averaged)) == (
+        "the mean of 2 checkpoints (updates 6, 8; scripts/average_checkpoints.py)")
+    assert "no checkpoint averaging" in checkpoints_module.weights_provenance(str(output_dir / "last"))
     with pytest.raises(ValueError, match="either --run_dir"):
         average_checkpoints.main(["--output_dir", str(tmp_path / "x")])
 

@@ -8,8 +8,12 @@ generators, and the training progress: update count, data position, best score),
 Every folder is written under a temporary name, flushed to disk, and only then renamed to its final name: a rename
 within one file system is atomic, so a folder named `step-*` is always complete, whatever happened during the save.
 Published models (`best/`, `last/`) are swapped in the same way. Only the last `keep` checkpoints are kept.
+
+An averaged model carries `checkpoint_averaging.json`, naming the checkpoints it was made of, so that the evaluation
+conventions beside its scores can state the averaging (`weights_provenance`).
 """
 
+import json
 import logging
 import os
 import re
@@ -48,6 +52,40 @@ def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
         return []
     found = [(int(match.group(1)), path) for path in root.iterdir() if (match := CHECKPOINT_NAME.match(path.name))]
     return sorted(found)
+
+
+AVERAGING_RECORD = "checkpoint_averaging.json"
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """The update count of a checkpoint folder (`step-00009000/`, or its `model/`), None for other folders."""
+    for name in (folder.name, folder.parent.name):
+        if match := CHECKPOINT_NAME.match(name):
+            return int(match.group(1))
+    return None
+
+
+def write_averaging_record(output_dir: Path, folders: list[Path]) -> None:
+    """Beside a model that `scripts/average_checkpoints.py` averaged: which checkpoints went into it, so that the
+    conventions written next to its scores can say so."""
+    record = {"checkpoints": [str(folder) for folder in folders], "steps": [checkpoint_step(f) for f in folders]}
+    (output_dir / AVERAGING_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def weights_provenance(model: str) -> str:
+    """In words, for the conventions beside a model's scores: the average of which checkpoints, when the model folder
+    holds the record of `scripts/average_checkpoints.py`, else the checkpoint as given."""
+    record_file = Path(model) / AVERAGING_RECORD
+    if not record_file.is_file():
+        return "the checkpoint as given (no checkpoint averaging recorded in it)"
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    steps = record.get("steps") or []
+    if steps and all(step is not None for step in steps):
+        which = "updates " + ", ".join(f"{step:,}" for step in steps)
+    else:
+        which = ", ".join(Path(folder).name if Path(folder).name != "model" else Path(folder).parent.name
+                          for folder in record["checkpoints"])
+    return f"the mean of {len(record['checkpoints'])} checkpoints ({which}; scripts/average_checkpoints.py)"
 
 
 def latest_checkpoint(root: Path) -> Path | None:
