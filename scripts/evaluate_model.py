@@ -144,19 +144,20 @@ def evaluate(args: EvaluationArguments, model, tokenizer, dataset, columns: dict
         pipe = vaswani_pipelines.pipeline(args.task, model=model, tokenizer=tokenizer)
         sources, references = dataset[columns["source"]], dataset[columns["target"]]
         beams = f"beam {args.num_beams}, length penalty {args.length_penalty}, at most {max_new_tokens} new tokens"
+        weights = weights_provenance(args.model)
         if args.task == "translation":
             target_lang = args.target_lang or getattr(config, "target_lang", None) or "en"
             metrics = score_translation(pipe, sources, references, args.batch_size, target_lang, **decoding)
             conventions = (
                 f"sacreBLEU on detokenized output against the raw references (signature given); BLEU (tokenized, "
                 f"lowercased) after lowercasing and Moses normalization + tokenization ({target_lang}), as papers "
-                f"report it. {beams}; weights: {weights_provenance(args.model)}."
+                f"report it. {beams}; weights: {weights}."
             )
         else:
             metrics = score_summarization(pipe, sources, references, args.batch_size, **decoding)
             conventions = (
                 f"ROUGE F-measures (0-100) from rouge-score with Porter stemming, averaged over examples; {beams}; "
-                f"weights: {weights_provenance(args.model)}."
+                f"weights: {weights}."
             )
         return metrics, decoding, conventions
 

@@ -502,6 +502,13 @@ def test_average_checkpoints_is_the_mean_and_loads(finished_run, tmp_path):
         average_checkpoints.main(["--output_dir", str(tmp_path / "x")])
 
 
+def test_an_average_of_folders_that_are_not_checkpoints_names_them(tmp_path):
+    folders = [tmp_path / "run_a" / "best", tmp_path / "run_b" / "best"]
+    checkpoints_module.write_averaging_record(tmp_path, folders)
+    assert checkpoints_module.weights_provenance(str(tmp_path)) == (
+        f"the mean of 2 checkpoints ({folders[0]}, {folders[1]}; scripts/average_checkpoints.py)")
+
+
 def test_a_run_refuses_a_folder_that_holds_another_run(finished_run):
     output_dir, _ = finished_run
     with pytest.raises(TrainingError, match=r"already holds a run .*--resume.*--overwrite_output_dir"):

@@ -29,6 +29,7 @@ from .errors import CheckpointError
 CHECKPOINT_NAME = re.compile(r"^step-(\d+)$")
 TEMPORARY_PREFIX = ".tmp-"
 RETIRED_PREFIX = ".old-"
+AVERAGING_RECORD = "checkpoint_averaging.json"
 
 
 class _TiedWeightsNotice(logging.Filter):
@@ -54,9 +55,6 @@ def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-AVERAGING_RECORD = "checkpoint_averaging.json"
-
-
 def checkpoint_step(folder: Path) -> int | None:
     """The update count of a checkpoint folder (`step-00009000/`, or its `model/`), None for other folders."""
     for name in (folder.name, folder.parent.name):
@@ -79,12 +77,10 @@ def weights_provenance(model: str) -> str:
     if not record_file.is_file():
         return "the checkpoint as given (no checkpoint averaging recorded in it)"
     record = json.loads(record_file.read_text(encoding="utf-8"))
-    steps = record.get("steps") or []
-    if steps and all(step is not None for step in steps):
-        which = "updates " + ", ".join(f"{step:,}" for step in steps)
+    if None in record["steps"]:  # folders that are not checkpoints of scripts/train.py: named as given
+        which = ", ".join(record["checkpoints"])
     else:
-        which = ", ".join(Path(folder).name if Path(folder).name != "model" else Path(folder).parent.name
-                          for folder in record["checkpoints"])
+        which = "updates " + ", ".join(f"{step:,}" for step in record["steps"])
     return f"the mean of {len(record['checkpoints'])} checkpoints ({which}; scripts/average_checkpoints.py)"
 
 
