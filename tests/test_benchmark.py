@@ -88,3 +88,24 @@ def test_peak_memory_counts_gradients_and_optimizer_state():
     setup = benchmark.Setup("small", "fp32", 4, 8, 8, 500, "cpu")
     weights_mb = benchmark.vaswani_model(setup).num_parameters() * 4 / 2**20
     assert benchmark.peak_memory_mb("vaswani", setup, steps=2) > 2.5 * weights_mb  # gradients + 2 Adam moments: 3x
+
+
+def test_matmul_peak_times_several_products_between_two_synchronizations(monkeypatch):
+    # on a GPU, a synchronization around every product timed the launch, not the GPU (an H100 read at a tenth of its
+    # peak): a round is `per_round` products and two synchronizations, whatever the device
+    synchronizations = []
+    monkeypatch.setattr(benchmark, "synchronize", synchronizations.append)
+    products = {"count": 0}
+    real_matmul = torch.Tensor.__matmul__
+
+    def counting_matmul(a, b):
+        products["count"] += 1
+        return real_matmul(a, b)
+
+    monkeypatch.setattr(torch.Tensor, "__matmul__", counting_matmul)
+    setup = benchmark.Setup("tiny", "fp32", 2, 8, 8, 500, "cpu")
+    flops = benchmark.matmul_peak(setup, torch.float32, size=64, repeats=3, per_round=4)
+    rounds = 3 + 2  # two warm-up rounds
+    assert products["count"] == 4 * rounds
+    assert len(synchronizations) == 2 * rounds
+    assert flops > 0

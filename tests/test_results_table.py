@@ -293,7 +293,7 @@ def test_model_card_with_the_block_still_renders(project, tokenizer):
 def test_the_repository_recipes_name_files_that_exist():
     recipes = results_table.load_recipes(REPO / "scripts/configs/recipes.yaml")
     assert [recipe.name for recipe in recipes] == [
-        "Multi30k en->de", "Multi30k de->en", "AESLC", "SST-2", "CoNLL-2003", "SAMSum"
+        "Multi30k en->de", "Multi30k en->de, one GPU", "Multi30k de->en", "AESLC", "SST-2", "CoNLL-2003", "SAMSum"
     ]
     for recipe in recipes:
         for script in re.findall(r"scripts/\S+\.py", recipe.command):
