@@ -584,10 +584,17 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         past_key_values: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `decoder_input_ids` or `decoder_inputs_embeds` to the decoder.")
+        # transformers 5.24 renamed `past_key_values` to `cache` (generate passes it under that name, down to here
+        # through the models' **kwargs); take either, so that decoding keeps its history on both sides of the rename
+        if cache is not None:
+            if past_key_values is not None and past_key_values is not cache:
+                raise ValueError("Pass the decoder's cache once, as `past_key_values` or as `cache`, not both.")
+            past_key_values = cache
         check_token_ids(input_ids, "decoder_input_ids")
         reference = input_ids if input_ids is not None else inputs_embeds
         batch, length = reference.shape[:2]
@@ -603,12 +610,8 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         self_attention_cache = (
             past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else None
         )
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            past_key_values=self_attention_cache,
-        )
+        # the cache goes by position: its keyword is `past_key_values` before transformers 5.24 and `cache` after
+        causal_mask = create_causal_mask(self.config, hidden_states, attention_mask, self_attention_cache)
         # cross-attention: every target position may see every (non-padding) source position
         cross_mask = create_bidirectional_mask(
             config=self.config,

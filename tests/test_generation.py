@@ -2,7 +2,7 @@ import functools
 
 import pytest
 import torch
-from transformers import EncoderDecoderCache
+from transformers import DynamicCache, EncoderDecoderCache
 
 from conftest import random_batch, tiny_config
 from vaswani import VaswaniForConditionalGeneration
@@ -150,3 +150,25 @@ def test_sampling_is_random_and_reproducible_with_a_seed():
         )
     assert torch.equal(runs[0], runs[1])
     assert not torch.equal(runs[0], runs[2])
+
+
+def test_the_cache_is_taken_under_either_name():
+    # transformers 5.24 passes the cache to forward as `cache`, 5.23 as `past_key_values`: a model that reads only
+    # one name decodes every step of the other version without its history
+    model = model_with()
+    ids, mask = batch()
+    encoder_outputs = model.get_encoder()(input_ids=ids, attention_mask=mask)
+    target = torch.tensor([[1, 7, 9, 11]] * ids.shape[0])
+    full = model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=target).logits
+    for name in ("past_key_values", "cache"):
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        steps = [
+            model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=target[:, i : i + 1],
+                  use_cache=True, **{name: cache}).logits
+            for i in range(target.shape[1])
+        ]
+        torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5, msg=name)
+    both = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    with pytest.raises(ValueError, match="past_key_values.*cache"):
+        model.model.decoder(input_ids=target, encoder_hidden_states=encoder_outputs.last_hidden_state,
+                            past_key_values=both, cache=EncoderDecoderCache(DynamicCache(), DynamicCache()))
