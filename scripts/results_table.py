@@ -7,7 +7,8 @@ results of scripts/evaluate_model.py and the training summaries, for each recipe
 Only the text between `<!-- recipe-results:start -->` and `<!-- recipe-results:end -->` is rewritten. A recipe whose
 results file does not exist yet says "not run yet": no number in the table is typed by hand. Below the table, each
 recipe gets its commands and the evaluation conventions from its results file (decoding settings, metric
-signatures), so that every number stands next to how it was measured, and the picture the run made, if any.
+signatures), so that every number stands next to how it was measured, the picture the run made, if any, and a
+table of the recipe's other runs (`experiments`: what each changed, with which options, and what it measured).
 """
 
 import json
@@ -54,6 +55,19 @@ class Goal:
 
 
 @dataclass
+class Experiment:
+    """Another run of a recipe: what it changed, the options it added to the recipe's training command, and what it
+    measured, as text (each number written next to how it was measured, as in `notes`)."""
+
+    change: str
+    options: str
+    training_time: str | None = None
+    evaluations: str | None = None  # the run's own evaluations during training
+    validation: str | None = None  # the evaluate command's scores on the validation split
+    test: str | None = None
+
+
+@dataclass
 class Recipe:
     name: str
     task: str
@@ -68,6 +82,7 @@ class Recipe:
     goal: Goal | None = None
     notes: str | None = None
     picture: str | None = None
+    experiments: list[Experiment] | None = None
 
 
 def load_recipes(path: Path) -> list[Recipe]:
@@ -80,21 +95,12 @@ def load_recipes(path: Path) -> list[Recipe]:
         raise ValueError(f"Recipes file {path} is not valid YAML: {error}") from None
     if not isinstance(content, dict) or not isinstance(content.get("recipes"), list) or not content["recipes"]:
         raise ValueError(f"Recipes file {path}: expected `recipes:` with a list of recipes.")
-    known = [f.name for f in fields(Recipe)]
-    required = [f.name for f in fields(Recipe) if f.default is MISSING]
     recipes = []
     for number, entry in enumerate(content["recipes"], start=1):
         if not isinstance(entry, dict):
             raise ValueError(f"Recipes file {path}: recipe {number} is not a mapping of fields.")
         where = f"Recipes file {path}, recipe {number} ({entry.get('name', 'no name')})"
-        if unknown := sorted(set(entry) - set(known)):
-            raise ValueError(f"{where}: unknown field(s) {unknown}; the fields are {known}.")
-        for key in known:
-            value = entry.get(key)
-            if key in required and (not isinstance(value, str) or not value.strip()):
-                raise ValueError(f"{where}: `{key}` is missing or not text.")
-            if key in ("training_summary", "notes", "picture") and value is not None and not isinstance(value, str):
-                raise ValueError(f"{where}: `{key}` must be text.")
+        check_fields(entry, Recipe, where, optional_text=("training_summary", "notes", "picture"))
         if entry["task"] not in TASKS:
             raise ValueError(f"{where}: `task` is {entry['task']!r}; expected one of {list(TASKS)}.")
         metrics = entry.get("metrics")
@@ -102,8 +108,25 @@ def load_recipes(path: Path) -> list[Recipe]:
         if metrics is not None and not types_listed:
             raise ValueError(f"{where}: `metrics` must be a list of metric types (e.g. [bleu, sacrebleu]).")
         goal = None if entry.get("goal") is None else parse_goal(entry["goal"], where)
-        recipes.append(Recipe(**{**entry, "command": entry["command"].strip(), "goal": goal}))
+        experiments = None if entry.get("experiments") is None else parse_experiments(entry["experiments"], where)
+        recipes.append(
+            Recipe(**{**entry, "command": entry["command"].strip(), "goal": goal, "experiments": experiments})
+        )
     return recipes
+
+
+def check_fields(entry: dict, kind: type, where: str, optional_text: tuple[str, ...]) -> None:
+    """`entry` has only the fields of the dataclass `kind`, its required ones as text, and `optional_text` as text
+    where given; the error says where, which field and what is allowed."""
+    known = [f.name for f in fields(kind)]
+    if unknown := sorted(set(entry) - set(known)):
+        raise ValueError(f"{where}: unknown field(s) {unknown}; the fields are {known}.")
+    for f in fields(kind):
+        value = entry.get(f.name)
+        if f.default is MISSING and (not isinstance(value, str) or not value.strip()):
+            raise ValueError(f"{where}: `{f.name}` is missing or not text.")
+        if f.name in optional_text and value is not None and not isinstance(value, str):
+            raise ValueError(f"{where}: `{f.name}` must be text.")
 
 
 def parse_goal(goal, where: str) -> Goal:
@@ -116,6 +139,19 @@ def parse_goal(goal, where: str) -> Goal:
     ):
         raise ValueError(f"{where}: `goal` must be {{metric: TYPE, at_least: NUMBER}}, got {goal!r}.")
     return Goal(goal["metric"], goal["at_least"])
+
+
+def parse_experiments(experiments, where: str) -> list[Experiment]:
+    if not isinstance(experiments, list) or not experiments:
+        raise ValueError(f"{where}: `experiments` must be a list of runs, each a mapping of fields.")
+    every_field = tuple(f.name for f in fields(Experiment))
+    parsed = []
+    for number, experiment in enumerate(experiments, start=1):
+        if not isinstance(experiment, dict):
+            raise ValueError(f"{where}, experiment {number}: not a mapping of fields.")
+        check_fields(experiment, Experiment, f"{where}, experiment {number}", optional_text=every_field)
+        parsed.append(Experiment(**experiment))
+    return parsed
 
 
 def training_seconds(path: Path) -> float | None:
@@ -245,6 +281,15 @@ def details(row: Row, root: Path) -> str:
             )
     if recipe.notes:
         lines.append(f"- Notes: {' '.join(recipe.notes.split())}")
+    if recipe.experiments:
+        lines += ["- Other runs, each this recipe's training command with the options shown:", ""]
+        lines += [
+            "| tried | options | training time | the run's evaluations | evaluated on validation | test |",
+            "|---|---|---|---|---|---|",
+        ]
+        for run in recipe.experiments:
+            cells = [run.change, run.options, run.training_time, run.evaluations, run.validation, run.test]
+            lines.append("| " + " | ".join(cell(text or "—") for text in cells) + " |")
     if recipe.picture and (root / recipe.picture).is_file():
         lines += ["", f"![{recipe.name}: the picture its run made]({recipe.picture})"]
     return "\n".join(lines)

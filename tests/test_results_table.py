@@ -186,6 +186,29 @@ def test_a_picture_is_shown_once_the_run_made_it(project):
     assert details.endswith("![Multi30k en->de: the picture its run made](outputs/en_de/attention.png)\n\n")
 
 
+def test_other_runs_of_a_recipe_are_a_table_under_its_notes(project):
+    recipes = json.loads(json.dumps(RECIPES))
+    recipes["recipes"][0]["experiments"] = [
+        {"change": "a larger\nvocabulary", "options": "`--vocab_size 12000`", "training_time": "1h33m",
+         "evaluations": "39.64 at 9000", "validation": "last 39.79 | average 39.57", "test": "not run"},
+        {"change": "sinusoids", "options": "`--model_overrides '{...}'`", "evaluations": "30.38 at 2400"},
+    ]
+    (project / "recipes.yaml").write_text(yaml.safe_dump(recipes, sort_keys=False), encoding="utf-8")
+    run(project)
+    details = block_of(project / "README.md").split("**SST-2**")[0]
+    table = details[details.index("- Notes: Average of the last 5 checkpoints.\n"):].splitlines()[1:]
+    assert table == [
+        "- Other runs, each this recipe's training command with the options shown:",
+        "",
+        "| tried | options | training time | the run's evaluations | evaluated on validation | test |",
+        "|---|---|---|---|---|---|",
+        # one line a run, pipes escaped; a field not given is a dash
+        "| a larger vocabulary | `--vocab_size 12000` | 1h33m | 39.64 at 9000 | last 39.79 \\| average 39.57 | not run |",
+        "| sinusoids | `--model_overrides '{...}'` | — | 30.38 at 2400 | — | — |",
+        "",
+    ]
+
+
 def test_only_the_block_between_the_markers_is_replaced(project):
     run(project)
     text = (project / "README.md").read_text(encoding="utf-8")
@@ -255,6 +278,12 @@ def test_a_training_summary_without_a_duration_is_named(project):
         (lambda r: r.update(goal={"metric": "bleu"}), r"`goal` must be \{metric: TYPE, at_least: NUMBER\}"),
         (lambda r: r.update(metrics="bleu"), r"`metrics` must be a list of metric types"),
         (lambda r: r.update(notes="see {% endraw %}"), r"would break model_card.md"),
+        (lambda r: r.update(experiments="--seed 1"), r"\(Multi30k en->de\): `experiments` must be a list of runs"),
+        (lambda r: r.update(experiments=[{"change": "seed"}]), r"experiment 1: `options` is missing or not text"),
+        (lambda r: r.update(experiments=[{"change": "seed", "options": "--seed 1", "tset": "40.1"}]),
+         r"experiment 1: unknown field\(s\) \['tset'\]; the fields are \['change', 'options'"),
+        (lambda r: r.update(experiments=[{"change": "seed", "options": "--seed 1", "test": 40.1}]),
+         r"experiment 1: `test` must be text"),
     ],
 )
 def test_a_bad_recipe_is_named_with_its_field(project, change, message):
