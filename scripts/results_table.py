@@ -212,6 +212,11 @@ def cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def table_row(texts: list[str]) -> str:
+    """A line of a Markdown table, one cell a text."""
+    return "| " + " | ".join(cell(text) for text in texts) + " |"
+
+
 def number(value: float) -> str:
     """A value exactly as the results file has it."""
     return repr(value)
@@ -242,7 +247,7 @@ def table_line(row: Row) -> str:
     else:
         duration = NOT_RUN if row.seconds is None else f"{format_duration(row.seconds)} (wall)"
     cells = [recipe.name, data, values, recipe.reference, recipe.target, goal_cell(row), duration, recipe.hardware]
-    return "| " + " | ".join(cell(text) for text in cells) + " |"
+    return table_row(cells)
 
 
 def details(row: Row, root: Path) -> str:
@@ -289,7 +294,7 @@ def details(row: Row, root: Path) -> str:
         ]
         for run in recipe.experiments:
             cells = [run.change, run.options, run.training_time, run.evaluations, run.validation, run.test]
-            lines.append("| " + " | ".join(cell(text or "—") for text in cells) + " |")
+            lines.append(table_row([text or "—" for text in cells]))
     if recipe.picture and (root / recipe.picture).is_file():
         lines += ["", f"![{recipe.name}: the picture its run made]({recipe.picture})"]
     return "\n".join(lines)
