@@ -94,7 +94,9 @@ class VaswaniConfig(PreTrainedConfig):
     """
 
     model_type = "vaswani"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    # the decoder's cache among a model's outputs, by its name before and after transformers 5.24 (`cache`): not a
+    # prediction, so the Trainer leaves it out of what it gathers at evaluation
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "encoder_attention_heads",

@@ -46,6 +46,10 @@ from .configuration_vaswani import VaswaniConfig
 
 logger = logging.get_logger(__name__)
 
+# transformers 5.24 renamed the outputs' `past_key_values` field to `cache` (the old name still works there, with a
+# warning); the outputs below use the name of the installed version
+CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
 
 def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Teacher forcing (section 3.1): the decoder reads the target shifted one position to the right, starting
@@ -349,7 +353,7 @@ class VaswaniPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["VaswaniEncoderLayer", "VaswaniDecoderLayer"]
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = [CACHE_FIELD]
     _supports_sdpa = True
     _supports_flash_attn = True
     _can_compile_fullgraph = True
@@ -631,7 +635,7 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
+            last_hidden_state=hidden_states, **{CACHE_FIELD: past_key_values if use_cache else None}
         )
 
 
@@ -719,7 +723,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_FIELD: getattr(decoder_outputs, CACHE_FIELD)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -800,7 +804,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,

@@ -3,9 +3,12 @@ import functools
 import pytest
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging
 
 from conftest import random_batch, tiny_config
 from vaswani import VaswaniForConditionalGeneration
+from vaswani.modeling_vaswani import CACHE_FIELD
 
 
 VARIANTS = [
@@ -78,7 +81,7 @@ def test_step_by_step_logits_equal_the_full_forward():
             past_key_values=cache,
             use_cache=True,
         )
-        cache = out.past_key_values
+        cache = getattr(out, CACHE_FIELD)
         steps.append(out.logits)
     assert isinstance(cache, EncoderDecoderCache)
     assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-5
@@ -96,7 +99,7 @@ def test_self_attention_cache_grows_and_cross_attention_is_computed_once():
     )
     assert self_key_lengths == [1] * 6  # one new key per step; the earlier ones come from the cache
     assert cross_key_calls == [torch.Size([3, 9, 32])]  # the encoder output is projected once per input
-    cache = out.past_key_values
+    cache = getattr(out, CACHE_FIELD)
     assert cache.self_attention_cache.get_seq_length() == 6
     assert cache.cross_attention_cache.get_seq_length() == 9
 
@@ -126,15 +129,16 @@ def test_beam_search_without_gathering_cross_attention_gives_the_plain_results(m
                         lambda cache, beam_idx: (gathered.append(beam_idx), plain_reorder(cache, beam_idx)))
     fast = model.generate(**settings)
     assert not gathered  # the model's own reordering ran, not the cache's
-    monkeypatch.setattr(type(model), "_reorder_cache", lambda self, cache, beam_idx: (cache.reorder_cache(beam_idx), cache)[1])
+    monkeypatch.setattr(type(model), "_reorder_cache",
+                        lambda self, cache, beam_idx: (cache.reorder_cache(beam_idx), cache)[1])
     plain = model.generate(**settings)
     assert gathered  # ... and now the plain one did
     # beams really moved between inputs' slots, or the test would prove nothing
     assert any(not torch.equal(index, torch.arange(len(index))) for index in gathered)
     assert torch.equal(fast.sequences, plain.sequences)
     assert torch.equal(fast.sequences_scores, plain.sequences_scores)
-    for fast_layer, plain_layer in zip(fast.past_key_values.self_attention_cache.layers,
-                                       plain.past_key_values.self_attention_cache.layers):
+    for fast_layer, plain_layer in zip(getattr(fast, CACHE_FIELD).self_attention_cache.layers,
+                                       getattr(plain, CACHE_FIELD).self_attention_cache.layers):
         assert torch.equal(fast_layer.keys, plain_layer.keys) and torch.equal(fast_layer.values, plain_layer.values)
 
 
@@ -172,3 +176,21 @@ def test_the_cache_is_taken_under_either_name():
     with pytest.raises(ValueError, match="past_key_values.*cache"):
         model.model.decoder(input_ids=target, encoder_hidden_states=encoder_outputs.last_hidden_state,
                             past_key_values=both, cache=EncoderDecoderCache(DynamicCache(), DynamicCache()))
+
+
+def test_decoding_gives_no_deprecation_warning():
+    # the outputs name the cache as the installed transformers does (`cache` from 5.24 on): the old name still works
+    # there, but warns on a user's first generate
+    model = model_with()
+    ids, mask = batch()
+    logging.warning_once.cache_clear()  # a warning given earlier in the session would not show again
+    verbosity = logging.get_verbosity()  # the suite runs at "error" (conftest.py)
+    logging.set_verbosity_warning()
+    try:
+        with CaptureLogger(logging.get_logger("transformers")) as captured:
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=4, num_beams=2,
+                                 return_dict_in_generate=True)
+    finally:
+        logging.set_verbosity(verbosity)
+    assert isinstance(getattr(out, CACHE_FIELD), EncoderDecoderCache)
+    assert "deprecated" not in captured.out
