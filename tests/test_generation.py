@@ -3,7 +3,7 @@ import functools
 import pytest
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
-from transformers.testing_utils import CaptureLogger
+from transformers.testing_utils import CaptureLogger, LoggingLevel
 from transformers.utils import logging
 
 from conftest import random_batch, tiny_config
@@ -184,13 +184,9 @@ def test_decoding_gives_no_deprecation_warning():
     model = model_with()
     ids, mask = batch()
     logging.warning_once.cache_clear()  # a warning given earlier in the session would not show again
-    verbosity = logging.get_verbosity()  # the suite runs at "error" (conftest.py)
-    logging.set_verbosity_warning()
-    try:
-        with CaptureLogger(logging.get_logger("transformers")) as captured:
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=4, num_beams=2,
-                                 return_dict_in_generate=True)
-    finally:
-        logging.set_verbosity(verbosity)
+    # the suite runs at "error" (conftest.py): warnings are let through here only
+    with LoggingLevel(logging.WARNING), CaptureLogger(logging.get_logger("transformers")) as captured:
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=4, num_beams=2,
+                             return_dict_in_generate=True)
     assert isinstance(getattr(out, CACHE_FIELD), EncoderDecoderCache)
     assert "deprecated" not in captured.out
