@@ -50,9 +50,15 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
         language_codes: Iterable[str] = (),
         model_max_length: int = 1024,
         show_progress: bool = False,
+        split_punctuation: bool = False,
     ) -> "VaswaniTokenizer":
         """Learn a BPE vocabulary of `vocab_size` tokens (special and byte tokens included) from `texts`, an
-        iterable of strings (source and target sentences alike, for one joint vocabulary)."""
+        iterable of strings (source and target sentences alike, for one joint vocabulary).
+
+        With `split_punctuation`, every punctuation mark is a piece of its own, as after the Moses tokenization that
+        setups like the paper's run before BPE: the vocabulary then spends no entries on a word glued to its comma or
+        full stop (`▁Gebäude.`; 1,098 of 8,000 entries learned from Multi30k), and decoding still restores the text
+        exactly (a mark carries no word-start mark, so it joins the word before it)."""
         tags = [language_tag(code) for code in language_codes]
         reserved = len(SPECIAL_TOKENS) + len(tags) + len(BYTE_TOKENS)
         if vocab_size <= reserved:
@@ -68,6 +74,10 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
         # decoding strips again: decode(encode(text)) gives back exactly the text.
         backend.normalizer = normalizers.Prepend(WORD_START)
         backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="never", split=True)
+        if split_punctuation:
+            backend.pre_tokenizer = pre_tokenizers.Sequence(
+                [backend.pre_tokenizer, pre_tokenizers.Punctuation(behavior="isolated")]
+            )
         backend.decoder = decoders.Sequence(
             [
                 decoders.Replace(WORD_START, " "),

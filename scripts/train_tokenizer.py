@@ -28,6 +28,9 @@ class TokenizerTrainingArguments:
     language_codes: list[str] = field(default_factory=list, metadata={"help": "Add a >>xx<< tag token per code."})
     model_max_length: int = field(default=1024, metadata={"help": "Longest input the tokenizer truncates to."})
     max_examples: int | None = field(default=None, metadata={"help": "Learn from the first N rows only."})
+    split_punctuation: bool = field(
+        default=False, metadata={"help": "Make every punctuation mark a piece of its own (no pieces like 'house.')."}
+    )
 
 
 def main(argv: list[str] | None = None) -> VaswaniTokenizer:
@@ -44,6 +47,7 @@ def main(argv: list[str] | None = None) -> VaswaniTokenizer:
         min_frequency=args.min_frequency,
         language_codes=args.language_codes,
         model_max_length=args.model_max_length,
+        split_punctuation=args.split_punctuation,
     )
     tokenizer.save_pretrained(args.output_dir)
     print(f"Saved a tokenizer of {len(tokenizer)} tokens, learned from {len(dataset)} rows, to {args.output_dir}")

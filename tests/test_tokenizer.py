@@ -42,6 +42,31 @@ def test_decode_encode_round_trip_without_unknowns(tokenizer, text):
     assert tokenizer.decode(ids, skip_special_tokens=True) == text
 
 
+@pytest.fixture(scope="module")
+def punctuation_tokenizer():
+    texts = [text for pair in PAIRS for text in pair] + ORDINARY_TEXTS
+    return VaswaniTokenizer.train_from_texts(texts * 3, vocab_size=600, min_frequency=1, split_punctuation=True)
+
+
+def glued_to_punctuation(tokenizer) -> list[str]:
+    """Vocabulary entries that join a punctuation mark to something else (`▁horse.`, `s,`)."""
+    marks = set(".,!?;:'\"()")
+    return [piece for piece in tokenizer.get_vocab() if set(piece) & marks and len(piece.lstrip("\u2581")) > 1]
+
+
+def test_split_punctuation_makes_every_mark_a_piece_and_still_round_trips(tokenizer, punctuation_tokenizer, tmp_path):
+    assert glued_to_punctuation(tokenizer)  # learned from the same texts without the option: `▁horse.` and such
+    assert glued_to_punctuation(punctuation_tokenizer) == []
+    pieces = punctuation_tokenizer.convert_ids_to_tokens(punctuation_tokenizer("A man, a horse.")["input_ids"])
+    assert pieces[-3:] == ["\u2581horse", ".", "</s>"] and "," in pieces
+    for text in ORDINARY_TEXTS + NEVER_SEEN + ["(U.S.) don't, 3.5!"]:
+        ids = punctuation_tokenizer(text)["input_ids"]
+        assert punctuation_tokenizer.decode(ids, skip_special_tokens=True) == text
+    punctuation_tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded("A man, a horse.")["input_ids"] == punctuation_tokenizer("A man, a horse.")["input_ids"]
+
+
 def test_unseen_characters_fall_back_to_bytes(tokenizer):
     tokens = tokenizer.convert_ids_to_tokens(tokenizer("😀")["input_ids"])
     assert [t for t in tokens if t.startswith("<0x")] == ["<0xF0>", "<0x9F>", "<0x98>", "<0x80>"]
@@ -130,6 +155,14 @@ def test_train_tokenizer_script_from_local_json_lines(tmp_path):
     loaded = AutoTokenizer.from_pretrained(out)
     assert len(loaded) == 500
     assert loaded.decode(loaded(PAIRS[3][1])["input_ids"], skip_special_tokens=True) == PAIRS[3][1]
+
+
+def test_train_tokenizer_script_splits_punctuation_on_request(tmp_path):
+    data = write_jsonl(tmp_path / "pairs.jsonl", [{"en": en, "de": de} for en, de in PAIRS] * 5)
+    options = ["--dataset", str(data), "--columns", "en", "de", "--vocab_size", "500", "--min_frequency", "1"]
+    glued = train_tokenizer.main(options + ["--output_dir", str(tmp_path / "glued")])
+    split = train_tokenizer.main(options + ["--output_dir", str(tmp_path / "split"), "--split_punctuation"])
+    assert glued_to_punctuation(glued) and glued_to_punctuation(split) == []
 
 
 def test_train_tokenizer_script_from_csv(tmp_path):

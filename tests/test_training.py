@@ -13,13 +13,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedTokenizerFast, pipeline
 
 from conftest import REPO, needs_shared_data, tiny_config
 from vaswani import VaswaniForConditionalGeneration
@@ -30,7 +33,7 @@ from vaswani.training.checkpoints import latest_checkpoint, list_checkpoints, re
 from vaswani.training.errors import CheckpointError, TrainingDiverged, TrainingError
 from vaswani.training.loop import TrainingProgress, run_update, train
 from vaswani.training.optimization import build_optimizer_and_schedule
-from vaswani.training.seq2seq_data import load_raw_splits, prepare_data
+from vaswani.training.seq2seq_data import BpeDropoutEpochs, bpe_dropout_tokenizer, load_raw_splits, prepare_data
 from vaswani.training.synthetic import generate_pairs, write_synthetic_translation
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -304,6 +307,74 @@ def test_a_pair_longer_than_the_budget_is_refused():
         TokenBudgetBatches([80, 3], [5, 4], max_tokens=64, seed=0)
     with pytest.raises(ValueError, match=r"--max_tokens_per_batch \(100\) is smaller than the longest allowed"):
         parse_arguments(["--max_tokens_per_batch", "100", "--max_source_length", "128"])
+
+
+# --- BPE-dropout --------------------------------------------------------------------------------------------------
+
+
+def bpe_dropout_pairs(tmp_path, tokenizer, **options):
+    words = "man woman child dog horse street beach mountain playing riding walking looking jumping".split()
+    rows = [{"en": f"A {words[i % 13]} is {words[(3 * i) % 13]} near the {words[(5 * i) % 13]} number {i}.",
+             "de": f"Ein {words[(7 * i) % 13]} ist {words[i % 13]} am {words[(2 * i) % 13]} Nummer {i}."}
+            for i in range(40)]
+    train_file = write_jsonl(tmp_path / "train.jsonl", rows)
+    data = DataArguments(dataset=str(train_file), validation_dataset=str(train_file), bpe_dropout=0.1, **options)
+    return data, prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data).train
+
+
+def test_bpe_dropout_segments_the_training_pairs_anew_every_epoch(tmp_path, tokenizer):
+    data, train = bpe_dropout_pairs(tmp_path, tokenizer)
+    texts = train[:]  # columns as lists
+    usual = tokenizer(texts["source_text"])["input_ids"]
+    epochs = BpeDropoutEpochs(train, tokenizer, data, SimpleNamespace(is_main_process=True))
+    first, again, second = epochs.segment(0)["input_ids"], epochs.segment(0)["input_ids"], epochs.segment(1)
+    assert first == again  # drawn once an epoch: the batches and their rows come from the same draw
+    assert first != usual and second["input_ids"] != first
+    assert sum(map(len, first)) > sum(map(len, usual))  # merges skipped: finer pieces, more of them
+    # the same text in other pieces, and the end-of-sequence token still last
+    assert tokenizer.batch_decode(second["labels"], skip_special_tokens=True) == texts["target_text"]
+    assert all(ids[-1] == tokenizer.eos_token_id for ids in second["input_ids"])
+    assert epochs.lengths(1) == ([len(ids) for ids in second["input_ids"]], [len(ids) for ids in second["labels"]])
+    assert epochs.rows(1, [3, 0]) == {"input_ids": [second["input_ids"][3], second["input_ids"][0]],
+                                      "labels": [second["labels"][3], second["labels"][0]]}
+    # the tokenizer the model is saved with still segments as usual
+    assert tokenizer.backend_tokenizer.model.dropout is None
+    assert tokenizer(texts["source_text"])["input_ids"] == usual
+
+
+def test_bpe_dropout_pairs_are_cut_at_the_limits_and_batched_by_their_own_lengths(tmp_path, tokenizer):
+    data, train = bpe_dropout_pairs(tmp_path, tokenizer, max_source_length=20, max_target_length=20)
+    epochs = BpeDropoutEpochs(train, tokenizer, data, SimpleNamespace(is_main_process=True))
+    draws = [epochs.lengths(epoch) for epoch in range(5)]
+    assert all(max(source) <= 20 and max(target) <= 20 for source, target in draws)
+    # some pairs were longer in finer pieces, and were cut (in one draw in ~40, no target is: hence five draws)
+    assert any(max(source) == 20 for source, _ in draws) and any(max(target) == 20 for _, target in draws)
+    source, target = epochs.lengths(0)
+    batches = TokenBudgetBatches(train["source_length"], train["target_length"], max_tokens=60, seed=0,
+                                 epoch_lengths=epochs.lengths)
+    for batch in batches.batches(0):
+        assert max(source[i] for i in batch) * len(batch) <= 60 and max(target[i] for i in batch) * len(batch) <= 60
+    assert sorted(i for batch in batches.all_batches(0) for i in batch) == list(range(len(train)))
+
+
+def test_bpe_dropout_refuses_a_probability_outside_0_to_1_and_a_tokenizer_without_bpe():
+    for value in ("1", "-0.1"):
+        with pytest.raises(ValueError, match=rf"--bpe_dropout .* from 0 \(off\) up to, not including, 1; got {value}"):
+            parse_arguments(["--bpe_dropout", value])
+    word_level = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel({"<unk>": 0}, unk_token="<unk>")))
+    with pytest.raises(ValueError, match="--bpe_dropout needs a BPE tokenizer; this one's subword model is WordLevel"):
+        bpe_dropout_tokenizer(word_level, 0.1)
+
+
+def test_a_run_with_bpe_dropout_and_split_punctuation_trains_and_saves_the_tokenizer_it_learned(tmp_path):
+    outcome = run_in_process(tiny_argv(tmp_path, bpe_dropout=0.1, split_punctuation=True, max_steps=4, eval_steps=4,
+                                       save_steps=4))
+    losses = [r["loss"] for r in metrics_records(tmp_path) if "loss" in r]
+    assert len(losses) == 4 and all(math.isfinite(loss) for loss in losses)
+    assert outcome.summary["steps"] == 4
+    saved = json.loads((tmp_path / "last" / "tokenizer.json").read_text())
+    assert saved["model"]["dropout"] is None  # segments as usual: the dropout was for training only
+    assert [step["type"] for step in saved["pre_tokenizer"]["pretokenizers"]] == ["Metaspace", "Punctuation"]
 
 
 # --- one update: accumulation weighting and clipping -----------------------------------------------------------------

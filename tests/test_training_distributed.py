@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 from conftest import REPO
@@ -65,12 +66,17 @@ WORKER = textwrap.dedent(
 )
 
 
-def test_two_processes_train_one_model_on_different_batches(tmp_path):
+# With BPE-dropout the main process draws each epoch's segmentation and sends it to the other: were each to draw its
+# own, their batch lists would differ, and the batches they train on would overlap (or their counts would, and the
+# run would hang).
+@pytest.mark.parametrize("bpe_dropout", [0.0, 0.1], ids=["usual segmentation", "BPE-dropout"])
+def test_two_processes_train_one_model_on_different_batches(tmp_path, bpe_dropout):
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
     output_dir = tmp_path / "run"
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-    argv = tiny_argv(output_dir, max_steps=6, eval_steps=3, save_steps=3, synthetic_validation_size=7)
+    argv = tiny_argv(output_dir, max_steps=6, eval_steps=3, save_steps=3, synthetic_validation_size=7,
+                     bpe_dropout=bpe_dropout)
     result = subprocess.run(
         [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
          "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(worker), *argv],

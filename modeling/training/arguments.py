@@ -58,6 +58,12 @@ class DataArguments:
     synthetic_train_size: int = field(default=20000, metadata={"help": "Pairs in the synthetic training split."})
     synthetic_validation_size: int = field(default=500, metadata={"help": "Pairs in the synthetic validation split."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+    bpe_dropout: float = field(
+        default=0.0,
+        metadata={"help": "Not in the paper: BPE-dropout (Provilkov et al., 2020), the probability of skipping each "
+                  "BPE merge when the training pairs are segmented, drawn anew every epoch; validation and the saved "
+                  "tokenizer segment as usual. 0: off; the authors use 0.1."},
+    )
 
 
 @dataclass
@@ -75,6 +81,11 @@ class ModelArguments:
         default=None, metadata={"help": "A saved tokenizer folder. Unset: learn one from the training data."}
     )
     vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of a tokenizer learned here."})
+    split_punctuation: bool = field(
+        default=False,
+        metadata={"help": "A tokenizer learned here makes every punctuation mark a piece of its own (as Moses "
+                  "tokenization before BPE does), instead of learning pieces such as 'house.'."},
+    )
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations to save memory."})
 
 
@@ -180,6 +191,9 @@ def check_arguments(data: DataArguments, model: ModelArguments, train: TrainArgu
             f"--max_tokens_per_batch ({train.max_tokens_per_batch}) is smaller than the longest allowed sequence "
             f"({longest} tokens, from --max_source_length/--max_target_length): such a pair could never be batched."
         )
+    if not 0 <= data.bpe_dropout < 1:
+        raise ValueError(f"--bpe_dropout is the probability of skipping a merge: from 0 (off) up to, not including, "
+                         f"1; got {data.bpe_dropout}.")
     if train.cpu_threads is not None and train.cpu_threads < 1:
         raise ValueError(f"--cpu_threads must be at least 1, got {train.cpu_threads}.")
     if not 0 <= train.cooldown_steps <= train.max_steps:

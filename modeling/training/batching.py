@@ -7,7 +7,7 @@ each side. The order of the batches is then shuffled. Everything depends only on
 computes the same list, takes its own share of it, and a resumed run finds the exact batch it stopped at.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -42,7 +42,11 @@ class TokenBudgetBatches:
         seed: int,
         num_processes: int = 1,
         process_index: int = 0,
+        epoch_lengths: Callable[[int], tuple[Sequence[int], Sequence[int]]] | None = None,
     ):
+        """`epoch_lengths(epoch)`, when given, gives the pairs' lengths of that epoch, which then replace the fixed
+        `source_lengths` and `target_lengths` (BPE-dropout segments the pairs anew every epoch)."""
+        self.epoch_lengths = epoch_lengths
         self.source_lengths = np.asarray(source_lengths)
         self.target_lengths = np.asarray(target_lengths)
         longest = int(max(self.source_lengths.max(), self.target_lengths.max()))
@@ -56,12 +60,15 @@ class TokenBudgetBatches:
 
     def all_batches(self, epoch: int) -> list[list[int]]:
         """Every process's batches of one epoch, in training order."""
+        source_lengths, target_lengths = self.source_lengths, self.target_lengths
+        if self.epoch_lengths is not None:
+            source_lengths, target_lengths = map(np.asarray, self.epoch_lengths(epoch))
         rng = np.random.default_rng([self.seed, epoch])
-        order = rng.permutation(len(self.source_lengths))
+        order = rng.permutation(len(source_lengths))
         # stable sorts: by target length, then by source length, so source length is the primary key
-        order = order[np.argsort(self.target_lengths[order], kind="stable")]
-        order = order[np.argsort(self.source_lengths[order], kind="stable")]
-        batches = pack_by_tokens(order, self.source_lengths, self.target_lengths, self.max_tokens)
+        order = order[np.argsort(target_lengths[order], kind="stable")]
+        order = order[np.argsort(source_lengths[order], kind="stable")]
+        batches = pack_by_tokens(order, source_lengths, target_lengths, self.max_tokens)
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def batches(self, epoch: int) -> list[list[int]]:

@@ -28,7 +28,7 @@ from .evaluation import evaluate, to_device
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 from .preparation import build_model, generation_settings, obtain_tokenizer, prepare_output_dir
 from .reporting import MetricsLog, format_summary, plot_training_curves
-from .seq2seq_data import PreparedData, load_raw_splits, prepare_data
+from .seq2seq_data import BpeDropoutEpochs, PreparedData, load_raw_splits, prepare_data
 
 
 @dataclass
@@ -81,6 +81,7 @@ class Run:
     progress: TrainingProgress
     metrics: MetricsLog
     score_name: str  # what decides the best model
+    resegmented: BpeDropoutEpochs | None  # the training pairs under --bpe_dropout, segmented anew every epoch
     started: float = 0.0  # time.perf_counter() when this process started the run
     earlier_seconds: float = 0.0  # wall time of the run before this process (from the checkpoint resumed)
 
@@ -180,9 +181,11 @@ def set_up(data: DataArguments, model_args: ModelArguments, args: TrainArguments
     if args.report_to != "none":
         accelerator.init_trackers("tensorboard", config={k: v for k, v in options.items() if v is not None})
 
+    resegmented = BpeDropoutEpochs(prepared.train, tokenizer, data, accelerator) if data.bpe_dropout > 0 else None
     batches = TokenBudgetBatches(
         prepared.train["source_length"], prepared.train["target_length"], args.max_tokens_per_batch, args.seed,
         accelerator.num_processes, accelerator.process_index,
+        epoch_lengths=resegmented.lengths if resegmented else None,
     )
     accelerator.print(
         f"Training a model of {accelerator.unwrap_model(model).num_parameters():,} parameters: "
@@ -191,7 +194,7 @@ def set_up(data: DataArguments, model_args: ModelArguments, args: TrainArguments
         f"mixed precision: {accelerator.mixed_precision}."
     )
     return Run(data, model_args, args, accelerator, model, optimizer, schedule, tokenizer, prepared, batches,
-               accumulation, progress, metrics, best_metric_name(data, args))
+               accumulation, progress, metrics, best_metric_name(data, args), resegmented)
 
 
 def train_until_done(run: Run, bar) -> tuple[str, int | None, int | None]:
@@ -210,7 +213,8 @@ def train_until_done(run: Run, bar) -> tuple[str, int | None, int | None]:
         micro_batches = []
         for _ in range(run.accumulation):
             epoch, position, indices = next(stream)
-            micro_batches.append(collate(train_rows[indices], run.tokenizer.pad_token_id))
+            rows = run.resegmented.rows(epoch, indices) if run.resegmented else train_rows[indices]
+            micro_batches.append(collate(rows, run.tokenizer.pad_token_id))
         progress.epoch, progress.position = run.batches.next_position(epoch, position)
 
         loss, tokens, grad_norm = run_update(

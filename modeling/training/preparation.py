@@ -53,7 +53,10 @@ def obtain_tokenizer(accelerator, model_args: ModelArguments, train_raw, data: D
     folder = output_dir / "tokenizer"
     if accelerator.is_main_process and not folder.is_dir():
         accelerator.print(f"Learning a {model_args.vocab_size}-token vocabulary from the training data ...")
-        tokenizer = VaswaniTokenizer.train_from_texts(training_texts(train_raw, data), vocab_size=model_args.vocab_size)
+        tokenizer = VaswaniTokenizer.train_from_texts(
+            training_texts(train_raw, data), vocab_size=model_args.vocab_size,
+            split_punctuation=model_args.split_punctuation,
+        )
         temporary = output_dir / ".tmp-tokenizer"
         tokenizer.save_pretrained(temporary)
         temporary.rename(folder)

@@ -6,10 +6,12 @@ columns serve as source and target (`en`/`de`, `document`/`summary`); a dotted n
 the Hub's WMT datasets (`translation.en`).
 """
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+from accelerate.utils import broadcast_object_list
 
 from ..data import is_local, load_split, require_columns
 from .arguments import SYNTHETIC_DATASET, DataArguments
@@ -164,9 +166,63 @@ def tokenize_split(
 def prepare_data(
     train_raw: datasets.Dataset, validation_raw: datasets.Dataset, tokenizer, data: DataArguments
 ) -> PreparedData:
-    train, train_report = tokenize_split(train_raw, tokenizer, data, "train", keep_text=False)
+    # with BPE-dropout, the training pairs are segmented anew from their text every epoch (BpeDropoutEpochs)
+    train, train_report = tokenize_split(train_raw, tokenizer, data, "train", keep_text=data.bpe_dropout > 0)
     validation, validation_report = tokenize_split(validation_raw, tokenizer, data, "validation", keep_text=True)
     return PreparedData(train=train, validation=validation, reports=[train_report, validation_report])
+
+
+def bpe_dropout_tokenizer(tokenizer, probability: float):
+    """A copy of `tokenizer` that skips each BPE merge with `probability` (BPE-dropout, Provilkov et al., 2020):
+    the same word then comes out in different, finer pieces from one epoch to the next, a regularizer for small
+    datasets. The draws are the `tokenizers` library's own (it takes no seed), so such a run is not repeatable to the
+    last bit, as runs without it are."""
+    model = tokenizer.backend_tokenizer.model
+    if type(model).__name__ != "BPE":
+        raise ValueError(f"--bpe_dropout needs a BPE tokenizer; this one's subword model is {type(model).__name__}.")
+    noisy = copy.deepcopy(tokenizer)
+    noisy.backend_tokenizer.model.dropout = probability
+    return noisy
+
+
+class BpeDropoutEpochs:
+    """The training pairs under BPE-dropout: every epoch, the whole training split segmented anew by
+    `bpe_dropout_tokenizer` and cut at the length limits (which the finer pieces may pass). The epoch's batches are
+    packed from these lengths (`TokenBudgetBatches(epoch_lengths=...)`), so that a batch keeps its token budget and
+    stays nearly free of padding; batching by the usual segmentation's lengths instead padded ~1.5x more tokens and
+    trained 1.6x slower (Multi30k, p=0.1). The main process draws the segmentation and sends it to the others, so that
+    all processes batch the same pieces; a run resumed in the middle of an epoch draws that epoch anew."""
+
+    def __init__(self, train: datasets.Dataset, tokenizer, data: DataArguments, accelerator):
+        self.texts = train.select_columns(["source_text", "target_text"])
+        self.tokenizer = bpe_dropout_tokenizer(tokenizer, data.bpe_dropout)
+        self.data, self.accelerator = data, accelerator
+        self.epoch, self.pairs = None, None
+
+    def segment(self, epoch: int) -> dict[str, list[list[int]]]:
+        if epoch != self.epoch:
+            pairs = [None]
+            if self.accelerator.is_main_process:
+                texts, data = self.texts[:], self.data
+                pairs = [{
+                    "input_ids": self.tokenizer(
+                        texts["source_text"], max_length=data.max_source_length, truncation=True
+                    )["input_ids"],
+                    "labels": self.tokenizer(
+                        text_target=texts["target_text"], max_length=data.max_target_length, truncation=True
+                    )["input_ids"],
+                }]
+            broadcast_object_list(pairs)
+            self.epoch, self.pairs = epoch, pairs[0]
+        return self.pairs
+
+    def lengths(self, epoch: int) -> tuple[list[int], list[int]]:
+        pairs = self.segment(epoch)
+        return [len(ids) for ids in pairs["input_ids"]], [len(ids) for ids in pairs["labels"]]
+
+    def rows(self, epoch: int, indices: list[int]) -> dict[str, list[list[int]]]:
+        pairs = self.segment(epoch)
+        return {column: [pairs[column][i] for i in indices] for column in ("input_ids", "labels")}
 
 
 def training_texts(train_raw: datasets.Dataset, data: DataArguments):
