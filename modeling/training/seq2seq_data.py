@@ -12,6 +12,7 @@ from pathlib import Path
 
 import datasets
 from accelerate.utils import broadcast_object_list
+from tokenizers.models import BPE
 
 from ..data import is_local, load_split, require_columns
 from .arguments import SYNTHETIC_DATASET, DataArguments
@@ -178,7 +179,7 @@ def bpe_dropout_tokenizer(tokenizer, probability: float):
     datasets. The draws are the `tokenizers` library's own (it takes no seed), so such a run is not repeatable to the
     last bit, as runs without it are."""
     model = tokenizer.backend_tokenizer.model
-    if type(model).__name__ != "BPE":
+    if not isinstance(model, BPE):
         raise ValueError(f"--bpe_dropout needs a BPE tokenizer; this one's subword model is {type(model).__name__}.")
     noisy = copy.deepcopy(tokenizer)
     noisy.backend_tokenizer.model.dropout = probability
@@ -194,7 +195,7 @@ class BpeDropoutEpochs:
     all processes batch the same pieces; a run resumed in the middle of an epoch draws that epoch anew."""
 
     def __init__(self, train: datasets.Dataset, tokenizer, data: DataArguments, accelerator):
-        self.texts = train.select_columns(["source_text", "target_text"])
+        self.texts = train.select_columns(["source_text", "target_text"])[:]  # read once: {column: [str, ...]}
         self.tokenizer = bpe_dropout_tokenizer(tokenizer, data.bpe_dropout)
         self.data, self.accelerator = data, accelerator
         self.epoch, self.pairs = None, None
@@ -203,7 +204,7 @@ class BpeDropoutEpochs:
         if epoch != self.epoch:
             pairs = [None]
             if self.accelerator.is_main_process:
-                texts, data = self.texts[:], self.data
+                texts, data = self.texts, self.data
                 pairs = [{
                     "input_ids": self.tokenizer(
                         texts["source_text"], max_length=data.max_source_length, truncation=True
