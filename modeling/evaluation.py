@@ -3,11 +3,15 @@ translation / summarization pipelines (`vaswani.pipelines`), and transformers' o
 `token-classification` pipelines.
 
 Each `score_*` function takes the pipeline and the rows, and returns the metrics as entries of the results file
-(`{"type", "name", "value", "signature"?}`, see scripts/evaluate_model.py) plus the settings that produced them.
+(`{"type", "name", "value", "signature"?}`, see scripts/evaluate_model.py); the two generative ones also return the
+texts the model wrote, so that the caller can check them (`vaswani.diagnostics.output_diversity`).
 """
 
+import json
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from importlib.metadata import version
+from pathlib import Path
 
 from transformers import Pipeline
 
@@ -33,7 +37,9 @@ def run_pipeline(pipe: Pipeline, texts: Sequence[str], batch_size: int, **call_k
     return results
 
 
-def score_translation(pipe: Pipeline, sources, references, batch_size: int, target_lang: str, **generate_kwargs):
+def score_translation(
+    pipe: Pipeline, sources, references, batch_size: int, target_lang: str, **generate_kwargs
+) -> tuple[list[dict], list[str]]:
     outputs = run_pipeline(pipe, sources, batch_size, **generate_kwargs)
     hypotheses = [output["translation_text"] for output in outputs]
     references = [[reference] for reference in references]
@@ -41,7 +47,7 @@ def score_translation(pipe: Pipeline, sources, references, batch_size: int, targ
     paper_bleu = load_metric("tokenized_bleu", keep_in_memory=True).compute(
         predictions=hypotheses, references=references, lang=target_lang
     )
-    return [
+    metrics = [
         {"type": "sacrebleu", "name": "sacreBLEU", "value": round(bleu["score"], 2), "signature": bleu["signature"]},
         {
             "type": "bleu",
@@ -50,20 +56,28 @@ def score_translation(pipe: Pipeline, sources, references, batch_size: int, targ
             "signature": paper_bleu["signature"],
         },
     ]
+    return metrics, hypotheses
 
 
 ROUGE_NAMES = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum"}
 
 
-def score_summarization(pipe: Pipeline, documents, references, batch_size: int, **generate_kwargs):
-    outputs = run_pipeline(pipe, documents, batch_size, **generate_kwargs)
-    summaries = [output["summary_text"] for output in outputs]
-    scores = load_metric("rouge", keep_in_memory=True).compute(predictions=summaries, references=list(references))
+def rouge_metrics(summaries: Sequence[str], references: Sequence[str]) -> list[dict]:
+    """ROUGE-1/2/L/Lsum of `summaries` against `references`, as entries of the results file."""
+    scores = load_metric("rouge", keep_in_memory=True).compute(predictions=list(summaries), references=list(references))
     signature = f"rouge-score:{version('rouge-score')}|stemmer:yes|f-measure|mean-over-examples"
     return [
         {"type": key, "name": name, "value": round(scores[key], 2), "signature": signature}
         for key, name in ROUGE_NAMES.items()
     ]
+
+
+def score_summarization(
+    pipe: Pipeline, documents, references, batch_size: int, **generate_kwargs
+) -> tuple[list[dict], list[str]]:
+    outputs = run_pipeline(pipe, documents, batch_size, **generate_kwargs)
+    summaries = [output["summary_text"] for output in outputs]
+    return rouge_metrics(summaries, references), summaries
 
 
 def score_text_classification(pipe: Pipeline, texts, labels, label_set: LabelSet, batch_size: int, where: str):
@@ -77,6 +91,24 @@ def score_text_classification(pipe: Pipeline, texts, labels, label_set: LabelSet
         {"type": "accuracy", "name": "Accuracy", "value": round(accuracy["accuracy"], 4)},
         {"type": "f1", "name": f"F1 ({average})", "value": round(f1["f1"], 4)},
     ]
+
+
+def write_results(
+    path: str | Path, *, model: str, task: str, dataset: dict, decoding: dict, metrics: list[dict], conventions: str,
+    seconds: float, **extra,
+) -> dict:
+    """Write the results file (scripts/evaluate_model.py, scripts/extractive_baseline.py) and return its content:
+    what was scored (`dataset`: name, config, split, columns, num_examples), how (`decoding`, `conventions`), the
+    metrics, anything `extra` (such as `diagnostics`), the seconds taken and when."""
+    results = {
+        "model": model, "task": task, "dataset": dataset, "decoding": decoding, "metrics": metrics,
+        "conventions": conventions, **extra, "time_seconds": round(seconds, 2),
+        "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return results
 
 
 def word_tags_from_entities(words: Sequence[str], entities: Sequence[dict]) -> list[str]:
@@ -113,10 +145,12 @@ def score_token_classification(pipe: Pipeline, sentences, tags, label_set: Label
 
 __all__ = [
     "GROUPED_AGGREGATIONS",
+    "rouge_metrics",
     "run_pipeline",
     "score_summarization",
     "score_text_classification",
     "score_token_classification",
     "score_translation",
     "word_tags_from_entities",
+    "write_results",
 ]

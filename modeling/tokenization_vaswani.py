@@ -13,7 +13,7 @@ This file is copied into every saved checkpoint, so it imports nothing from this
 import json
 from collections.abc import Iterable, Iterator
 
-from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import BPE
 from tokenizers.trainers import BpeTrainer
 from transformers import PreTrainedTokenizerFast
@@ -51,6 +51,7 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
         model_max_length: int = 1024,
         show_progress: bool = False,
         split_punctuation: bool = False,
+        split_newlines: bool = False,
     ) -> "VaswaniTokenizer":
         """Learn a BPE vocabulary of `vocab_size` tokens (special and byte tokens included) from `texts`, an
         iterable of strings (source and target sentences alike, for one joint vocabulary).
@@ -58,7 +59,13 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
         With `split_punctuation`, every punctuation mark is a piece of its own, as after the Moses tokenization that
         setups like the paper's run before BPE: the vocabulary then spends no entries on a word glued to its comma or
         full stop (`▁Gebäude.`; 1,098 of 8,000 entries learned from Multi30k), and decoding still restores the text
-        exactly (a mark carries no word-start mark, so it joins the word before it)."""
+        exactly (a mark carries no word-start mark, so it joins the word before it).
+
+        With `split_newlines`, every line break is a piece of its own and the first word of a line is marked as a
+        word start, as a word after a space is. Without it, the break glues the last word of one line to the first
+        of the next (`?\nJerry:`, `!\nA` + `manda:` in a SAMSum dialogue), so a speaker's name at the start of a
+        turn is a different piece from the same name elsewhere (`▁Jerry`), and a model cannot copy it by identity.
+        Decoding still restores the text exactly."""
         tags = [language_tag(code) for code in language_codes]
         reserved = len(SPECIAL_TOKENS) + len(tags) + len(BYTE_TOKENS)
         if vocab_size <= reserved:
@@ -73,16 +80,22 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
         # The only normalization is one word-start mark before the text (before each word of pre-split input), which
         # decoding strips again: decode(encode(text)) gives back exactly the text.
         backend.normalizer = normalizers.Prepend(WORD_START)
-        backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="never", split=True)
+        splitters = [pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="never", split=True)]
+        after_fuse = []
+        if split_newlines:
+            # "a?\nB" -> "a?\n▁B": the next line starts a word; decoding drops the space this adds after the break
+            backend.normalizer = normalizers.Sequence([backend.normalizer, normalizers.Replace("\n", "\n" + WORD_START)])
+            splitters.append(pre_tokenizers.Split(Regex("\r?\n"), behavior="isolated"))
+            after_fuse = [decoders.Replace("\n ", "\n")]
         if split_punctuation:
-            backend.pre_tokenizer = pre_tokenizers.Sequence(
-                [backend.pre_tokenizer, pre_tokenizers.Punctuation(behavior="isolated")]
-            )
+            splitters.append(pre_tokenizers.Punctuation(behavior="isolated"))
+        backend.pre_tokenizer = splitters[0] if len(splitters) == 1 else pre_tokenizers.Sequence(splitters)
         backend.decoder = decoders.Sequence(
             [
                 decoders.Replace(WORD_START, " "),
                 decoders.ByteFallback(),  # <0xE2><0x82><0xAC> -> "€"
                 decoders.Fuse(),
+                *after_fuse,
                 decoders.Strip(content=" ", left=1, right=0),  # the space added before the first word
             ]
         )

@@ -19,11 +19,9 @@ The results go to `--output_file` (default: `evaluation_results.json` in the che
 be fine-tuned for the task: one whose task head would be new (random) is refused.
 """
 
-import json
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
@@ -37,12 +35,14 @@ from transformers import (
 )
 
 from vaswani import pipelines as vaswani_pipelines
+from vaswani.diagnostics import encoder_collapse, format_encoder_collapse, input_independence_warning, output_diversity
 from vaswani.evaluation import (
     GROUPED_AGGREGATIONS,
     score_summarization,
     score_text_classification,
     score_token_classification,
     score_translation,
+    write_results,
 )
 from vaswani.finetuning import load_checked_split
 from vaswani.head_loading import require_trained_head
@@ -89,12 +89,20 @@ class EvaluationArguments:
     num_beams: int = field(default=4, metadata={"help": "Beam size (the paper: 4)."})
     length_penalty: float = field(default=0.6, metadata={"help": "Beam length penalty alpha (the paper: 0.6)."})
     max_new_tokens: int = field(default=128, metadata={"help": "Longest output, in tokens."})
+    no_repeat_ngram_size: int | None = field(
+        default=None, metadata={"help": "Never repeat an n-gram of this size in an output (unset: no such rule)."}
+    )
     # text classification
     text_column: str = field(default="text", metadata={"help": "Text column (text-classification)."})
     label_column: str = field(default="label", metadata={"help": "Label column, ids or names (text-classification)."})
     # token classification
     tokens_column: str = field(default="tokens", metadata={"help": "Words column (token-classification)."})
     tags_column: str = field(default="ner_tags", metadata={"help": "Tags column, ids or names (token-classification)."})
+    diagnostic_examples: int = field(
+        default=200,
+        metadata={"help": "Translation / summarization: measure the encoder's attention entropy and token cosine per "
+                  "layer on the first N sources (0: skip)."},
+    )
     aggregation_strategy: str = field(
         default="first", metadata={"help": f"Token-classification pipeline aggregation: {list(GROUPED_AGGREGATIONS)}."}
     )
@@ -107,6 +115,10 @@ def check_arguments(args: EvaluationArguments) -> None:
             f"--aggregation_strategy {args.aggregation_strategy!r}: scoring needs grouped entities, so use one of "
             f"{list(GROUPED_AGGREGATIONS)}."
         )
+    if args.diagnostic_examples < 0:
+        raise ValueError(f"--diagnostic_examples must be 0 (skip) or more, got {args.diagnostic_examples}.")
+    if args.no_repeat_ngram_size is not None and args.no_repeat_ngram_size < 1:
+        raise ValueError(f"--no_repeat_ngram_size must be at least 1 (or unset), got {args.no_repeat_ngram_size}.")
     for name in ("batch_size", "num_beams", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
@@ -133,33 +145,37 @@ def columns_for(args: EvaluationArguments, config) -> dict[str, str]:
 
 
 def evaluate(args: EvaluationArguments, model, tokenizer, dataset, columns: dict[str, str], where: str):
-    """(metrics, decoding settings ({} where nothing is generated), conventions text) for the task, through its
-    pipeline."""
+    """(metrics, decoding settings ({} where nothing is generated), conventions text, diagnostics ({} where nothing
+    is generated)) for the task, through its pipeline."""
     config = model.config
     if args.task in ("translation", "summarization"):
         max_new_tokens = min(args.max_new_tokens, getattr(config, "max_position_embeddings", 10**9) - 1)
         decoding = {
             "num_beams": args.num_beams, "length_penalty": args.length_penalty, "max_new_tokens": max_new_tokens
         }
+        if args.no_repeat_ngram_size is not None:
+            decoding["no_repeat_ngram_size"] = args.no_repeat_ngram_size
         pipe = vaswani_pipelines.pipeline(args.task, model=model, tokenizer=tokenizer)
         sources, references = dataset[columns["source"]], dataset[columns["target"]]
         beams = f"beam {args.num_beams}, length penalty {args.length_penalty}, at most {max_new_tokens} new tokens"
+        if args.no_repeat_ngram_size is not None:
+            beams += f", no repeated {args.no_repeat_ngram_size}-grams"
         weights = weights_provenance(args.model)
         if args.task == "translation":
             target_lang = args.target_lang or getattr(config, "target_lang", None) or "en"
-            metrics = score_translation(pipe, sources, references, args.batch_size, target_lang, **decoding)
+            metrics, outputs = score_translation(pipe, sources, references, args.batch_size, target_lang, **decoding)
             conventions = (
                 f"sacreBLEU on detokenized output against the raw references (signature given); BLEU (tokenized, "
                 f"lowercased) after lowercasing and Moses normalization + tokenization ({target_lang}), as papers "
                 f"report it. {beams}; weights: {weights}."
             )
         else:
-            metrics = score_summarization(pipe, sources, references, args.batch_size, **decoding)
+            metrics, outputs = score_summarization(pipe, sources, references, args.batch_size, **decoding)
             conventions = (
                 f"ROUGE F-measures (0-100) from rouge-score with Porter stemming, averaged over examples; {beams}; "
                 f"weights: {weights}."
             )
-        return metrics, decoding, conventions
+        return metrics, decoding, conventions, generation_diagnostics(args, model, tokenizer, sources, outputs)
 
     label_set = LabelSet(tuple(config.id2label[i] for i in sorted(config.id2label)), f"{args.model}'s id2label")
     if args.task == "text-classification":
@@ -167,7 +183,7 @@ def evaluate(args: EvaluationArguments, model, tokenizer, dataset, columns: dict
         metrics = score_text_classification(
             pipe, dataset[columns["text"]], dataset[columns["label"]], label_set, args.batch_size, where
         )
-        return metrics, {}, "Accuracy and F1 in 0-1 (F1 of label 1 for two labels, else macro-averaged)."
+        return metrics, {}, "Accuracy and F1 in 0-1 (F1 of label 1 for two labels, else macro-averaged).", {}
 
     pipe = transformers.pipeline(
         "token-classification", model=model, tokenizer=tokenizer, aggregation_strategy=args.aggregation_strategy
@@ -180,7 +196,22 @@ def evaluate(args: EvaluationArguments, model, tokenizer, dataset, columns: dict
         "conlleval counts), on words joined by single spaces and tagged from the token-classification pipeline's "
         f"entities (aggregation_strategy={args.aggregation_strategy!r})."
     )
-    return metrics, {"aggregation_strategy": args.aggregation_strategy}, conventions
+    return metrics, {"aggregation_strategy": args.aggregation_strategy}, conventions, {}
+
+
+def generation_diagnostics(args: EvaluationArguments, model, tokenizer, sources, outputs) -> dict:
+    """Whether the outputs depend on the inputs (with a warning when they do not), and how the encoder treats the
+    first `--diagnostic_examples` sources (see vaswani.diagnostics)."""
+    diagnostics = {"output_diversity": output_diversity(sources, outputs)}
+    warning = input_independence_warning(diagnostics["output_diversity"])
+    if warning:
+        diagnostics["warning"] = warning
+        print(f"WARNING: {warning}", file=sys.stderr)
+    if args.diagnostic_examples and hasattr(model, "get_encoder"):
+        diagnostics["encoder_layers"] = encoder_collapse(
+            model, tokenizer, sources[: args.diagnostic_examples], tokenizer.model_max_length
+        )
+    return diagnostics
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -202,27 +233,21 @@ def main(argv: list[str] | None = None) -> dict:
     )
 
     started = time.perf_counter()
-    metrics, decoding, conventions = evaluate(args, model, tokenizer, dataset, columns, where)
-    results = {
-        "model": args.model,
-        "task": args.task,
-        "dataset": {
-            "name": args.dataset_name or args.dataset,
-            "config": args.dataset_config,
-            "split": args.split,
-            "columns": columns,
-            "num_examples": len(dataset),
-        },
-        "decoding": decoding,
-        "metrics": metrics,
-        "conventions": conventions,
-        "time_seconds": round(time.perf_counter() - started, 2),
-        "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-    output_file.parent.mkdir(parents=True, exist_ok=True)
-    output_file.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    metrics, decoding, conventions, diagnostics = evaluate(args, model, tokenizer, dataset, columns, where)
+    results = write_results(
+        output_file, model=args.model, task=args.task,
+        dataset={"name": args.dataset_name or args.dataset, "config": args.dataset_config, "split": args.split,
+                 "columns": columns, "num_examples": len(dataset)},
+        decoding=decoding, metrics=metrics, conventions=conventions, seconds=time.perf_counter() - started,
+        **({"diagnostics": diagnostics} if diagnostics else {}),
+    )
     for metric in metrics:
         print(f"{metric['name']}: {metric['value']}" + (f"  ({metric['signature']})" if "signature" in metric else ""))
+    if diagnostics:
+        diversity = diagnostics["output_diversity"]
+        print(f"{diversity['distinct_outputs']} distinct outputs for {diversity['distinct_inputs']} distinct inputs")
+        if "encoder_layers" in diagnostics:
+            print(format_encoder_collapse(diagnostics["encoder_layers"]))
     print(f"Wrote {output_file}")
     return results
 

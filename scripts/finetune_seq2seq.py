@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
+from vaswani.diagnostics import input_independence_warning, output_diversity
 from vaswani.finetuning import (
     input_length,
     load_splits,
@@ -91,8 +92,9 @@ def encode_pairs(batch, tokenizer, source_column, target_column, max_source_leng
 
 
 def generation_metrics(task: str, tokenizer, target_lang: str | None):
-    """compute_metrics for generated ids: sacreBLEU + tokenized BLEU (translation) or ROUGE (summarization), and
-    the mean generated length in tokens."""
+    """compute_metrics for generated ids: sacreBLEU + tokenized BLEU (translation) or ROUGE (summarization), the
+    mean generated length in tokens, and how many distinct outputs the model wrote for how many distinct inputs
+    (with a warning when the outputs do not depend on the inputs; the inputs come from `include_for_metrics`)."""
     if task == "translation":
         sacrebleu = load_metric("sacrebleu", keep_in_memory=True)
         tokenized_bleu = load_metric("tokenized_bleu", keep_in_memory=True)
@@ -109,6 +111,12 @@ def generation_metrics(task: str, tokenizer, target_lang: str | None):
         generated = np.asarray(prediction.predictions)
         lengths = ((generated >= 0) & (generated != tokenizer.pad_token_id)).sum(-1)
         metrics = {"gen_len": float(lengths.mean())}
+        if prediction.inputs is not None:
+            diversity = output_diversity(decode(prediction.inputs), predictions)
+            metrics.update(distinct_outputs=diversity["distinct_outputs"], distinct_inputs=diversity["distinct_inputs"])
+            warning = input_independence_warning(diversity)
+            if warning:
+                logger.warning(warning)
         if task == "translation":
             bleu = sacrebleu.compute(predictions=predictions, references=[[r] for r in references])
             paper_bleu = tokenized_bleu.compute(
@@ -158,6 +166,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     if training_args.generation_max_length is None:
         training_args.generation_max_length = max_target_length
+    if training_args.predict_with_generate and "inputs" not in training_args.include_for_metrics:
+        training_args.include_for_metrics = [*training_args.include_for_metrics, "inputs"]  # for distinct_inputs
     if training_args.do_eval and not training_args.predict_with_generate:
         logger.warning("Without --predict_with_generate, evaluation reports the loss only (no BLEU / ROUGE).")
     trainer = Seq2SeqTrainer(

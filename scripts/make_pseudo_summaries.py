@@ -1,4 +1,5 @@
-"""Self-supervised pretraining pairs for summarization: each document paired with its own lead sentence.
+"""Self-supervised pretraining pairs for summarization: each document paired with its own lead sentence, or with
+some of its own lines (`--method`).
 
     python scripts/make_pseudo_summaries.py --dataset ../shared/data/aeslc/train.jsonl --column document \
         --output_dir outputs/aeslc_lead_data
@@ -18,20 +19,20 @@ sentences against the real summaries with ROUGE, as `scripts/evaluate_model.py` 
 
     python scripts/make_pseudo_summaries.py --dataset ../shared/data/aeslc/validation.jsonl --validation_size 0 \
         --reference_column summary --output_dir outputs/aeslc_lead_baseline
+
+A dialogue has no lead sentence that sums it up; `--method longest_lines --count 2` pairs it with its two longest
+utterances instead, speaker names included, in the dialogue's order (the SAMSum recipe), and `--method first_lines`
+with its first lines (vaswani.extractive).
 """
 
-import re
 import sys
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
 from vaswani.data import load_split, require_columns, write_train_validation
+from vaswani.extractive import METHODS, extract
 from vaswani.metrics import load_metric
-
-
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
-WORD = re.compile(r"\w+")
 
 
 @dataclass
@@ -41,26 +42,21 @@ class PseudoSummaryArguments:
     column: str = field(default="document", metadata={"help": "The column holding the documents."})
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
     split: str = field(default="train", metadata={"help": "Hub dataset split."})
-    min_sentence_words: int = field(default=4, metadata={"help": "Shorter sentences (greetings) are not chosen."})
-    max_target_words: int = field(default=20, metadata={"help": "The sentence is cut to N words."})
+    method: str = field(default="lead_sentence", metadata={"help": f"What the target is: {list(METHODS)}."})
+    count: int = field(default=2, metadata={"help": "first_lines / longest_lines: how many lines."})
+    min_sentence_words: int = field(default=4, metadata={"help": "lead_sentence: shorter sentences are not chosen."})
+    max_target_words: int = field(default=20, metadata={"help": "lead_sentence: the sentence is cut to N words."})
     validation_size: int = field(default=500, metadata={"help": "Documents held out for validation."})
     reference_column: str | None = field(
         default=None, metadata={"help": "Also score the lead sentences against this column (ROUGE) and print it."}
     )
 
 
-def lead_sentence(document: str, min_sentence_words: int = 4, max_target_words: int = 20) -> str | None:
-    """The first sentence (or line) of `document` with at least `min_sentence_words` words, cut to
-    `max_target_words` words; None if there is none. The minimum skips greetings ("Hi Phillip,")."""
-    for sentence in SENTENCE_END.split(document):
-        if sentence and len(WORD.findall(sentence)) >= min_sentence_words:
-            return " ".join(sentence.split()[:max_target_words])
-    return None
-
-
 def main(argv: list[str] | None = None) -> dict[str, int | float]:
     (args,) = HfArgumentParser(PseudoSummaryArguments).parse_args_into_dataclasses(args=argv)
-    for name in ("min_sentence_words", "max_target_words"):
+    if args.method not in METHODS:
+        raise ValueError(f"--method {args.method!r} is not one of {list(METHODS)}.")
+    for name in ("count", "min_sentence_words", "max_target_words"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
     if args.validation_size < 0:
@@ -70,16 +66,16 @@ def main(argv: list[str] | None = None) -> dict[str, int | float]:
     require_columns(dataset, columns, where=args.dataset)
     pairs, leads = [], []
     for document in dataset[args.column]:
-        summary = None
+        summary = ""
         if isinstance(document, str):
-            summary = lead_sentence(document, args.min_sentence_words, args.max_target_words)
-        leads.append(summary or "")
-        if summary is not None:
+            summary = extract(document, args.method, args.count, args.min_sentence_words, args.max_target_words)
+        leads.append(summary)
+        if summary:
             pairs.append({"document": document, "summary": summary})
     if len(pairs) <= args.validation_size:
         raise ValueError(
-            f"{args.dataset}: only {len(pairs)} of {len(dataset)} documents have a usable sentence, not more than "
-            f"--validation_size {args.validation_size}; lower it, or --min_sentence_words."
+            f"{args.dataset}: only {len(pairs)} of {len(dataset)} documents have a usable sentence or line, not more "
+            f"than --validation_size {args.validation_size}; lower it, or --min_sentence_words."
         )
     cut = write_train_validation(pairs, args.output_dir, args.validation_size)
     counts = {

@@ -31,6 +31,11 @@ class TokenizerTrainingArguments:
     split_punctuation: bool = field(
         default=False, metadata={"help": "Make every punctuation mark a piece of its own (no pieces like 'house.')."}
     )
+    split_newlines: bool = field(
+        default=False,
+        metadata={"help": "Make every line break a piece of its own, the next line's first word a word start (no "
+                  "pieces like '?\\nJerry:'; for texts made of lines, such as dialogues)."},
+    )
 
 
 def main(argv: list[str] | None = None) -> VaswaniTokenizer:
@@ -48,6 +53,7 @@ def main(argv: list[str] | None = None) -> VaswaniTokenizer:
         language_codes=args.language_codes,
         model_max_length=args.model_max_length,
         split_punctuation=args.split_punctuation,
+        split_newlines=args.split_newlines,
     )
     tokenizer.save_pretrained(args.output_dir)
     print(f"Saved a tokenizer of {len(tokenizer)} tokens, learned from {len(dataset)} rows, to {args.output_dir}")

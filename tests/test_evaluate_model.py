@@ -50,7 +50,9 @@ def outputs_one_by_one(task, folder, texts):
 
 def check_schema(results, task, num_examples):
     assert results["task"] == task
-    assert set(results) == {"model", "task", "dataset", "decoding", "metrics", "conventions", "time_seconds", "created"}
+    generated = {"diagnostics"} if task in ("translation", "summarization") else set()
+    assert set(results) == {"model", "task", "dataset", "decoding", "metrics", "conventions", "time_seconds", "created",
+                            *generated}
     assert set(results["dataset"]) == {"name", "config", "split", "columns", "num_examples"}
     assert results["dataset"]["num_examples"] == num_examples
     assert results["time_seconds"] > 0
@@ -108,6 +110,53 @@ def test_summarization_results_are_rouge_of_the_pipeline_outputs(seq2seq, tmp_pa
     assert [m["type"] for m in results["metrics"]] == ["rouge1", "rouge2", "rougeL", "rougeLsum"]
     assert [m["value"] for m in results["metrics"]] == [round(expected[m["type"]], 2) for m in results["metrics"]]
     assert json.loads((tmp_path / "results.json").read_text())["metrics"] == results["metrics"]
+
+
+def test_no_repeat_ngram_size_reaches_generate_and_the_results(seq2seq, tmp_path):
+    documents = [en for en, _ in PAIRS]
+    references = [" ".join(document.split()[:3]) for document in documents]
+    data = write_jsonl(tmp_path / "validation.jsonl", [{"document": d, "summary": r} for d, r in zip(documents, references)])
+    results = evaluate_model.main(["--model", str(seq2seq), "--task", "summarization", "--dataset", str(data),
+                                   "--output_file", str(tmp_path / "results.json"), "--no_repeat_ngram_size", "1",
+                                   *DECODING])
+    assert results["decoding"]["no_repeat_ngram_size"] == 1 and "no repeated 1-grams" in results["conventions"]
+    summarize = pipeline("summarization", model=str(seq2seq))
+    settings = dict(num_beams=2, length_penalty=1.0, max_new_tokens=12, no_repeat_ngram_size=1)
+    outputs = [summarize(d, **settings)[0]["summary_text"] for d in documents]
+    for document in documents:  # no token twice in an output
+        ids = summarize(document, return_tensors=True, **settings)[0]["summary_token_ids"].tolist()
+        assert len(set(ids)) == len(ids)
+    expected = load_metric("rouge").compute(predictions=outputs, references=references)
+    assert results["metrics"][0]["value"] == round(expected["rouge1"], 2)
+
+
+def test_outputs_that_do_not_depend_on_the_input_are_reported_with_a_warning(seq2seq, tmp_path, capsys):
+    rows = [{"document": en, "summary": de} for en, de in PAIRS]
+    data = write_jsonl(tmp_path / "validation.jsonl", rows)
+    options = ["--task", "summarization", "--dataset", str(data), "--diagnostic_examples", "4", *DECODING]
+    reads = evaluate_model.main(["--model", str(seq2seq), "--output_file", str(tmp_path / "reads.json"), *options])
+    assert reads["diagnostics"]["output_diversity"]["distinct_outputs"] >= 5
+    assert "warning" not in reads["diagnostics"] and "WARNING" not in capsys.readouterr().err
+
+    deaf = VaswaniForConditionalGeneration.from_pretrained(seq2seq)
+    with torch.no_grad():  # every cross-attention outputs zero: the decoder cannot see the source
+        for layer in deaf.model.decoder.layers:
+            layer.encoder_attn.out_proj.weight.zero_()
+            layer.encoder_attn.out_proj.bias.zero_()
+    shutil.copytree(seq2seq, tmp_path / "deaf")
+    deaf.save_pretrained(tmp_path / "deaf")
+    results = evaluate_model.main(["--model", str(tmp_path / "deaf"), *options])
+    diagnostics = results["diagnostics"]
+    assert diagnostics["output_diversity"]["distinct_outputs"] == 1
+    assert diagnostics["output_diversity"]["distinct_inputs"] == len(PAIRS)
+    assert diagnostics["warning"].startswith("The outputs do not depend on the input: 1 distinct output(s) for 10")
+    captured = capsys.readouterr()
+    assert "WARNING: The outputs do not depend on the input" in captured.err
+    assert "1 distinct outputs for 10 distinct inputs" in captured.out
+    layers = diagnostics["encoder_layers"]
+    assert [layer["layer"] for layer in layers] == list(range(deaf.config.encoder_layers))
+    assert all(0 < layer["attention_entropy"] <= layer["uniform_entropy"] for layer in layers)
+    assert json.loads((tmp_path / "deaf" / "evaluation_results.json").read_text())["diagnostics"] == diagnostics
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +231,8 @@ def test_label_outside_the_checkpoint_labels_is_an_error(classifier, tmp_path):
     ("--aggregation_strategy", "none", "scoring needs grouped entities"),
     ("--num_beams", "0", "--num_beams must be at least 1"),
     ("--max_examples", "0", "--max_examples must be at least 1"),
+    ("--no_repeat_ngram_size", "0", "--no_repeat_ngram_size must be at least 1"),
+    ("--diagnostic_examples", "-1", "--diagnostic_examples must be 0 \\(skip\\) or more"),
 ])
 def test_bad_settings_are_errors(seq2seq, tmp_path, option, value, message):
     with pytest.raises(ValueError, match=message):

@@ -2,6 +2,7 @@
 scored on generated text, on one process and on two, with activation checkpointing and resume."""
 
 import json
+import logging
 
 import pytest
 import torch
@@ -97,6 +98,22 @@ def test_summarization_reports_rouge(checkpoint, data, tmp_path):
     # the saved tokenizer truncates documents as training did, for the summarization pipeline
     assert AutoTokenizer.from_pretrained(tmp_path).model_max_length == 16
     assert "eval_sacrebleu" not in results
+    assert results["eval_distinct_inputs"] == len(PAIRS) and results["eval_distinct_outputs"] >= 5
+
+
+def test_outputs_that_do_not_depend_on_the_input_are_counted_and_warned_about(checkpoint, tmp_path, caplog):
+    # one summary for every document: the model learns to write it without reading the document
+    rows = [{"document": en, "summary": "A summary."} for en, _ in PAIRS]
+    data = write_jsonl(tmp_path / "same.jsonl", rows)
+    with caplog.at_level(logging.WARNING):
+        results = script.main([
+            "--task", "summarization", "--model_name_or_path", str(checkpoint), "--train_data", str(data),
+            "--validation_data", str(data), "--output_dir", str(tmp_path / "out"), "--do_train", "--do_eval",
+            "--predict_with_generate", "--max_steps", "30", "--learning_rate", "3e-3", "--save_strategy", "no",
+            "--per_device_train_batch_size", "5", "--max_target_length", "8", *QUIET,
+        ])
+    assert (results["eval_distinct_outputs"], results["eval_distinct_inputs"]) == (1, len(PAIRS))
+    assert "The outputs do not depend on the input: 1 distinct output(s) for 10 distinct inputs" in caplog.text
 
 
 def test_without_predict_with_generate_evaluation_is_the_loss(checkpoint, data, tmp_path):

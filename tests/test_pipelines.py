@@ -346,3 +346,37 @@ def test_generation_longer_than_the_model_allows_is_a_clear_error(translate, tra
     assert limit - 50 < len(translate.tokenizer(source)["input_ids"]) <= limit
     [result] = pipe(source, return_tensors=True)
     assert len(result["translation_token_ids"]) == limit  # the untrained model never ends: the bound stops it
+
+
+# --- dialogues, as the summarization pipeline meets them -------------------------------------------------------------
+
+DIALOGUE = "Anna: Are you coming tonight?\nBen: Yes, at 8.\nAnna: Great, see you!"
+
+
+def test_summarizing_an_empty_dialogue_gives_an_empty_summary(translator, tokenizer):
+    summarize = SummarizationPipeline(model=translator, tokenizer=tokenizer)
+    assert summarize("") == [{"summary_text": ""}]
+    assert summarize(["\n\n", DIALOGUE], batch_size=2)[0] == {"summary_text": ""}
+
+
+def test_a_dialogue_in_another_script_is_summarized_like_any_other(translator, tokenizer):
+    summarize = SummarizationPipeline(model=translator, tokenizer=tokenizer)
+    dialogue = "Анна: Ты придёшь сегодня?\nБорис: Да, в 8.\nアンナ: じゃあね!"
+    ids = tokenizer(dialogue)["input_ids"]
+    assert tokenizer.unk_token_id not in ids  # spelled in bytes where the vocabulary lacks the characters
+    [result] = summarize(dialogue, num_beams=2, max_new_tokens=12)
+    assert result["summary_text"] == generate_texts(translator, tokenizer, [dialogue], num_beams=2, max_new_tokens=12)[0]
+
+
+def test_a_dialogue_longer_than_the_model_accepts_is_cut_with_one_warning(translator, tokenizer):
+    summarize = SummarizationPipeline(model=translator, tokenizer=tokenizer)
+    limit = translator.config.max_position_embeddings
+    long_dialogue = "\n".join([DIALOGUE] * 200)
+    assert len(tokenizer(long_dialogue)["input_ids"]) > limit
+    with pytest.warns(UserWarning, match=f"longer than the {limit} tokens") as caught:
+        outputs = summarize([long_dialogue, long_dialogue, DIALOGUE], batch_size=3, max_new_tokens=6)
+    assert len([w for w in caught if "truncated" in str(w.message)]) == 1
+    truncated = tokenizer([long_dialogue], truncation=True, max_length=limit, return_tensors="pt")
+    expected = tokenizer.decode(translator.generate(**truncated, max_new_tokens=6)[0], skip_special_tokens=True)
+    assert outputs[0] == outputs[1] == {"summary_text": expected}
+

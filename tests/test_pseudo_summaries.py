@@ -4,6 +4,7 @@ and errors that name the argument."""
 import pytest
 
 from finetune_helpers import load_script, read_jsonl, write_jsonl
+from vaswani.extractive import lead_sentence
 
 
 script = load_script("make_pseudo_summaries")
@@ -17,12 +18,12 @@ EMAILS = [
 
 
 def test_lead_sentence_skips_greetings_and_cuts_to_length():
-    assert script.lead_sentence(EMAILS[0]) == "Attached is the Grande Communications Service Agreement."
-    assert script.lead_sentence(EMAILS[2], max_target_words=4) == "The meeting moves to"
+    assert lead_sentence(EMAILS[0]) == "Attached is the Grande Communications Service Agreement."
+    assert lead_sentence(EMAILS[2], max_target_words=4) == "The meeting moves to"
     # a greeting on the same line as the sentence stays: only line and sentence ends split
-    assert script.lead_sentence(EMAILS[1]) == "Bob Please review the draft contract by Friday!"
-    assert script.lead_sentence(EMAILS[3]) is None
-    assert script.lead_sentence(EMAILS[3], min_sentence_words=1) == "Ok."
+    assert lead_sentence(EMAILS[1]) == "Bob Please review the draft contract by Friday!"
+    assert lead_sentence(EMAILS[3]) is None
+    assert lead_sentence(EMAILS[3], min_sentence_words=1) == "Ok."
 
 
 def test_writes_train_and_held_out_validation(tmp_path):
@@ -38,7 +39,7 @@ def test_writes_train_and_held_out_validation(tmp_path):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--validation_size", "3"], "only 3 of 4 documents have a usable sentence"),
+        (["--validation_size", "3"], "only 3 of 4 documents have a usable sentence or line"),
         (["--validation_size", "-1"], "--validation_size must be 0 or more"),
         (["--max_target_words", "0"], "--max_target_words must be at least 1"),
         (["--column", "body"], "body"),

@@ -323,7 +323,9 @@ def test_model_card_with_the_block_still_renders(project, tokenizer):
 def test_the_repository_recipes_name_files_that_exist():
     recipes = results_table.load_recipes(REPO / "scripts/configs/recipes.yaml")
     assert [recipe.name for recipe in recipes] == [
-        "Multi30k en->de", "Multi30k en->de, one GPU", "Multi30k de->en", "AESLC", "SST-2", "CoNLL-2003", "SAMSum"
+        "Multi30k en->de", "Multi30k en->de, one GPU", "Multi30k de->en", "AESLC", "AESLC, first sentence (no model)",
+        "SST-2", "CoNLL-2003", "SAMSum", "SAMSum, first 3 utterances (no model)",
+        "SAMSum, longest 3 utterances (no model)",
     ]
     for recipe in recipes:
         for script in re.findall(r"scripts/\S+\.py", recipe.command):

@@ -157,12 +157,52 @@ def test_train_tokenizer_script_from_local_json_lines(tmp_path):
     assert loaded.decode(loaded(PAIRS[3][1])["input_ids"], skip_special_tokens=True) == PAIRS[3][1]
 
 
+DIALOGUE = "Amanda: I baked  cookies. Do you want some?\nJerry: Sure!\nAmanda: I'll bring you tomorrow :-)"
+LINE_TEXTS = [DIALOGUE, "\nJerry", "a\n\nb", "a\n b", "a \nb", "x\r\ny", "\n", " \n ", "end\n", "Ü\nß ok",
+              "Привет!\nこんにちは"]
+
+
+@pytest.fixture(scope="module")
+def newline_tokenizer():
+    texts = [DIALOGUE, "Jerry will get cookies from Amanda.", "Amanda and Jerry"] + ORDINARY_TEXTS
+    return VaswaniTokenizer.train_from_texts(texts * 3, vocab_size=600, min_frequency=1, split_newlines=True,
+                                             split_punctuation=True)
+
+
+def test_split_newlines_makes_a_speaker_at_the_start_of_a_turn_the_same_piece_as_elsewhere(tokenizer,
+                                                                                           newline_tokenizer):
+    glued = VaswaniTokenizer.train_from_texts([DIALOGUE] * 3 + ORDINARY_TEXTS, vocab_size=600, min_frequency=1,
+                                              split_punctuation=True)
+    assert "\u2581Jerry" not in glued.tokenize(DIALOGUE)  # without the option the break sticks to the name
+    pieces = newline_tokenizer.tokenize(DIALOGUE)
+    assert pieces.count("\n") == 2 and pieces.count("\u2581Amanda") == 2 and "\u2581Jerry" in pieces
+    assert newline_tokenizer.tokenize("Jerry will get cookies")[0] == "\u2581Jerry"
+    assert all("\n" not in piece or piece == "\n" for piece in newline_tokenizer.get_vocab())
+
+
+@pytest.mark.parametrize("text", LINE_TEXTS + ORDINARY_TEXTS + NEVER_SEEN)
+def test_split_newlines_still_round_trips(newline_tokenizer, text):
+    ids = newline_tokenizer(text)["input_ids"]
+    assert newline_tokenizer.unk_token_id not in ids
+    assert newline_tokenizer.decode(ids, skip_special_tokens=True) == text
+
+
+def test_split_newlines_survives_save_and_auto_reload(newline_tokenizer, tmp_path):
+    newline_tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded.tokenize(DIALOGUE) == newline_tokenizer.tokenize(DIALOGUE)
+    assert loaded.decode(loaded(DIALOGUE)["input_ids"], skip_special_tokens=True) == DIALOGUE
+
+
 def test_train_tokenizer_script_splits_punctuation_on_request(tmp_path):
     data = write_jsonl(tmp_path / "pairs.jsonl", [{"en": en, "de": de} for en, de in PAIRS] * 5)
     options = ["--dataset", str(data), "--columns", "en", "de", "--vocab_size", "500", "--min_frequency", "1"]
     glued = train_tokenizer.main(options + ["--output_dir", str(tmp_path / "glued")])
     split = train_tokenizer.main(options + ["--output_dir", str(tmp_path / "split"), "--split_punctuation"])
     assert glued_to_punctuation(glued) and glued_to_punctuation(split) == []
+    lines = train_tokenizer.main(options + ["--output_dir", str(tmp_path / "lines"), "--split_newlines"])
+    # no line break in these texts: it is spelled as its byte, a piece of its own, and the next word starts afresh
+    assert lines.tokenize("spielen\nspielen") == ["\u2581spielen", "<0x0A>", "\u2581spielen"]
 
 
 def test_train_tokenizer_script_from_csv(tmp_path):

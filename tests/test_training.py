@@ -586,7 +586,7 @@ def test_a_run_refuses_a_folder_that_holds_another_run(finished_run):
         run_in_process(tiny_argv(output_dir))
 
 
-def test_summarization_is_scored_with_rouge(tmp_path):
+def test_summarization_is_scored_with_rouge_and_counts_distinct_outputs(tmp_path, capsys):
     rows = [{"document": f"Anna: I will bring {n} cakes tomorrow.\nBen: Great!", "summary": f"Anna brings {n} cakes."}
             for n in ("two", "three", "four", "five", "six", "seven")] * 8
     train_file = write_jsonl(tmp_path / "train.jsonl", rows)
@@ -596,6 +596,23 @@ def test_summarization_is_scored_with_rouge(tmp_path):
     evaluation = [r for r in metrics_records(tmp_path / "out") if "val_loss" in r][-1]
     assert {"rouge1", "rouge2", "rougeL", "rougeLsum"} <= evaluation.keys()
     assert outcome.summary["best_metric"] == "rougeL"
+    assert evaluation["distinct_inputs"] == 6 and 1 <= evaluation["distinct_outputs"] <= 6
+    assert f"distinct outputs {evaluation['distinct_outputs']} of 6 inputs" in capsys.readouterr().out
+
+
+def test_a_model_whose_outputs_do_not_depend_on_the_input_is_warned_about(tmp_path, capsys):
+    # every dialogue has the same summary: the model learns to write it without reading the dialogue
+    rows = [{"document": f"Anna: I will bring {n} cakes tomorrow.\nBen: Great!", "summary": "Anna brings cakes."}
+            for n in ("two", "three", "four", "five", "six", "seven")] * 8
+    train_file = write_jsonl(tmp_path / "train.jsonl", rows)
+    run_in_process(tiny_argv(tmp_path / "out", dataset=str(train_file), validation_dataset=str(train_file),
+                             task="summarization", source_column="document", target_column="summary",
+                             max_steps=8, eval_steps=8, too_long="truncate"))
+    evaluation = [r for r in metrics_records(tmp_path / "out") if "val_loss" in r][-1]
+    assert evaluation["distinct_inputs"] == 6 and evaluation["distinct_outputs"] < 3
+    assert "warning" not in evaluation  # the metrics file holds numbers; the warning is printed
+    assert (f"WARNING at update 8: The outputs do not depend on the input: {evaluation['distinct_outputs']} distinct "
+            "output(s) for 6 distinct inputs") in capsys.readouterr().out
 
 
 def test_early_stopping_stops_after_the_patience_runs_out(tmp_path):

@@ -86,6 +86,11 @@ class ModelArguments:
         metadata={"help": "A tokenizer learned here makes every punctuation mark a piece of its own (as Moses "
                   "tokenization before BPE does), instead of learning pieces such as 'house.'."},
     )
+    split_newlines: bool = field(
+        default=False,
+        metadata={"help": "A tokenizer learned here makes every line break a piece of its own and the first word of "
+                  "each line a word start, instead of learning pieces such as '?\\nJerry:' (dialogues, e-mails)."},
+    )
     gradient_checkpointing: bool = field(default=False, metadata={"help": "Recompute activations to save memory."})
 
 

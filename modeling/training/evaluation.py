@@ -12,6 +12,7 @@ import torch
 from accelerate.utils import DistributedType, broadcast_object_list
 from torch.nn import functional as F
 
+from ..diagnostics import input_independence_warning, output_diversity
 from ..metrics import load_metric
 from .batching import collate, evaluation_batches, generation_shards
 
@@ -93,8 +94,9 @@ def evaluate(
     **generate_kwargs,
 ) -> dict:
     """Everything the run logs at an evaluation, identical on every process, with a few (source, output, reference)
-    samples. The loss
-    covers the whole validation set; the score, its first `max_examples` pairs (all if None)."""
+    samples. The loss covers the whole validation set; the score, its first `max_examples` pairs (all if None), and
+    so does the count of distinct outputs for distinct sources (`distinct_outputs`, `distinct_inputs`), with a
+    `warning` when the outputs do not depend on the sources."""
     unwrapped = accelerator.unwrap_model(model)
     results = validation_loss(accelerator, model, validation, max_tokens, tokenizer.pad_token_id, label_smoothing)
     scored = validation
@@ -108,6 +110,15 @@ def evaluate(
     scores = [None]
     if accelerator.is_main_process:
         examples = zip(scored["source_text"][:3], predictions[:3], scored["target_text"][:3])
-        scores = [{**score(task, predictions, scored["target_text"]), "samples": list(examples)}]
+        diversity = output_diversity(scored["source_text"], predictions)
+        scores = [{
+            **score(task, predictions, scored["target_text"]),
+            "distinct_outputs": diversity["distinct_outputs"],
+            "distinct_inputs": diversity["distinct_inputs"],
+            "samples": list(examples),
+        }]
+        warning = input_independence_warning(diversity)
+        if warning:
+            scores[0]["warning"] = warning
     broadcast_object_list(scores)
     return {**results, **scores[0]}

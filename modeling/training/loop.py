@@ -277,14 +277,18 @@ def evaluate_and_keep_best(run: Run) -> dict:
         publish_model(accelerator, run.model, run.tokenizer, run.output_dir / "best")
     else:
         progress.evaluations_without_improvement += 1
-    record = {"step": progress.step, **{k: v for k, v in results.items() if k != "samples"}}
+    record = {"step": progress.step, **{k: v for k, v in results.items() if k not in ("samples", "warning")}}
     run.metrics.write(record)
     accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=progress.step)
     if accelerator.is_main_process:
         source, output, reference = results["samples"][0]
         numbers = ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float))
+        if "distinct_outputs" in record:
+            numbers += f", distinct outputs {record['distinct_outputs']} of {record['distinct_inputs']} inputs"
         tqdm.write(f"update {progress.step}: {numbers}{' (new best)' if improved else ''}\n"
                    f"  e.g. {source!r}\n    -> {output!r}\n    reference {reference!r}")
+        if "warning" in results:
+            tqdm.write(f"WARNING at update {progress.step}: {results['warning']}")
     return results
 
 

@@ -55,7 +55,7 @@ def obtain_tokenizer(accelerator, model_args: ModelArguments, train_raw, data: D
         accelerator.print(f"Learning a {model_args.vocab_size}-token vocabulary from the training data ...")
         tokenizer = VaswaniTokenizer.train_from_texts(
             training_texts(train_raw, data), vocab_size=model_args.vocab_size,
-            split_punctuation=model_args.split_punctuation,
+            split_punctuation=model_args.split_punctuation, split_newlines=model_args.split_newlines,
         )
         temporary = output_dir / ".tmp-tokenizer"
         tokenizer.save_pretrained(temporary)

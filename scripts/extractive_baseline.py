@@ -1,0 +1,95 @@
+"""Score a summary made of the document's own lines or sentences, with no model: the floor a trained summarizer must
+beat, written as a results file of the same form as scripts/evaluate_model.py's, so the results table shows it as a
+row of its own beside the models.
+
+    python scripts/extractive_baseline.py --dataset ../shared/data/samsum/validation.jsonl \
+        --dataset_name knkarthick/samsum --method first_lines --count 3 \
+        --output_file results/samsum_first_3/evaluation_results.json
+
+    python scripts/extractive_baseline.py --dataset ../shared/data/aeslc/validation.jsonl \
+        --dataset_name Yale-LILY/aeslc --method lead_sentence --max_words 20 --output_file results/aeslc_lead/...
+
+Methods (vaswani.extractive): `first_lines` (the first N lines: a dialogue's first N utterances), `longest_lines`
+(the N longest lines, in the document's order), `lead_sentence` (the first sentence of at least
+`--min_sentence_words` words, cut to `--max_words` words). ROUGE as evaluate_model.py scores a model.
+"""
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+from transformers import HfArgumentParser
+
+from vaswani.evaluation import rouge_metrics, write_results
+from vaswani.extractive import METHODS, extract
+from vaswani.finetuning import load_checked_split
+
+
+DESCRIPTIONS = {
+    "first_lines": "the first {count} non-empty lines of each document",
+    "longest_lines": "the {count} longest non-empty lines of each document (in characters), in the document's order",
+    "lead_sentence": "the first sentence of each document with at least {min_sentence_words} words, cut to "
+                     "{max_words} words (empty where there is none)",
+}
+
+
+@dataclass
+class BaselineArguments:
+    dataset: str = field(metadata={"help": "Local .jsonl/.json/.csv file(s), comma-separated, or a Hub dataset name."})
+    method: str = field(metadata={"help": f"How the summary is taken from the document: {list(METHODS)}."})
+    output_file: str = field(metadata={"help": "Where to write the results (the form of evaluate_model.py's)."})
+    split: str = field(default="validation", metadata={"help": "The split (for a Hub dataset; recorded either way)."})
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "The name recorded in the results (e.g. the Hub id); default: --dataset."}
+    )
+    source_column: str = field(default="document", metadata={"help": "The documents."})
+    target_column: str = field(default="summary", metadata={"help": "The reference summaries."})
+    count: int = field(default=3, metadata={"help": "first_lines / longest_lines: how many lines."})
+    min_sentence_words: int = field(default=4, metadata={"help": "lead_sentence: shorter sentences are skipped."})
+    max_words: int = field(default=20, metadata={"help": "lead_sentence: the sentence is cut to N words."})
+    max_examples: int | None = field(default=None, metadata={"help": "Score the first N rows only."})
+
+
+def check_arguments(args: BaselineArguments) -> None:
+    if args.method not in METHODS:
+        raise ValueError(f"--method {args.method!r} is not one of {list(METHODS)}.")
+    for name in ("count", "min_sentence_words", "max_words"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    (args,) = HfArgumentParser(BaselineArguments).parse_args_into_dataclasses(args=argv)
+    check_arguments(args)
+    columns = {"source": args.source_column, "target": args.target_column}
+    dataset, _ = load_checked_split(
+        args.dataset, args.split, args.dataset_config, list(columns.values()), args.max_examples, "evaluation"
+    )
+    started = time.perf_counter()
+    settings = {"count": args.count, "min_sentence_words": args.min_sentence_words, "max_words": args.max_words}
+    summaries = [
+        extract(document if isinstance(document, str) else "", args.method, **settings)
+        for document in dataset[args.source_column]
+    ]
+    description = DESCRIPTIONS[args.method].format(**settings)
+    results = write_results(
+        args.output_file, model=f"none: extractive baseline ({description})", task="summarization",
+        dataset={"name": args.dataset_name or args.dataset, "config": args.dataset_config, "split": args.split,
+                 "columns": columns, "num_examples": len(dataset)},
+        decoding={}, metrics=rouge_metrics(summaries, dataset[args.target_column]),
+        conventions=f"No model: the summary is {description} (scripts/extractive_baseline.py --method {args.method})."
+                    " ROUGE F-measures (0-100) from rouge-score with Porter stemming, averaged over examples, as for "
+                    "the models.",
+        seconds=time.perf_counter() - started,
+    )
+    print(", ".join(f"{metric['name']} {metric['value']}" for metric in results["metrics"]))
+    print(f"Wrote {args.output_file}")
+    return results
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except ValueError as error:
+        sys.exit(f"extractive_baseline.py: error: {error}")
