@@ -83,7 +83,8 @@ def encoder_collapse(model, tokenizer, texts: Sequence[str], max_length: int, ba
                 if len(totals) <= index:
                     totals.append({"attention_entropy": 0.0, "uniform_entropy": 0.0, "token_cosine": 0.0,
                                    "inputs_with_pairs": 0})
-                entropy = -(weights.float() * weights.float().clamp(min=1e-12).log()).sum(-1)  # (batch, heads, query)
+                weights = weights.float()
+                entropy = -(weights * weights.clamp(min=1e-12).log()).sum(-1)  # (batch, heads, query)
                 per_query = entropy.mean(1).masked_fill(~mask, 0.0)  # mean over heads; padding queries dropped
                 totals[index]["attention_entropy"] += (per_query.sum(-1) / lengths).sum().item()
                 totals[index]["uniform_entropy"] += lengths.log().sum().item()

@@ -153,13 +153,12 @@ def evaluate(args: EvaluationArguments, model, tokenizer, dataset, columns: dict
         decoding = {
             "num_beams": args.num_beams, "length_penalty": args.length_penalty, "max_new_tokens": max_new_tokens
         }
-        if args.no_repeat_ngram_size is not None:
-            decoding["no_repeat_ngram_size"] = args.no_repeat_ngram_size
-        pipe = vaswani_pipelines.pipeline(args.task, model=model, tokenizer=tokenizer)
-        sources, references = dataset[columns["source"]], dataset[columns["target"]]
         beams = f"beam {args.num_beams}, length penalty {args.length_penalty}, at most {max_new_tokens} new tokens"
         if args.no_repeat_ngram_size is not None:
+            decoding["no_repeat_ngram_size"] = args.no_repeat_ngram_size
             beams += f", no repeated {args.no_repeat_ngram_size}-grams"
+        pipe = vaswani_pipelines.pipeline(args.task, model=model, tokenizer=tokenizer)
+        sources, references = dataset[columns["source"]], dataset[columns["target"]]
         weights = weights_provenance(args.model)
         if args.task == "translation":
             target_lang = args.target_lang or getattr(config, "target_lang", None) or "en"

@@ -48,7 +48,7 @@ class PseudoSummaryArguments:
     max_target_words: int = field(default=20, metadata={"help": "lead_sentence: the sentence is cut to N words."})
     validation_size: int = field(default=500, metadata={"help": "Documents held out for validation."})
     reference_column: str | None = field(
-        default=None, metadata={"help": "Also score the lead sentences against this column (ROUGE) and print it."}
+        default=None, metadata={"help": "Also score the extracted targets against this column (ROUGE) and print it."}
     )
 
 
@@ -64,12 +64,12 @@ def main(argv: list[str] | None = None) -> dict[str, int | float]:
     dataset = load_split(args.dataset, args.split, args.dataset_config)
     columns = [args.column] + ([args.reference_column] if args.reference_column else [])
     require_columns(dataset, columns, where=args.dataset)
-    pairs, leads = [], []
+    pairs, extracts = [], []
     for document in dataset[args.column]:
         summary = ""
         if isinstance(document, str):
             summary = extract(document, args.method, args.count, args.min_sentence_words, args.max_target_words)
-        leads.append(summary)
+        extracts.append(summary)
         if summary:
             pairs.append({"document": document, "summary": summary})
     if len(pairs) <= args.validation_size:
@@ -87,10 +87,10 @@ def main(argv: list[str] | None = None) -> dict[str, int | float]:
     )
     if args.reference_column:
         # every document counts: one without a lead sentence scores an empty prediction
-        rouge = load_metric("rouge").compute(predictions=leads, references=dataset[args.reference_column])
+        rouge = load_metric("rouge").compute(predictions=extracts, references=dataset[args.reference_column])
         counts.update({name: round(value, 2) for name, value in rouge.items()})
         scores = ", ".join(f"{name} {value:.2f}" for name, value in rouge.items())
-        print(f"lead baseline against {args.reference_column}: {scores}")
+        print(f"{args.method} baseline against {args.reference_column}: {scores}")
     return counts
 
 
