@@ -4,31 +4,26 @@ heatmap of target tokens (rows) against source tokens (columns).
     python scripts/attention_heatmap.py --model outputs/multi30k_en_de/best \
         --text "A man in an orange hat is looking at something." --output_file outputs/heatmaps/en_de.png
 
-The sentence is translated with beam search (`model.generate`); then one forward pass with the translation as the
-decoder input and `output_attentions=True` (eager attention) gives the weights. Row i is the attention of the decoder
-while it produces target token i, so each row sums to 1 over the source tokens. `--layer` picks a decoder layer
+How the weights are taken: `vaswani.attention_map` (row i is the attention of the decoder while it produces target
+token i, so each row sums to 1 over the source tokens). `--layer` picks a decoder layer
 (default: the last; negative indices count from the end; `mean` averages the layers) and `--head` one head (default:
 the average of the heads).
 
 Beside the picture, `x.png` gets `x.json`: the source and target tokens (and ids) and the matrix, to check or reuse.
 """
 
-import json
 import sys
-import textwrap
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
 import vaswani  # noqa: F401  (registers the project's classes with the Auto classes)
+from vaswani.attention_map import CrossAttentionMap, cross_attention_map, save_heatmap
 from vaswani.head_loading import require_trained_head
 
 
 PICTURE_FORMATS = (".png", ".svg", ".pdf")
-WORD_START = "▁"  # the tokenizer's mark of a piece that begins a word
-CONTINUATION = "·"  # how the picture marks a piece that continues the word before it
 
 
 @dataclass
@@ -50,22 +45,6 @@ class HeatmapArguments:
     )
 
 
-@dataclass
-class CrossAttentionMap:
-    """The attention of one translated sentence: `weights[i][j]` is how much target token i attends to source
-    token j."""
-
-    source_text: str
-    translation: str
-    source_tokens: list[str]
-    target_tokens: list[str]
-    source_ids: list[int]
-    target_ids: list[int]
-    layer: int | str  # the layer index (0-based, counted from the first), or "mean"
-    head: int | str  # the head index (0-based), or "mean"
-    weights: list[list[float]]
-
-
 def check_arguments(args: HeatmapArguments) -> None:
     """What can be checked before loading the model."""
     if not args.text.strip():
@@ -75,32 +54,6 @@ def check_arguments(args: HeatmapArguments) -> None:
     for name in ("num_beams", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
-
-
-def layer_index(layer: str, num_layers: int) -> int | None:
-    """`--layer` as a 0-based index, or None for the mean over layers; an error names the allowed values."""
-    allowed = f"an index from {-num_layers} to {num_layers - 1} (the model has {num_layers} decoder layers) or 'mean'"
-    if layer.strip().lower() == "mean":
-        return None
-    try:
-        index = int(layer)
-    except ValueError:
-        raise ValueError(f"--layer {layer!r} is not {allowed}.") from None
-    if not -num_layers <= index < num_layers:
-        raise ValueError(f"--layer {index} is out of range: use {allowed}.")
-    return index % num_layers
-
-
-def head_index(head: int | None, num_heads: int) -> int | None:
-    """`--head` as a 0-based index, or None for the mean over heads."""
-    if head is None:
-        return None
-    if not -num_heads <= head < num_heads:
-        raise ValueError(
-            f"--head {head} is out of range: the decoder's cross-attention has {num_heads} heads, so use an index "
-            f"from {-num_heads} to {num_heads - 1}, or leave --head out for their mean."
-        )
-    return head % num_heads
 
 
 def load_translation_model(path: str):
@@ -119,107 +72,6 @@ def load_translation_model(path: str):
     return model, AutoTokenizer.from_pretrained(path)
 
 
-def translated_ids(model, inputs, num_beams: int, length_penalty: float, max_new_tokens: int) -> list[int]:
-    """The beam-search output of one sentence, starting with the decoder start token and ending at the first
-    end-of-sequence token (or where `max_new_tokens` cut it)."""
-    output = model.generate(
-        **inputs, num_beams=num_beams, length_penalty=length_penalty, max_new_tokens=max_new_tokens
-    )[0].tolist()
-    eos = model.generation_config.eos_token_id
-    eos_ids = set(eos) if isinstance(eos, list) else {eos}
-    ends = [position for position, token in enumerate(output) if position > 0 and token in eos_ids]
-    return output[: ends[0] + 1] if ends else output
-
-
-@torch.inference_mode()
-def cross_attention_map(
-    model, tokenizer, text: str, layer: str = "-1", head: int | None = None, num_beams: int = 5,
-    length_penalty: float = 1.0, max_new_tokens: int = 64,
-) -> CrossAttentionMap:
-    config = model.config
-    layer = layer_index(layer, config.decoder_layers)
-    head = head_index(head, config.decoder_attention_heads)
-    max_positions = getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
-    inputs = tokenizer([text], truncation=True, max_length=max_positions, return_tensors="pt")
-    generated = translated_ids(model, inputs, num_beams, length_penalty, min(max_new_tokens, max_positions - 1))
-
-    # The decoder reads the translation shifted right (start token first) and predicts each next token: row i of the
-    # cross-attention is what the decoder looked at while producing target token i.
-    decoder_input_ids = torch.tensor([generated[:-1]])
-    outputs = model(**inputs, decoder_input_ids=decoder_input_ids, output_attentions=True)
-    attention = torch.stack(outputs.cross_attentions)[:, 0]  # (layers, heads, target, source)
-    attention = attention.mean(0) if layer is None else attention[layer]
-    attention = attention.mean(0) if head is None else attention[head]
-
-    source_ids, target_ids = inputs["input_ids"][0].tolist(), generated[1:]
-    return CrossAttentionMap(
-        source_text=text,
-        translation=tokenizer.decode(target_ids, skip_special_tokens=True),
-        source_tokens=tokenizer.convert_ids_to_tokens(source_ids),
-        target_tokens=tokenizer.convert_ids_to_tokens(target_ids),
-        source_ids=source_ids,
-        target_ids=target_ids,
-        layer="mean" if layer is None else layer,
-        head="mean" if head is None else head,
-        weights=attention.float().tolist(),
-    )
-
-
-def token_label(token: str) -> str:
-    """A tick label: a word-initial piece without its mark ("▁Mann" -> "Mann"), a piece inside a word with a
-    leading dot ("ing" -> "·ing"); special tokens, byte tokens and a lone space mark as they are."""
-    if token == WORD_START or (token.startswith("<") and token.endswith(">")):
-        return token
-    return token[len(WORD_START):] if token.startswith(WORD_START) else CONTINUATION + token
-
-
-def describe_selection(attention_map: CrossAttentionMap, num_layers: int, num_heads: int) -> str:
-    """The layer and head of the picture, numbered from 0 as --layer and --head take them."""
-    layer, head = attention_map.layer, attention_map.head
-    if layer == "mean":
-        layer = f"mean of the {num_layers} decoder layers"
-    else:
-        layer = f"decoder layer {layer} (of 0-{num_layers - 1})"
-    head = f"mean of the {num_heads} heads" if head == "mean" else f"head {head} (of 0-{num_heads - 1})"
-    return f"cross-attention: {layer}, {head}"
-
-
-def plot_heatmap(attention_map: CrossAttentionMap, path: Path, selection: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display needed
-    import matplotlib.pyplot as plt
-
-    rows, columns = len(attention_map.target_tokens), len(attention_map.source_tokens)
-    # about a third of an inch per token, within limits that keep short sentences readable and long ones drawable
-    width = min(max(5.0, 2.5 + 0.36 * columns), 40.0)
-    height = min(max(4.0, 2.8 + 0.3 * rows), 40.0)
-    figure, axes = plt.subplots(figsize=(width, height), layout="constrained")
-    image = axes.imshow(attention_map.weights, cmap="viridis", vmin=0.0, aspect="auto")
-    axes.set_xticks(range(columns), [token_label(t) for t in attention_map.source_tokens], rotation=60,
-                    ha="right", rotation_mode="anchor")
-    axes.set_yticks(range(rows), [token_label(t) for t in attention_map.target_tokens])
-    axes.set_xlabel(f"source tokens  ({CONTINUATION} = piece inside a word)")
-    axes.set_ylabel("target tokens (row: attention while producing it)")
-    # the title spans the whole figure; at 10 points about 10 characters fit in an inch
-    wrap = int(width * 10) - 4
-    figure.suptitle(
-        "\n".join([
-            textwrap.fill(f"source: {attention_map.source_text}", wrap),
-            textwrap.fill(f"translation: {attention_map.translation}", wrap),
-            selection,
-        ]),
-        fontsize=10,
-        x=0.02,
-        ha="left",
-    )
-    figure.colorbar(image, ax=axes, label="attention weight", shrink=0.8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
-
-
 def main(argv: list[str] | None = None) -> CrossAttentionMap:
     (args,) = HfArgumentParser(HeatmapArguments).parse_args_into_dataclasses(args=argv)
     check_arguments(args)
@@ -227,11 +79,7 @@ def main(argv: list[str] | None = None) -> CrossAttentionMap:
     attention_map = cross_attention_map(
         model, tokenizer, args.text, args.layer, args.head, args.num_beams, args.length_penalty, args.max_new_tokens
     )
-    selection = describe_selection(attention_map, model.config.decoder_layers, model.config.decoder_attention_heads)
-    picture = plot_heatmap(attention_map, Path(args.output_file), selection)
-    matrix_file = picture.with_suffix(".json")
-    record = {"model": args.model, **asdict(attention_map)}
-    matrix_file.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    picture, matrix_file = save_heatmap(attention_map, Path(args.output_file), model, args.model)
     print(f"{attention_map.source_text!r} -> {attention_map.translation!r}")
     print(f"Wrote {picture} and {matrix_file}")
     return attention_map

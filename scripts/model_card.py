@@ -128,6 +128,7 @@ def render_model_card(
     config,
     num_parameters: int,
     repo_id: str,
+    model_name: str | None = None,
     results: list[dict] = (),
     license_id: str = "apache-2.0",
     languages: list[str] | None = None,
@@ -145,7 +146,7 @@ def render_model_card(
         languages = list(dict.fromkeys(code for code in (config.source_lang, config.target_lang) if code))
     if datasets is None:
         datasets = [r["dataset"]["name"] for r in results if looks_like_hub_dataset(r["dataset"]["name"])]
-    model_name = repo_id.split("/")[-1]
+    model_name = model_name or repo_id.split("/")[-1]
     card_data = ModelCardData(
         model_name=model_name,
         license=license_id,

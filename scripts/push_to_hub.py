@@ -4,6 +4,11 @@
     python scripts/push_to_hub.py --model_dir runs/multi30k/best --repo_id me/vaswani-multi30k-en-de --dry-run \
         --output_dir hub/vaswani-multi30k-en-de
 
+    # the folder of a model this project ships (results/*/model): the card says which recipe of
+    # scripts/configs/recipes.yaml made it, with its commands, and at which commit; no Hub repository is named
+    python scripts/push_to_hub.py --model_dir outputs/multi30k_en_de/best --recipe "Multi30k en->de" --dry-run \
+        --output_dir results/multi30k_en_de/model --overwrite_output_dir
+
     # upload it (token from --token, the HF_TOKEN variable, or `hf auth login`)
     python scripts/push_to_hub.py --model_dir runs/multi30k/best --repo_id me/vaswani-multi30k-en-de
 
@@ -17,10 +22,15 @@ The upload is one commit of that folder; files in the repository that are not in
 commit, so that the repository holds exactly the folder.
 """
 
+import re
+import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import yaml
 
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError
@@ -31,6 +41,8 @@ import vaswani
 from model_card import TEMPLATE, load_results, render_model_card
 
 
+REPO = Path(__file__).resolve().parents[1]
+RECIPES_FILE = REPO / "scripts" / "configs" / "recipes.yaml"
 RESULTS_FILE = "evaluation_results.json"  # what scripts/evaluate_model.py writes into the checkpoint by default
 CODE_FILES = ("configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py")
 REQUIRED_FILES = ("README.md", "config.json", "tokenizer.json", "tokenizer_config.json")
@@ -48,7 +60,14 @@ MODEL_CLASSES = {
 @dataclass
 class PushArguments:
     model_dir: str = field(metadata={"help": "The checkpoint: a folder with a model saved by save_pretrained and its tokenizer."})
-    repo_id: str = field(metadata={"help": "The Hub repository to upload to, as namespace/name."})
+    repo_id: str | None = field(
+        default=None,
+        metadata={"help": "The Hub repository to upload to, as namespace/name (with --dry-run, optional: the card then names the folder)."},
+    )
+    recipe: str | None = field(
+        default=None,
+        metadata={"help": f"The recipe of {RECIPES_FILE.relative_to(REPO)} that made the checkpoint (its name): the card's training data, commands, commit and, without --results, its results file."},
+    )
     results: list[str] = field(
         default_factory=list,
         metadata={"help": f"Evaluation results file(s) for the card's model-index (default: {RESULTS_FILE} in --model_dir, if there)."},
@@ -56,6 +75,9 @@ class PushArguments:
     dry_run: bool = field(default=False, metadata={"help": "Write the folder that would be uploaded to --output_dir, and stop."})
     output_dir: str | None = field(
         default=None, metadata={"help": "Where to write the folder (needed with --dry-run; otherwise a temporary folder)."}
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace what --output_dir holds (a shipped model being replaced)."}
     )
     private: bool = field(default=False, metadata={"help": "Create the repository as private (if it does not exist)."})
     revision: str | None = field(default=None, metadata={"help": "Branch to commit to (default: main)."})
@@ -71,10 +93,13 @@ class PushArguments:
 
 
 def check_arguments(args: PushArguments) -> None:
-    try:
-        validate_repo_id(args.repo_id)
-    except HFValidationError as error:
-        raise ValueError(f"--repo_id {args.repo_id!r} is not a valid Hub repository id: {error}") from None
+    if args.repo_id is None and not args.dry_run:
+        raise ValueError("--repo_id is needed to upload: give the Hub repository as namespace/name (or use --dry-run).")
+    if args.repo_id is not None:
+        try:
+            validate_repo_id(args.repo_id)
+        except HFValidationError as error:
+            raise ValueError(f"--repo_id {args.repo_id!r} is not a valid Hub repository id: {error}") from None
     model_dir = Path(args.model_dir)
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"--model_dir {model_dir} is not a checkpoint folder: it has no config.json.")
@@ -87,16 +112,71 @@ def check_arguments(args: PushArguments) -> None:
         raise ValueError("--dry-run writes the folder that would be uploaded: give it a place with --output_dir.")
     if args.output_dir is not None:
         output_dir = Path(args.output_dir)
-        if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
+        if output_dir.exists() and not output_dir.is_dir():
+            raise ValueError(f"--output_dir {output_dir} is a file, not a folder.")
+        if output_dir.exists() and any(output_dir.iterdir()) and not args.overwrite_output_dir:
             raise ValueError(
                 f"--output_dir {output_dir} exists and is not an empty folder: everything in it would be uploaded. "
-                "Choose a new folder."
+                "Choose a new folder, or replace its contents with --overwrite_output_dir."
             )
+        if args.overwrite_output_dir and output_dir.resolve() in (Path(args.model_dir).resolve(), REPO.resolve()):
+            raise ValueError(f"--output_dir {output_dir} with --overwrite_output_dir would delete the checkpoint itself.")
 
 
-def results_files(args: PushArguments) -> list[Path]:
+def load_recipe(name: str, path: Path = RECIPES_FILE) -> dict:
+    """The entry of the recipes file whose `name` is `name`; an error lists the names there are."""
+    recipes = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("recipes") or []
+    names = [entry.get("name") for entry in recipes if isinstance(entry, dict)]
+    for entry in recipes:
+        if isinstance(entry, dict) and entry.get("name") == name:
+            return entry
+    raise ValueError(f"--recipe {name!r} is not a recipe of {path}; the recipes are {names}.")
+
+
+def git(*arguments: str) -> str | None:
+    try:
+        result = subprocess.run(["git", *arguments], cwd=REPO, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def training_data_of(recipe: dict) -> str:
+    return (
+        f"The files the recipe's commands name (under Training procedure); it is evaluated on {recipe['data']}, "
+        "so its training data are that dataset's training split."
+    )
+
+
+def provenance(recipe: dict) -> str:
+    """The card's training procedure for a recipe's checkpoint: the recipe, the commit of the code, its commands."""
+    commit = git("rev-parse", "HEAD")
+    changed = git("diff", "--name-only", "HEAD", "--", "modeling", "pipelines", "scripts")
+    if commit is None:
+        code = "Code: not a git checkout, so no commit is recorded."
+    else:
+        code = f"Code: commit `{commit}` of the project (HEAD when this folder was written)"
+        if changed:
+            paths = changed.splitlines()
+            code += f", with uncommitted changes to {', '.join(f'`{path}`' for path in paths[:12])}"
+            code += f" and {len(paths) - 12} more" if len(paths) > 12 else ""
+        code += "."
+    return "\n".join([
+        f"Made by the recipe **{recipe['name']}** of `{RECIPES_FILE.relative_to(REPO)}` (hardware: {recipe.get('hardware', 'not recorded')}). {code}",
+        "",
+        "Its commands, run from the repository root (training, evaluation, and the copy into this folder):",
+        "",
+        "```bash",
+        recipe["command"].strip(),
+        "```",
+    ])
+
+
+def results_files(args: PushArguments, recipe: dict | None = None) -> list[Path]:
     if args.results:
         return [Path(path) for path in args.results]
+    if recipe is not None and recipe.get("results"):
+        return [REPO / recipe["results"]]
     default = Path(args.model_dir) / RESULTS_FILE
     return [default] if default.is_file() else []
 
@@ -117,23 +197,28 @@ def load_model(model_dir: Path):
 def stage(args: PushArguments, folder: Path) -> list[Path]:
     """Write into `folder` everything the repository will hold; return the files."""
     model_dir = Path(args.model_dir)
-    results = [load_results(path) for path in results_files(args)]  # read first: a bad file stops before any work
+    recipe = load_recipe(args.recipe) if args.recipe else None
+    # read first: a bad file stops before any work
+    results = [load_results(path) for path in results_files(args, recipe)]
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if folder.exists() and args.overwrite_output_dir:
+        shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     card = render_model_card(
         model.config,
         num_parameters=model.num_parameters(),
-        repo_id=args.repo_id,
+        repo_id=args.repo_id or folder.as_posix(),
+        model_name=model_name(args),
         results=results,
         license_id=args.license,
         languages=args.language,
         datasets=args.datasets,
         tags=args.tags,
-        training_data=args.training_data,
-        training_procedure=args.training_procedure,
+        training_data=args.training_data or (recipe and training_data_of(recipe)),
+        training_procedure=args.training_procedure or (recipe and provenance(recipe)),
         template=args.template,
     )
     (folder / "README.md").write_text(card, encoding="utf-8")
@@ -144,6 +229,16 @@ def stage(args: PushArguments, folder: Path) -> list[Path]:
     if missing:
         raise RuntimeError(f"The staged folder {folder} lacks {missing}; it would not load from the Hub.")
     return sorted(path for path in folder.rglob("*") if path.is_file())
+
+
+def model_name(args: PushArguments) -> str:
+    """The card's title: the Hub repository's name, or for a folder only (--dry-run without --repo_id) one made from
+    the recipe's name ("Multi30k en->de" -> "vaswani-multi30k-en-de") or the folder's."""
+    if args.repo_id:
+        return args.repo_id.split("/")[-1]
+    if args.recipe:
+        return "vaswani-" + "-".join(re.findall(r"[a-z0-9]+", args.recipe.lower()))
+    return Path(args.output_dir).resolve().name
 
 
 def upload(args: PushArguments, folder: Path):
@@ -169,7 +264,8 @@ def main(argv: list[str] | None = None) -> Path | str:
         files = stage(args, folder)
         listing = "\n".join(f"  {path.relative_to(folder)}  ({path.stat().st_size:,} bytes)" for path in files)
         if args.dry_run:
-            print(f"Dry run: {len(files)} files that would be uploaded to {args.repo_id} are in {folder}:\n{listing}")
+            where = f"that would be uploaded to {args.repo_id} " if args.repo_id else ""
+            print(f"Dry run: {len(files)} files {where}are in {folder}:\n{listing}")
             return folder
         commit = upload(args, folder)
         print(f"Uploaded {len(files)} files to {args.repo_id}:\n{listing}\n{commit.commit_url}")

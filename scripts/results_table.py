@@ -26,6 +26,9 @@ from vaswani.training.reporting import format_duration
 REPO = Path(__file__).resolve().parents[1]
 START = "<!-- recipe-results:start -->"
 END = "<!-- recipe-results:end -->"
+# optional, in any of the files: the table of the models the project ships (the recipes with a `model`)
+SHIPPED_START = "<!-- shipped-models:start -->"
+SHIPPED_END = "<!-- shipped-models:end -->"
 NOT_RUN = "not run yet"
 # training-time fields of the summaries: scripts/train.py's summary.json, the Trainer's all_results.json
 DURATION_FIELDS = ("wall_seconds", "train_runtime")
@@ -82,6 +85,7 @@ class Recipe:
     goal: Goal | None = None
     notes: str | None = None
     picture: str | None = None
+    model: str | None = None  # the folder of the trained model the project ships (results/<recipe>/model)
     experiments: list[Experiment] | None = None
 
 
@@ -100,7 +104,7 @@ def load_recipes(path: Path) -> list[Recipe]:
         if not isinstance(entry, dict):
             raise ValueError(f"Recipes file {path}: recipe {number} is not a mapping of fields.")
         where = f"Recipes file {path}, recipe {number} ({entry.get('name', 'no name')})"
-        check_fields(entry, Recipe, where, optional_text=("training_summary", "notes", "picture"))
+        check_fields(entry, Recipe, where, optional_text=("training_summary", "notes", "picture", "model"))
         if entry["task"] not in TASKS:
             raise ValueError(f"{where}: `task` is {entry['task']!r}; expected one of {list(TASKS)}.")
         metrics = entry.get("metrics")
@@ -183,6 +187,10 @@ class Row:
 
 
 def read_row(recipe: Recipe, root: Path) -> Row:
+    if recipe.model and not (root / recipe.model / "config.json").is_file():
+        raise ValueError(
+            f"Recipe {recipe.name!r}: `model` names {recipe.model}, which is not a checkpoint folder (no config.json)."
+        )
     results_path = root / recipe.results
     results = load_results(results_path) if results_path.is_file() else None
     metrics = []
@@ -246,7 +254,8 @@ def table_line(row: Row) -> str:
         duration = "—"
     else:
         duration = NOT_RUN if row.seconds is None else f"{format_duration(row.seconds)} (wall)"
-    cells = [recipe.name, data, values, recipe.reference, recipe.target, goal_cell(row), duration, recipe.hardware]
+    shipped = f"[{recipe.model}]({recipe.model})" if recipe.model else "—"
+    cells = [recipe.name, data, values, shipped, recipe.reference, recipe.target, goal_cell(row), duration, recipe.hardware]
     return table_row(cells)
 
 
@@ -305,8 +314,8 @@ def render_block(rows: list[Row], recipes_file: str, root: Path) -> str:
         f"<!-- Written by scripts/results_table.py from {recipes_file} and the files its recipes name: edit those "
         "and run the script, not this block. -->",
         "",
-        "| recipe | data, split | result | reference | target | met? | training time | hardware |",
-        "|---|---|---|---|---|---|---|---|",
+        "| recipe | data, split | result | model | reference | target | met? | training time | hardware |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     table = "\n".join(header + [table_line(row) for row in rows])
     block = table + "\n\n" + "\n\n".join(details(row, root) for row in rows)
@@ -316,16 +325,36 @@ def render_block(rows: list[Row], recipes_file: str, root: Path) -> str:
     return block
 
 
-def replace_block(text: str, block: str, where: str) -> str:
+def render_shipped_block(rows: list[Row], recipes_file: str) -> str:
+    """A table of the shipped models: folder, task, what they score (from their results files), recipe."""
+    lines = [
+        f"<!-- Written by scripts/results_table.py from {recipes_file}: the recipes with a `model`. -->",
+        "",
+        "| folder | task | data, split | result | made by the recipe |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if not row.recipe.model:
+            continue
+        if row.results is None:
+            data, values = row.recipe.data, NOT_RUN
+        else:
+            data = f"{row.results['dataset']['name']}, {row.results['dataset']['split']}"
+            values = "; ".join(f"{metric['name']} {number(metric['value'])}" for metric in row.metrics)
+        lines.append(table_row([f"[{row.recipe.model}]({row.recipe.model})", row.recipe.task, data, values, row.recipe.name]))
+    return "\n".join(lines)
+
+
+def replace_block(text: str, block: str, where: str, start: str = START, end: str = END) -> str:
     """`text` with everything between the markers replaced by `block`; the text outside stays as it is."""
-    if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
         raise ValueError(
-            f"{where} needs the markers {START} and {END}, once each and in that order, around the place of the "
-            "results table."
+            f"{where} needs the markers {start} and {end}, once each and in that order, around the place of the "
+            "table."
         )
-    before, rest = text.split(START)
-    _, after = rest.split(END)
-    return f"{before}{START}\n{block}\n{END}{after}"
+    before, rest = text.split(start)
+    _, after = rest.split(end)
+    return f"{before}{start}\n{block}\n{end}{after}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -333,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     (args,) = HfArgumentParser(TableArguments).parse_args_into_dataclasses(args=argv)
     root = Path(args.root)
     recipes = load_recipes(root / args.recipes)
-    block = render_block([read_row(recipe, root) for recipe in recipes], args.recipes, root)
+    rows = [read_row(recipe, root) for recipe in recipes]
+    block = render_block(rows, args.recipes, root)
     stale = []
     for name in args.files:
         path = root / name
@@ -341,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
             raise FileNotFoundError(f"--files: {path} does not exist.")
         text = path.read_text(encoding="utf-8")
         updated = replace_block(text, block, str(path))
+        if SHIPPED_START in updated or SHIPPED_END in updated:
+            updated = replace_block(updated, render_shipped_block(rows, args.recipes), str(path), SHIPPED_START, SHIPPED_END)
         if updated != text:
             stale.append(name)
             if not args.check:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import PAIRS, REPO, tiny_config
-from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
+from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification, attention_map as attention_maps
 
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -135,7 +135,7 @@ def test_the_matrix_is_the_models_cross_attention_of_the_last_layer_averaged_ove
     ],
 )
 def test_layer_and_head_pick_the_models_weights(eager_model, tokenizer, layer, head, pick):
-    attention_map = attention_heatmap.cross_attention_map(
+    attention_map = attention_maps.cross_attention_map(
         eager_model, tokenizer, SENTENCE, layer=layer, head=head, num_beams=NUM_BEAMS, max_new_tokens=24
     )
     full = cross_attention(eager_model, attention_map.source_ids, attention_map.target_ids)
@@ -145,11 +145,11 @@ def test_layer_and_head_pick_the_models_weights(eager_model, tokenizer, layer, h
 
 
 def test_token_labels_mark_word_starts_and_pieces():
-    assert attention_heatmap.token_label("▁Mann") == "Mann"
-    assert attention_heatmap.token_label("ing") == "·ing"
-    assert attention_heatmap.token_label("</s>") == "</s>"
-    assert attention_heatmap.token_label("<0xC3>") == "<0xC3>"
-    assert attention_heatmap.token_label("▁") == "▁"
+    assert attention_maps.token_label("▁Mann") == "Mann"
+    assert attention_maps.token_label("ing") == "·ing"
+    assert attention_maps.token_label("</s>") == "</s>"
+    assert attention_maps.token_label("<0xC3>") == "<0xC3>"
+    assert attention_maps.token_label("▁") == "▁"
 
 
 def test_a_classifier_checkpoint_is_refused_naming_its_class(tokenizer, tmp_path):
@@ -198,11 +198,11 @@ def test_the_command_line_reports_bad_input_without_a_traceback(translator, tmp_
 def test_the_title_names_layer_and_head_as_the_arguments_number_them(heatmap):
     _, record = heatmap
     fields = {key: record[key] for key in record if key != "model"}
-    chosen = attention_heatmap.CrossAttentionMap(**{**fields, "layer": 0, "head": 3})
-    assert attention_heatmap.describe_selection(chosen, 2, 4) == (
+    chosen = attention_maps.CrossAttentionMap(**{**fields, "layer": 0, "head": 3})
+    assert attention_maps.describe_selection(chosen, 2, 4) == (
         "cross-attention: decoder layer 0 (of 0-1), head 3 (of 0-3)"
     )
-    averaged = attention_heatmap.CrossAttentionMap(**{**fields, "layer": "mean", "head": "mean"})
-    assert attention_heatmap.describe_selection(averaged, 2, 4) == (
+    averaged = attention_maps.CrossAttentionMap(**{**fields, "layer": "mean", "head": "mean"})
+    assert attention_maps.describe_selection(averaged, 2, 4) == (
         "cross-attention: mean of the 2 decoder layers, mean of the 4 heads"
     )

@@ -334,3 +334,39 @@ def test_the_card_metadata_is_valid_yaml_without_results(checkpoint, tmp_path):
     metadata = yaml.safe_load(text.split("---")[1])
     assert "model-index" not in metadata and metadata["pipeline_tag"] == "translation"
     assert "No evaluation results were supplied" in text
+
+
+# --- a folder the project ships (results/*/model): --recipe, no Hub repository, replaced in place ------------------
+
+
+def test_a_recipe_folder_names_its_recipe_commands_and_commit_and_replaces_the_old_one(checkpoint, tmp_path):
+    output = tmp_path / "model"
+    output.mkdir()
+    (output / "stale.safetensors").write_bytes(b"the model this one replaces")
+    run(["--model_dir", str(checkpoint), "--recipe", "Multi30k en->de", "--dry-run", "--output_dir", str(output),
+         "--overwrite_output_dir"])
+    assert set(files_of(output)) == EXPECTED_FILES  # the old contents are gone
+    card = ModelCard.load(output / "README.md")
+    assert card.data.model_name == "vaswani-multi30k-en-de"
+    assert "Made by the recipe **Multi30k en->de** of `scripts/configs/recipes.yaml`" in card.text
+    recipes = yaml.safe_load((REPO / "scripts" / "configs" / "recipes.yaml").read_text())["recipes"]
+    command = next(recipe["command"] for recipe in recipes if recipe["name"] == "Multi30k en->de").strip()
+    assert command in card.text
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert f"commit `{head}`" in card.text if head else "not a git checkout" in card.text
+    # the recipe's results file fills the model-index; the usage examples name the folder, not a Hub repository
+    results = json.loads((REPO / "results" / "multi30k_en_de" / "evaluation_results.json").read_text())
+    assert card.data.eval_results[0].metric_value == results["metrics"][0]["value"]
+    assert f'pipeline("translation", model="{output.as_posix()}", trust_remote_code=True)' in card.text
+
+
+def test_recipe_and_overwrite_mistakes_are_refused_with_a_message(checkpoint, tmp_path):
+    with pytest.raises(ValueError, match=r"--recipe 'Multi30k en->fr' is not a recipe of .*the recipes are \[.*'SAMSum'"):
+        run(["--model_dir", str(checkpoint), "--recipe", "Multi30k en->fr", "--dry-run", "--output_dir",
+             str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(ValueError, match="--repo_id is needed to upload"):
+        run(["--model_dir", str(checkpoint)])
+    with pytest.raises(ValueError, match="would delete the checkpoint itself"):
+        run(["--model_dir", str(checkpoint), "--dry-run", "--output_dir", str(checkpoint), "--overwrite_output_dir"])
+    assert (checkpoint / "config.json").is_file()

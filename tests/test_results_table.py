@@ -131,11 +131,11 @@ def test_the_table_holds_exactly_the_numbers_of_the_results_files(project):
     rows = table_rows(block_of(project / "README.md"))
     assert rows["Multi30k en->de"] == (
         "| Multi30k en->de | bentrevett/multi30k, test_2016_flickr, 1,000 examples "
-        "| BLEU (tokenized, lowercased) 38.17; sacreBLEU 35.21 | about 41 BLEU | BLEU of at least 35 "
+        "| BLEU (tokenized, lowercased) 38.17; sacreBLEU 35.21 | — | about 41 BLEU | BLEU of at least 35 "
         "| yes (bleu 38.17 ≥ 35) | 1h02m03s (wall) | a test CPU |"
     )
     assert rows["SST-2"] == (
-        "| SST-2 | stanfordnlp/sst2, validation, 872 examples | Accuracy 0.7654; F1 (binary) 0.7781 | about 83% "
+        "| SST-2 | stanfordnlp/sst2, validation, 872 examples | Accuracy 0.7654; F1 (binary) 0.7781 | — | about 83% "
         "| accuracy of at least 0.80 | no (accuracy 0.7654 < 0.8) | 11m11s (wall) | a test CPU \\| one thread |"
     )
 
@@ -160,7 +160,7 @@ def test_a_recipe_without_results_says_not_run_yet(project):
     run(project)
     block = block_of(project / "README.md")
     assert table_rows(block)["AESLC"] == (
-        "| AESLC | AESLC, validation | not run yet | 15.04 / 7.39 / 14.93 | ROUGE-L of at least 10 | not run yet "
+        "| AESLC | AESLC, validation | not run yet | — | 15.04 / 7.39 / 14.93 | ROUGE-L of at least 10 | not run yet "
         "| not run yet | a test CPU |"
     )
     assert "- Results: not run yet (`outputs/aeslc/evaluation_results.json` does not exist)." in block
@@ -172,7 +172,7 @@ def test_a_recipe_without_results_says_not_run_yet(project):
     })
     run(project)
     block = block_of(project / "README.md")
-    assert "| ROUGE-1 20.25; ROUGE-L 12.5 | 15.04 / 7.39 / 14.93 |" in table_rows(block)["AESLC"]
+    assert "| ROUGE-1 20.25; ROUGE-L 12.5 | — | 15.04 / 7.39 / 14.93 |" in table_rows(block)["AESLC"]
     assert "yes (rougeL 12.5 ≥ 10)" in table_rows(block)["AESLC"]
     assert "- ROUGE-1, ROUGE-L signature: `rouge-score|stem`" in block  # one signature, listed once
 
@@ -184,6 +184,31 @@ def test_a_picture_is_shown_once_the_run_made_it(project):
     run(project)
     details = block_of(project / "README.md").split("**SST-2**")[0]
     assert details.endswith("![Multi30k en->de: the picture its run made](outputs/en_de/attention.png)\n\n")
+
+
+def test_a_shipped_model_is_linked_in_its_row_and_listed_in_the_shipped_block(project):
+    recipes = json.loads(json.dumps(RECIPES))
+    recipes["recipes"][0]["model"] = "results/en_de/model"
+    (project / "recipes.yaml").write_text(yaml.safe_dump(recipes, sort_keys=False), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"`model` names results/en_de/model, which is not a checkpoint folder"):
+        run(project)
+    write_json(project / "results/en_de/model/config.json", {"model_type": "vaswani"})
+    readme = project / "README.md"
+    shipped = "<!-- shipped-models:start -->\nold\n<!-- shipped-models:end -->\n\n"
+    readme.write_text(shipped + readme.read_text(encoding="utf-8"), encoding="utf-8")
+    assert run(project) == 0
+    link = "[results/en_de/model](results/en_de/model)"
+    assert f"| BLEU (tokenized, lowercased) 38.17; sacreBLEU 35.21 | {link} | about 41 BLEU |" in (
+        table_rows(block_of(readme))["Multi30k en->de"]
+    )
+    text = readme.read_text(encoding="utf-8")
+    block = text[text.index("<!-- shipped-models:start -->"): text.index("<!-- shipped-models:end -->")]
+    assert table_rows(block) == {
+        "folder": "| folder | task | data, split | result | made by the recipe |",
+        link: f"| {link} | translation | bentrevett/multi30k, test_2016_flickr "
+        "| BLEU (tokenized, lowercased) 38.17; sacreBLEU 35.21 | Multi30k en->de |",
+    }
+    assert run(project, "--check") == 0
 
 
 def test_other_runs_of_a_recipe_are_a_table_under_its_notes(project):

@@ -1,0 +1,179 @@
+"""The trained models the project ships (results/*/model, the `model` of a recipe in scripts/configs/recipes.yaml):
+complete, safe to load and within the size budget, and still producing what their results files say.
+
+These tests run the real weights, so a change to modeling, tokenization or generation that alters a trained model's
+outputs fails here, even where it is self-consistent on the tiny models the other tests train. The expected figures
+are the slice results files the recipes' commands write from the shipped folders (`evaluation_results_first*.json`);
+after a deliberate change of outputs, replace the models as the README says ("Shipped models")."""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import sacrebleu
+import yaml
+from safetensors import safe_open
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+import vaswani
+from conftest import REPO, SHARED_DATA, needs_shared_data, run_isolated
+
+
+sys.path.insert(0, str(REPO / "scripts"))
+import demo  # noqa: E402
+import evaluate_model  # noqa: E402
+
+
+SIZE_BUDGET_BYTES = 60_000_000  # all shipped folders together: a clone stays small
+REQUIRED_FILES = {
+    "README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+    "tokenizer_config.json", "configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py",
+    "pipeline_vaswani.py",
+}
+PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
+BLEU_TOLERANCE = 0.5
+
+# The slice evaluation of each shipped model: the arguments of its recipe's evaluate_model.py line (recipes.yaml),
+# with the data read from ../shared/data, and the results file that line wrote from the committed folder.
+EN_DE = REPO / "results" / "multi30k_en_de"
+TRANSLATION_SLICE = [
+    "--task", "translation", "--dataset_name", "bentrevett/multi30k", "--split", "test_2016_flickr",
+    "--max_examples", "100", "--num_beams", "5", "--length_penalty", "1.0", "--max_new_tokens", "80",
+    "--batch_size", "32",
+]
+SLICES = {
+    "Multi30k en->de": (
+        "multi30k/test_2016_flickr.jsonl", [*TRANSLATION_SLICE, "--source_column", "en", "--target_column", "de"],
+        EN_DE / "evaluation_results_first100.json",
+    ),
+    "Multi30k de->en": (
+        "multi30k/test_2016_flickr.jsonl", [*TRANSLATION_SLICE, "--source_column", "de", "--target_column", "en"],
+        REPO / "results" / "multi30k_de_en" / "evaluation_results_first100.json",
+    ),
+    "SAMSum": (
+        "samsum/validation.jsonl",
+        ["--task", "summarization", "--dataset_name", "knkarthick/samsum", "--split", "validation",
+         "--max_examples", "50", "--num_beams", "4", "--length_penalty", "0.6", "--max_new_tokens", "64",
+         "--batch_size", "16"],
+        REPO / "results" / "samsum" / "evaluation_results_first50.json",
+    ),
+}
+
+
+def shipped_recipes() -> dict[str, Path]:
+    recipes = yaml.safe_load((REPO / "scripts" / "configs" / "recipes.yaml").read_text(encoding="utf-8"))["recipes"]
+    return {recipe["name"]: REPO / recipe["model"] for recipe in recipes if recipe.get("model")}
+
+
+SHIPPED = shipped_recipes()
+
+
+def metric_value(results_file: Path, kind: str) -> float:
+    results = json.loads(results_file.read_text(encoding="utf-8"))
+    return next(metric["value"] for metric in results["metrics"] if metric["type"] == kind)
+
+
+def first_pairs(count: int, source: str, target: str) -> tuple[list[str], list[str]]:
+    lines = (SHARED_DATA / "multi30k" / "test_2016_flickr.jsonl").read_text(encoding="utf-8").splitlines()[:count]
+    rows = [json.loads(line) for line in lines]
+    return [row[source] for row in rows], [row[target] for row in rows]
+
+
+def test_the_translation_models_and_the_summarizer_are_shipped_and_checked():
+    assert {"Multi30k en->de", "Multi30k de->en", "SAMSum"} <= set(SHIPPED)
+    assert set(SHIPPED) <= set(SLICES), "every shipped model needs its slice check here"
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_a_shipped_folder_is_complete_fp32_and_free_of_pickles(name):
+    folder = SHIPPED[name]
+    files = {path.name for path in folder.iterdir()}
+    assert REQUIRED_FILES <= files, f"{folder} lacks {sorted(REQUIRED_FILES - files)}"
+    assert not {Path(file).suffix for file in files} & PICKLE_SUFFIXES, f"{folder} holds a pickle: {sorted(files)}"
+    with safe_open(folder / "model.safetensors", framework="pt") as weights:
+        dtypes = {weights.get_slice(key).get_dtype() for key in weights.keys()}
+    assert dtypes == {"F32"}  # fp32, so that the results files are reproduced exactly
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    assert f"Made by the recipe **{name}**" in card
+    assert re.search(r"commit `[0-9a-f]{40}`", card), "the card names the commit of the code"
+    assert f"--output_dir {folder.relative_to(REPO).as_posix()}" in card  # the command that wrote this folder
+
+
+def test_the_shipped_models_fit_the_size_budget():
+    size = sum(path.stat().st_size for folder in SHIPPED.values() for path in folder.rglob("*") if path.is_file())
+    assert size < SIZE_BUDGET_BYTES, f"the shipped models take {size:,} bytes; the budget is {SIZE_BUDGET_BYTES:,}"
+
+
+@needs_shared_data
+@pytest.mark.parametrize("name", sorted(SLICES))
+def test_evaluate_model_reproduces_the_committed_slice_results_exactly(name, tmp_path):
+    data, arguments, expected_file = SLICES[name]
+    output_file = tmp_path / "results.json"
+    evaluate_model.main([
+        "--model", str(SHIPPED[name]), "--dataset", str(SHARED_DATA / data), *arguments,
+        "--output_file", str(output_file),
+    ])
+    produced, expected = (json.loads(path.read_text(encoding="utf-8")) for path in (output_file, expected_file))
+    assert produced["dataset"] == expected["dataset"] and produced["decoding"] == expected["decoding"]
+    assert produced["metrics"] == expected["metrics"]
+
+
+@needs_shared_data
+def test_the_en_de_model_loaded_with_the_auto_classes_translates_to_the_recorded_bleu():
+    # as a user with the package installed loads it: the package's own classes, generate() directly
+    model = AutoModelForSeq2SeqLM.from_pretrained(EN_DE / "model").eval()
+    tokenizer = AutoTokenizer.from_pretrained(EN_DE / "model")
+    assert type(model) is vaswani.VaswaniForConditionalGeneration
+    sources, references = first_pairs(100, "en", "de")
+    translations = []
+    for start in range(0, len(sources), 50):
+        inputs = tokenizer(sources[start : start + 50], padding=True, return_tensors="pt")
+        output_ids = model.generate(**inputs, num_beams=5, length_penalty=1.0, max_new_tokens=80)
+        translations += tokenizer.batch_decode(output_ids, skip_special_tokens=True)
+    bleu = sacrebleu.corpus_bleu(translations, [references]).score
+    expected = metric_value(EN_DE / "evaluation_results_first100.json", "sacrebleu")
+    assert abs(bleu - expected) <= BLEU_TOLERANCE, f"sacreBLEU {bleu:.2f}; the results file says {expected}"
+
+
+@needs_shared_data
+def test_the_en_de_model_translates_to_the_recorded_bleu_in_a_process_without_the_package():
+    sources, references = first_pairs(100, "en", "de")
+    stdout = run_isolated(
+        f"""
+        import json, sacrebleu
+        from transformers import pipeline
+        translator = pipeline("translation", model={str(EN_DE / "model")!r}, trust_remote_code=True)
+        assert type(translator.model).__module__.startswith("transformers_modules"), type(translator.model)
+        outputs = translator({sources!r}, batch_size=32, num_beams=5, length_penalty=1.0, max_new_tokens=80)
+        print(json.dumps(sacrebleu.corpus_bleu([o["translation_text"] for o in outputs], [{references!r}]).score))
+        """
+    )
+    bleu = json.loads(stdout.strip().splitlines()[-1])
+    expected = metric_value(EN_DE / "evaluation_results_first100.json", "sacrebleu")
+    assert abs(bleu - expected) <= BLEU_TOLERANCE, f"sacreBLEU {bleu:.2f}; the results file says {expected}"
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_the_full_results_file_and_the_slice_come_from_the_same_decoding(name):
+    recipe_results = json.loads((SHIPPED[name].parent / "evaluation_results.json").read_text(encoding="utf-8"))
+    slice_results = json.loads(SLICES[name][2].read_text(encoding="utf-8"))
+    assert slice_results["decoding"] == recipe_results["decoding"]
+    assert slice_results["dataset"]["split"] == recipe_results["dataset"]["split"]
+    assert slice_results["dataset"]["num_examples"] < recipe_results["dataset"]["num_examples"]
+
+
+def test_the_readme_first_command_translates_real_sentences_and_draws_the_attention(tmp_path):
+    picture = tmp_path / "attention.png"
+    translations = demo.main(["--output_file", str(picture)])
+    # what the README shows under its first command, from the shipped en->de model
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for source, translation in zip(demo.SENTENCES, translations):
+        assert f"{source}\n  -> {translation}\n" in readme
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    matrix = json.loads(picture.with_suffix(".json").read_text(encoding="utf-8"))
+    assert matrix["source_text"] == demo.SENTENCES[0] and matrix["translation"] == translations[0]
+    assert len(matrix["weights"]) == len(matrix["target_tokens"])
+    assert all(abs(sum(row) - 1) < 1e-4 for row in matrix["weights"])  # each row a distribution over the source
+
