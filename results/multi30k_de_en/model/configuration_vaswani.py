@@ -1,0 +1,205 @@
+"""Configuration of the original Transformer ("Attention Is All You Need", Vaswani et al., 2017).
+
+The defaults are the paper's base model: d_model 512, 6 + 6 layers, 8 heads, d_ff 2048, dropout 0.1, ReLU,
+post-LayerNorm, sinusoidal positions, embeddings scaled by sqrt(d_model), and one embedding matrix shared by the
+encoder, the decoder and the output projection.
+
+This file is copied into every saved checkpoint, so it imports nothing from this project.
+"""
+
+import copy
+import difflib
+from dataclasses import fields
+from typing import Any
+
+from transformers import PreTrainedConfig
+
+
+POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "relative")
+LAYER_NORM_POSITIONS = ("post", "pre")
+ACTIVATIONS = ("relu", "gelu", "gelu_new", "silu", "swish", "tanh")
+
+# Every Auto class the project registers, written into each saved config so that a checkpoint folder loads with
+# `trust_remote_code=True` where this package is not installed.
+AUTO_MAP = {
+    "AutoConfig": "configuration_vaswani.VaswaniConfig",
+    "AutoModel": "modeling_vaswani.VaswaniModel",
+    "AutoModelForSeq2SeqLM": "modeling_vaswani.VaswaniForConditionalGeneration",
+    "AutoModelForSequenceClassification": "modeling_vaswani.VaswaniForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_vaswani.VaswaniForTokenClassification",
+    "AutoTokenizer": ["tokenization_vaswani.VaswaniTokenizer", None],
+}
+
+# The pipelines every checkpoint declares, resolved by `transformers.pipeline(task, model=DIR, trust_remote_code=True)`
+# from the pipeline code file that the checkpoint carries (transformers 5 removed these tasks from its own registry).
+CUSTOM_PIPELINES = {
+    task: {"impl": f"pipeline_vaswani.{class_name}", "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}
+    for task, class_name in (
+        ("translation", "TranslationPipeline"),
+        ("summarization", "SummarizationPipeline"),
+        ("text2text-generation", "Text2TextGenerationPipeline"),
+    )
+}
+
+# Named sizes. `base` and `big` are the paper's two models (Table 3); `small` trains on a CPU in minutes;
+# `tiny` is for tests.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(
+        d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128, vocab_size=1000,
+    ),
+    "small": dict(
+        d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=1024, decoder_ffn_dim=1024, max_position_embeddings=512, vocab_size=8000,
+    ),
+    "base": dict(
+        d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8,
+        encoder_ffn_dim=2048, decoder_ffn_dim=2048, dropout=0.1,
+    ),
+    "big": dict(
+        d_model=1024, encoder_layers=6, decoder_layers=6, encoder_attention_heads=16, decoder_attention_heads=16,
+        encoder_ffn_dim=4096, decoder_ffn_dim=4096, dropout=0.3,
+    ),
+}
+
+
+class VaswaniConfig(PreTrainedConfig):
+    r"""
+    Configuration of a [`VaswaniModel`]: the encoder-decoder Transformer of "Attention Is All You Need".
+
+    Args:
+        vocab_size: size of the joint source/target vocabulary (the paper: about 37,000 BPE tokens for en-de).
+        d_model: width of every sub-layer output and of the embeddings.
+        encoder_layers / decoder_layers: N, the number of identical layers in each stack.
+        encoder_attention_heads / decoder_attention_heads: h; each head works in d_model / h dimensions.
+        encoder_ffn_dim / decoder_ffn_dim: d_ff, the inner width of the position-wise feed-forward network.
+        activation_function: the feed-forward non-linearity (the paper: ReLU).
+        dropout: P_drop, applied to each sub-layer output and to the sums of embeddings and positions.
+        attention_dropout: dropout on the attention weights.
+        activation_dropout: dropout inside the feed-forward network, after the activation.
+        layer_norm_position: "post" (the paper: LayerNorm(x + Sublayer(x))) or "pre" (x + Sublayer(LayerNorm(x)),
+            with a final LayerNorm after each stack; trains more stably when deep).
+        position_embedding_type: "sinusoidal" (the paper's fixed encoding, sin/cos interleaved), "learned"
+            (a learned absolute embedding per position), or "relative" (a learned bias per head for each clipped
+            key-query offset, added to the attention scores; no absolute positions).
+        relative_attention_max_distance: offsets beyond this share one bias ("relative" only).
+        max_position_embeddings: the longest sequence the model accepts.
+        scale_embedding: multiply token embeddings by sqrt(d_model), as the paper does.
+        tie_word_embeddings: share one matrix between encoder embeddings, decoder embeddings and the output
+            projection (the paper, section 3.4).
+        layer_norm_eps: epsilon of every LayerNorm.
+        label_smoothing: epsilon_ls of the loss computed from `labels` (the paper trains with 0.1).
+        classifier_dropout: dropout of the sequence-classification head.
+        source_lang / target_lang: the translation direction the model was trained for, if any.
+    """
+
+    model_type = "vaswani"
+    # the decoder's cache among a model's outputs, by its name before and after transformers 5.24 (`cache`): not a
+    # prediction, so the Trainer leaves it out of what it gathers at evaluation
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "encoder_attention_heads",
+        # The cache and generation size themselves from this; what they hold is the decoder's layers.
+        "num_hidden_layers": "decoder_layers",
+    }
+
+    vocab_size: int = 37000
+    d_model: int = 512
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    encoder_attention_heads: int = 8
+    decoder_attention_heads: int = 8
+    encoder_ffn_dim: int = 2048
+    decoder_ffn_dim: int = 2048
+    activation_function: str = "relu"
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    layer_norm_position: str = "post"
+    position_embedding_type: str = "sinusoidal"
+    relative_attention_max_distance: int = 128
+    max_position_embeddings: int = 1024
+    scale_embedding: bool = True
+    tie_word_embeddings: bool = True
+    layer_norm_eps: float = 1e-5
+    label_smoothing: float = 0.0
+    classifier_dropout: float = 0.0
+    source_lang: str | None = None
+    target_lang: str | None = None
+    use_cache: bool = True
+    is_encoder_decoder: bool = True
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | list[int] | None = 2
+    decoder_start_token_id: int | None = 1
+    auto_map: dict | None = None
+    custom_pipelines: dict | None = None
+
+    def __post_init__(self, **kwargs):
+        _reject_misspelled_fields(type(self), kwargs)
+        # deep copies: transformers edits these dicts in place when it resolves a pipeline
+        if self.auto_map is None:
+            self.auto_map = copy.deepcopy(AUTO_MAP)
+        if self.custom_pipelines is None:
+            self.custom_pipelines = copy.deepcopy(CUSTOM_PIPELINES)
+            if self.source_lang and self.target_lang:
+                # transformers 4.x's parametrized task name: pipeline("translation_en_to_de", ...)
+                task = f"translation_{self.source_lang}_to_{self.target_lang}"
+                self.custom_pipelines[task] = copy.deepcopy(CUSTOM_PIPELINES["translation"])
+        super().__post_init__(**kwargs)
+        self._check_values()
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "VaswaniConfig":
+        """A config from one of the named sizes (`tiny`, `small`, `base`, `big`), with any field overridden."""
+        if name not in PRESETS:
+            raise ValueError(f"Unknown preset {name!r}; the presets are {sorted(PRESETS)}.")
+        return cls(**{**PRESETS[name], **overrides})
+
+    def _check_values(self):
+        sizes = (
+            "vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+            "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings",
+            "relative_attention_max_distance",
+        )
+        for name in sizes:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        for heads in ("encoder_attention_heads", "decoder_attention_heads"):
+            if self.d_model % getattr(self, heads):
+                raise ValueError(
+                    f"`d_model` ({self.d_model}) must be divisible by `{heads}` ({getattr(self, heads)}): "
+                    "each head works in d_model / heads dimensions."
+                )
+        for name in ("dropout", "attention_dropout", "activation_dropout", "classifier_dropout", "label_smoothing"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
+        for name, allowed in (
+            ("position_embedding_type", POSITION_EMBEDDING_TYPES),
+            ("layer_norm_position", LAYER_NORM_POSITIONS),
+            ("activation_function", ACTIVATIONS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(self, name)!r}.")
+        if self.position_embedding_type == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"`d_model` must be even for sinusoidal positions (sin/cos pairs), got {self.d_model}.")
+        if not self.layer_norm_eps > 0:
+            raise ValueError(f"`layer_norm_eps` must be positive, got {self.layer_norm_eps!r}.")
+
+
+def _reject_misspelled_fields(config_class, kwargs: dict):
+    """Extra keyword arguments are kept as attributes (transformers' convention), but one that is a near miss of a
+    field of this config is almost certainly a typo that would otherwise be silently ignored."""
+    known = [f.name for f in fields(config_class)]
+    for key in kwargs:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
+        if close:
+            raise ValueError(f"Unknown config field {key!r}; did you mean {close[0]!r}?")
+
+
+__all__ = ["VaswaniConfig", "PRESETS"]
