@@ -26,6 +26,12 @@ def split_paths(dataset: str) -> list[str]:
 def check_local_file(path: Path) -> None:
     """Read a local data file once, so that an encoding or syntax error is reported with its file and line rather
     than from deep inside the loader."""
+    if path.is_dir():
+        found = sorted(p.name for p in path.iterdir() if p.suffix.lower() in LOCAL_FORMATS)
+        raise ValueError(
+            f"Data file {path} is a folder; give the file itself"
+            + (f" (it holds {', '.join(found[:8])})." if found else ".")
+        )
     if not path.is_file():
         raise FileNotFoundError(f"Data file {path} does not exist.")
     suffix = path.suffix.lower()
@@ -46,6 +52,8 @@ def check_local_file(path: Path) -> None:
                     raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}).") from None
                 if not isinstance(record, dict):
                     raise ValueError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}.")
+                if (bad := _unencodable(record)) is not None:
+                    raise ValueError(f"{path}, line {number}: {bad}.")
     if records == 0:
         raise ValueError(f"Data file {path} is empty: it holds no records.")
     if suffix == ".json":
@@ -55,6 +63,21 @@ def check_local_file(path: Path) -> None:
             # a .json file may also hold one object per line, which the loader accepts
             if not _is_json_lines(path):
                 raise ValueError(f"{path}, line {error.lineno}: not valid JSON ({error.msg}).") from None
+
+
+def _unencodable(value, where: str = "") -> str | None:
+    """Where a JSON value holds a string that is not valid text (a lone surrogate, `"\\ud800"`), in words."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            return f"`{where or 'the value'}` is not valid text ({error.reason}: {value[error.start:error.end]!a})"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if (bad := _unencodable(item, f"{where}.{key}" if where else str(key))) is not None:
+            return bad
+    return None
 
 
 def _is_json_lines(path: Path) -> bool:
@@ -87,6 +110,34 @@ def require_columns(dataset: datasets.Dataset, columns: Sequence[str], where: st
             raise ValueError(
                 f"Column {column!r} is not in {where}; its columns are {dataset.column_names}. "
                 "Choose the columns to use with the script's column options."
+            )
+
+
+def require_values(dataset: datasets.Dataset, columns: Sequence[str], where: str = "the dataset") -> None:
+    """Every row has a value in each column, and its text is text: a null (JSON `null`, an empty CSV cell) or a lone
+    surrogate (`"\\ud800"` in JSON) is named with its row, instead of failing deep inside the tokenizer."""
+    for column in columns:
+        for row, value in enumerate(dataset[column], start=1):
+            values = value if isinstance(value, list) else [value]
+            if value is None or any(item is None for item in values):
+                raise ValueError(f"{where}, row {row}: `{column}` is null (empty); every row needs a value.")
+            for item in values:
+                if isinstance(item, str):
+                    try:
+                        item.encode("utf-8")
+                    except UnicodeEncodeError as error:
+                        raise ValueError(
+                            f"{where}, row {row}: `{column}` is not valid text ({error.reason}: "
+                            f"{item[error.start:error.end]!a})."
+                        ) from None
+
+
+def require_same_lengths(dataset: datasets.Dataset, first: str, second: str, where: str = "the dataset") -> None:
+    """Each row's lists in `first` and `second` have one item for each other (words and their tags)."""
+    for row, (a, b) in enumerate(zip(dataset[first], dataset[second]), start=1):
+        if len(a) != len(b):
+            raise ValueError(
+                f"{where}, row {row}: `{first}` has {len(a)} items and `{second}` {len(b)}; they must match one to one."
             )
 
 

@@ -18,7 +18,7 @@ import transformers
 from transformers import AutoTokenizer, HfArgumentParser, PreTrainedModel, Trainer, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
-from .data import is_local, load_split, require_columns
+from .data import is_local, load_split, require_columns, require_values
 from .head_loading import LoadingReport, ModelArguments, label_names_of_fine_tuned, load_head
 from .label_sets import LabelSet, resolve_label_set
 
@@ -162,6 +162,7 @@ def load_checked_split(
     if len(dataset) == 0:
         raise ValueError(f"The {role} split {where} has no rows: there is nothing to {ROLE_VERBS[role]}.")
     require_columns(dataset, columns, where=where)
+    require_values(dataset, columns, where=where)
     if max_rows is not None:
         if max_rows < 1:
             raise ValueError(f"The number of {role} rows to use must be at least 1, got {max_rows}.")
@@ -204,6 +205,17 @@ def input_length(model: PreTrainedModel, tokenizer, requested: int) -> int:
     length = usable_length(model, requested)
     tokenizer.model_max_length = min(tokenizer.model_max_length, length)
     return length
+
+
+def drop_empty_pairs(dataset: datasets.Dataset, source: str, target: str, where: str) -> datasets.Dataset:
+    """Pairs whose source or target is blank teach nothing (scripts/train.py drops them too): dropped, and counted."""
+    kept = dataset.filter(lambda row: bool(row[source].strip()) and bool(row[target].strip()), desc="Dropping empty")
+    if len(kept) == 0:
+        raise ValueError(f"{where}: every pair has an empty `{source}` or `{target}`; there is nothing to use.")
+    if len(kept) < len(dataset):
+        logger.warning(f"{where}: dropped {len(dataset) - len(kept)} of {len(dataset)} pairs with an empty "
+                       f"`{source}` or `{target}`.")
+    return kept
 
 
 def prepare_splits(training_args: TrainingArguments, splits: Splits, prepare) -> tuple:

@@ -791,6 +791,12 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             **kwargs,
         )
         logits = self.lm_head(outputs.last_hidden_state)
+        if not self.training and not torch.compiler.is_compiling() and not torch.isfinite(logits).all():
+            # the outputs of a model with a nan or inf inside are empty or garbage: say so, once
+            logger.warning_once(
+                "The model's logits hold nan or inf, so its outputs are meaningless (often empty). Its weights are "
+                "damaged or it diverged in training: check torch.isfinite on its parameters."
+            )
 
         loss = None
         if labels is not None:

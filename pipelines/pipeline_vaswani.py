@@ -32,6 +32,10 @@ def check_text(value, where: str) -> None:
         shown = repr(value)
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
         raise TypeError(f"{where} must be a string, got {type(value).__name__}: {shown}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{where} is not valid text ({error.reason}: {value[error.start:error.end]!a}).") from None
 
 
 class Text2TextGenerationPipeline(Pipeline):
@@ -82,6 +86,10 @@ class Text2TextGenerationPipeline(Pipeline):
         preprocess_params = {}
         if truncation is not None:
             preprocess_params["truncation"] = truncation
+        for name in ("num_beams", "num_return_sequences", "max_new_tokens"):
+            value = generate_kwargs.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
         self._check_generation_lengths(generate_kwargs)
 
         postprocess_params = {}

@@ -26,6 +26,7 @@ from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqT
 
 from vaswani.diagnostics import input_independence_warning, output_diversity
 from vaswani.finetuning import (
+    drop_empty_pairs,
     input_length,
     load_splits,
     load_tokenizer,
@@ -151,6 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
     tag = language_tag(tokenizer, target_lang) if task_args.task == "translation" else None
 
     def prepare(dataset, source):
+        dataset = drop_empty_pairs(dataset, source_column, target_column, source)
         return dataset.map(
             encode_pairs,
             batched=True,

@@ -29,6 +29,7 @@ from vaswani.finetuning import (
     start_run,
     train_and_evaluate,
 )
+from vaswani.data import require_same_lengths
 from vaswani.label_sets import encode_labels
 from vaswani.metrics import load_metric
 from vaswani.token_alignment import WordStarts, inside_label_ids, tokenize_and_align, word_level_tags
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
     inside = inside_label_ids(labels)
 
     def prepare(dataset, source):
+        require_same_lengths(dataset, task_args.tokens_column, task_args.tags_column, source)
         dataset = encode_labels(dataset, task_args.tags_column, labels, source, target="word_labels")
         return dataset.map(
             lambda batch: tokenize_and_align(

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from transformers import AutoConfig
 
@@ -95,3 +97,22 @@ def test_each_config_owns_its_dicts():
     first.auto_map["AutoModel"] = "mutated"
     assert second.custom_pipelines["translation"]["pt"] == ["AutoModelForSeq2SeqLM"]
     assert second.auto_map["AutoModel"] == "modeling_vaswani.VaswaniModel"
+
+
+@pytest.mark.parametrize("field, value", [
+    ("encoder_layers", 1_000_000), ("relative_attention_max_distance", 500_000_000), ("vocab_size", 10**9),
+])
+def test_a_config_asking_for_absurd_sizes_is_refused_before_anything_is_built(field, value, tmp_path):
+    # a config from the Hub is untrusted input: it must not hang or allocate tens of GB
+    with pytest.raises(ValueError, match=rf"`{field}` is {value:,}, more than this model allows"):
+        VaswaniConfig(**{field: value})
+    (tmp_path / "config.json").write_text(json.dumps({**VaswaniConfig().to_dict(), field: value}))
+    with pytest.raises(ValueError, match=rf"`{field}` is {value:,}"):
+        AutoConfig.from_pretrained(tmp_path)
+
+
+def test_sizes_within_the_bounds_that_add_up_to_too_much_memory_are_refused():
+    with pytest.raises(ValueError, match=r"about [\d,]+ parameters \([\d,]+ GB in fp32\), more than the 400 GB"):
+        VaswaniConfig(d_model=32768, encoder_layers=512, decoder_layers=512, encoder_ffn_dim=131072,
+                      decoder_ffn_dim=131072, encoder_attention_heads=8, decoder_attention_heads=8)
+    assert VaswaniConfig.from_preset("big").estimated_parameters() < 300_000_000  # the paper's big model passes

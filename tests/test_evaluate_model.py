@@ -238,3 +238,11 @@ def test_bad_settings_are_errors(seq2seq, tmp_path, option, value, message):
     with pytest.raises(ValueError, match=message):
         evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--dataset", "unused.jsonl",
                              option, value])
+
+
+def test_a_folder_given_as_the_data_file_is_called_a_folder(seq2seq, tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "test.jsonl").write_text('{"en": "A man.", "de": "Ein Mann."}\n')
+    with pytest.raises(ValueError, match=r"Data file .*data is a folder; give the file itself \(it holds test.jsonl\)"):
+        evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--dataset", str(tmp_path / "data"),
+                             "--source_column", "en", "--target_column", "de", "--output_file", str(tmp_path / "r.json")])

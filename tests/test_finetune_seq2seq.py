@@ -178,3 +178,25 @@ def test_two_processes_with_torchrun_and_activation_checkpointing(checkpoint, da
     state = json.loads((tmp_path / "trainer_state.json").read_text())
     assert state["global_step"] == 4 and (tmp_path / "checkpoint-4").is_dir()
     assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path).config.target_lang == "de"
+
+
+@pytest.mark.parametrize("value, message", [
+    (None, r"pairs.jsonl, row 2: `de` is null \(empty\); every row needs a value"),
+    ("\ud800", r"pairs.jsonl, line 2: `de` is not valid text \(surrogates not allowed: '\\ud800'\)"),
+], ids=["null", "lone surrogate"])
+def test_a_row_without_usable_text_is_named(checkpoint, tmp_path, value, message):
+    rows = [{"en": en, "de": de} for en, de in PAIRS]
+    rows[1]["de"] = value
+    bad = tmp_path / "pairs.jsonl"  # JSON's escapes: a lone surrogate cannot be written as UTF-8
+    bad.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        script.main(translation_args(checkpoint, bad, tmp_path / "out", "--do_train", "--max_steps", "1"))
+
+
+def test_empty_pairs_are_dropped_and_counted_as_train_py_does(checkpoint, tmp_path, caplog):
+    rows = [{"en": en, "de": de} for en, de in PAIRS] + [{"en": "   ", "de": "Leer."}, {"en": "Empty.", "de": ""}]
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", rows)
+    with caplog.at_level(logging.WARNING):
+        script.main(translation_args(checkpoint, pairs, tmp_path / "out", "--do_train", "--max_steps", "1",
+                                     "--save_strategy", "no"))
+    assert "dropped 2 of 12 pairs with an empty `en` or `de`" in caplog.text

@@ -175,3 +175,17 @@ def test_two_process_evaluation_scores_every_sentence_in_order(tagger, data, tmp
     assert evaluation["eval_f1"] == results["eval_f1"] == 1.0, output[-3000:]
     assert evaluation["eval_accuracy"] == 1.0
     assert AutoTokenizer.from_pretrained(folder)  # the tagger folder carries its tokenizer
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda row: row["ner_tags"].pop(), r"row 3: `tokens` has \d+ items and `ner_tags` \d+; they must match"),
+    (lambda row: row["ner_tags"].append("O"), r"row 3: `tokens` has \d+ items and `ner_tags` \d+; they must match"),
+    (lambda row: row.update(tokens=None), r"row 3: `tokens` is null \(empty\); every row needs a value"),
+], ids=["fewer tags than words", "more tags than words", "null words"])
+def test_rows_whose_words_and_tags_do_not_pair_up_are_named(checkpoint, tmp_path, change, message):
+    (tmp_path / "labels.json").write_text(json.dumps(NER_LABELS))
+    rows = ner_rows()
+    change(rows[2])
+    write_jsonl(tmp_path / "train.jsonl", rows)
+    with pytest.raises(ValueError, match=message):
+        script.main(args(checkpoint, tmp_path, tmp_path / "out", "--do_train", "--max_steps", "1"))

@@ -296,6 +296,27 @@ def test_an_empty_list_gives_an_empty_list(translate):
     assert translate([], batch_size=4) == []
 
 
+def test_a_lone_surrogate_and_a_zero_beam_count_are_clear_errors(translate):
+    with pytest.raises(ValueError, match=r"Input 1 is not valid text \(surrogates not allowed: '\\udc80'\)"):
+        translate([SOURCES[0], "caf\udc80"], batch_size=2)
+    for name in ("num_beams", "num_return_sequences", "max_new_tokens"):
+        with pytest.raises(ValueError, match=f"{name} must be a positive integer, got 0"):
+            translate(SOURCES[0], **{name: 0})
+
+
+def test_a_model_with_a_nan_weight_warns_once_that_its_outputs_are_meaningless(translator, tokenizer, caplog):
+    import logging
+
+    model = copy.deepcopy(translator)
+    with torch.no_grad():
+        model.model.encoder.layers[0].self_attn.q_proj.weight[0, 0] = float("nan")
+    translate = TranslationPipeline(model=model, tokenizer=tokenizer)
+    caplog.set_level(logging.WARNING)
+    translate(SOURCES[:2], batch_size=2, max_new_tokens=5)
+    translate(SOURCES[:2], batch_size=2, max_new_tokens=5)
+    assert caplog.text.count("The model's logits hold nan or inf") == 1
+
+
 @pytest.mark.parametrize("value", [42, 3.5, b"bytes", {"text": "A man."}])
 def test_a_non_string_is_a_clear_error(translate, value):
     with pytest.raises(TypeError, match=f"must be a string, got {type(value).__name__}"):

@@ -9,6 +9,7 @@ import errno
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -660,8 +661,8 @@ def test_kill_during_a_save_then_resume_gives_the_weights_of_an_uninterrupted_ru
     assert ".tmp-step-00000005" in leftovers, "the kill must come in the middle of a save"
     assert latest_checkpoint(interrupted / "checkpoints").name == "step-00000004"
 
-    before_the_kill = torch.load(interrupted / "checkpoints" / "step-00000004" / "custom_checkpoint_0.pkl",
-                                 weights_only=False)["wall_seconds"]
+    progress_file = interrupted / "checkpoints" / "step-00000004" / "training_progress.json"
+    before_the_kill = json.loads(progress_file.read_text())["progress"]["wall_seconds"]
     assert before_the_kill > 0
     resume_started = time.perf_counter()
     resumed = run_script(tiny_argv(interrupted, resume=True, **options))
@@ -678,6 +679,153 @@ def test_kill_during_a_save_then_resume_gives_the_weights_of_an_uninterrupted_ru
     assert steps == list(range(1, 9)), "the log keeps each update once"
 
 
+# --- resuming from a checkpoint that may not be what it seems -------------------------------------------------------
+
+
+class RunsCode:
+    """A pickle that runs code when it is loaded: what a crafted checkpoint file would hold."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "code ran"))
+
+
+@pytest.fixture(scope="module")
+def checkpointed_run(tmp_path_factory):
+    """A run of 4 updates with checkpoints at 2 and 4, to copy and tamper with."""
+    output_dir = tmp_path_factory.mktemp("checkpointed")
+    run_in_process(tiny_argv(output_dir, max_steps=4, save_steps=2, eval_steps=100, dropout=0.1))
+    return output_dir
+
+
+def copy_of(run: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(run, tmp_path / "run"))
+
+
+def test_a_crafted_pickle_in_every_file_of_the_checkpoints_runs_nothing(checkpointed_run, tmp_path):
+    run = copy_of(checkpointed_run, tmp_path)
+    marker = tmp_path / "pwned"
+    for checkpoint in (run / "checkpoints").iterdir():
+        for path in [p for p in checkpoint.rglob("*") if p.is_file()] + [checkpoint / "custom_checkpoint_0.pkl"]:
+            torch.save(RunsCode(marker), path)  # every file, the weights and the JSON records included
+    with pytest.raises(CheckpointError) as caught:
+        run_in_process(tiny_argv(run, max_steps=6, save_steps=2, eval_steps=100, dropout=0.1, resume=True))
+    assert not marker.exists()
+    message = str(caught.value)
+    assert "no checkpoint can be continued from exactly" in message and "Nothing was loaded" in message
+    assert "step-00000004: training_progress.json cannot be read" in message
+
+
+def test_a_crafted_optimizer_state_is_refused_without_running_it(checkpointed_run, tmp_path):
+    run = copy_of(checkpointed_run, tmp_path)
+    marker = tmp_path / "pwned"
+    torch.save(RunsCode(marker), run / "checkpoints" / "step-00000004" / "optimizer.bin")
+    with pytest.raises(CheckpointError, match=r"step-00000004 cannot be loaded \(it holds objects other than tensors "
+                                              r"and plain data, which are refused: no code in it ran\). Remove that "
+                                              r"folder to resume from the one before it"):
+        run_in_process(tiny_argv(run, max_steps=6, save_steps=2, eval_steps=100, dropout=0.1, resume=True))
+    assert not marker.exists()
+
+
+def test_a_checkpoint_of_an_earlier_version_with_a_pickled_progress_is_named_not_loaded(checkpointed_run, tmp_path):
+    run = copy_of(checkpointed_run, tmp_path)
+    for checkpoint in (run / "checkpoints").iterdir():
+        (checkpoint / "training_progress.json").rename(checkpoint / "custom_checkpoint_0.pkl")
+    with pytest.raises(CheckpointError, match=r"custom_checkpoint_0.pkl, a pickle written by an earlier version"):
+        run_in_process(tiny_argv(run, max_steps=6, save_steps=2, eval_steps=100, dropout=0.1, resume=True))
+
+
+@pytest.mark.parametrize("damage", ["random state missing", "weights truncated"])
+def test_a_damaged_newest_checkpoint_is_named_and_the_one_before_is_used(checkpointed_run, tmp_path, capsys, damage):
+    run = copy_of(checkpointed_run, tmp_path)
+    newest = run / "checkpoints" / "step-00000004"
+    if damage == "random state missing":
+        (newest / "random_states_0.pkl").unlink()
+        reason = "random_states_0.pkl is missing"
+    else:
+        weights = newest / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:100])
+        reason = "model.safetensors is damaged"
+    run_in_process(tiny_argv(run, max_steps=6, save_steps=2, eval_steps=100, dropout=0.1, resume=True))
+    out = capsys.readouterr().out
+    assert f"WARNING: --resume does not use {newest}: {reason}" in out
+    assert "Resumed from" in out and "step-00000002: update 2" in out
+
+
+def test_a_metrics_log_cut_by_a_kill_resumes_and_a_broken_line_is_named(checkpointed_run, tmp_path):
+    run = copy_of(checkpointed_run, tmp_path)
+    log = run / "metrics.jsonl"
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines) + "\n" + lines[-1][:40])  # a write cut half-way
+    run_in_process(tiny_argv(run, max_steps=6, save_steps=2, eval_steps=100, dropout=0.1, resume=True))
+    assert [r["step"] for r in metrics_records(run) if "loss" in r] == list(range(1, 7))
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
+    with pytest.raises(TrainingError, match=rf"{log}, line 2: not a metrics record"):
+        run_in_process(tiny_argv(run, max_steps=8, save_steps=2, eval_steps=100, dropout=0.1, resume=True))
+
+
+def test_options_the_checkpoint_fixes_cannot_change_on_resume_and_the_learning_rate_can(checkpointed_run, tmp_path):
+    run = copy_of(checkpointed_run, tmp_path)
+    options = dict(max_steps=6, save_steps=2, eval_steps=100, resume=True)
+    with pytest.raises(TrainingError, match=r"these options differ from the run's.*--dropout 0.1 -> 0.2.*"
+                                            r"--tokens_per_update 512 -> 1024"):
+        run_in_process(tiny_argv(run, dropout=0.2, tokens_per_update=1024, **options))
+    assert [step for step, _ in list_checkpoints(run / "checkpoints")] == [2, 4]  # nothing written
+    # a new peak learning rate takes effect from the update resumed at (peak 3e-3 -> 1e-3 after 4 warmup updates;
+    # the rate logged at update k is the one of update k + 1)
+    run_in_process(tiny_argv(run, dropout=0.1, **{**options, "learning_rate": 1e-3}))
+    rates = {r["step"]: r["learning_rate"] for r in metrics_records(run) if "learning_rate" in r}
+    assert rates[4] == pytest.approx(3e-3 * (4 / 5) ** 0.5) and rates[5] == pytest.approx(1e-3 * (4 / 6) ** 0.5)
+
+
+# --- one writer per output folder ----------------------------------------------------------------------------------
+
+
+def test_two_runs_started_together_on_one_folder_one_is_refused_naming_the_other(tmp_path):
+    # both long enough that the one that gets the folder is still training when the other one asks for it
+    argv = [sys.executable, str(REPO / "scripts" / "train.py"),
+            *tiny_argv(tmp_path / "run", max_steps=100_000, save_steps=100_000, eval_steps=100_000)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+            for _ in range(2)]
+    try:
+        finished = None
+        while finished is None:  # the refused one exits within seconds; the other trains until it is stopped
+            for run in runs:
+                try:
+                    run.wait(timeout=0.5)
+                    finished = run
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+        other = runs[1] if finished is runs[0] else runs[0]
+        assert other.poll() is None, "exactly one of the two runs may write in the folder"
+        stderr = finished.stderr.read()
+        assert finished.returncode == 1, stderr[-3000:]
+        assert f"is in use by another run: process {other.pid} on " in stderr
+        assert "Traceback" not in stderr
+    finally:
+        for run in runs:
+            run.kill()
+            run.wait()
+
+
+def test_a_lock_left_by_a_killed_run_is_named_and_taken_over(tmp_path, capsys):
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / ".run.lock").write_text(json.dumps({"pid": 999999, "host": "elsewhere", "started": "yesterday"}))
+    run_in_process(tiny_argv(tmp_path, max_steps=2, save_steps=100, eval_steps=100))
+    out = capsys.readouterr().out
+    assert (f"Note: the previous run in {tmp_path} (process 999999 on elsewhere, started yesterday (?)) ended "
+            "without releasing its lock (killed?); taking the folder over.") in out
+    record = json.loads((tmp_path / ".run.lock").read_text())
+    assert record["pid"] == os.getpid() and "released" in record  # this run's, let go at its end
+
+
 def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     original = VaswaniForConditionalGeneration.forward
     calls = {"count": 0}
@@ -691,12 +839,31 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, m
         return outputs
 
     monkeypatch.setattr(VaswaniForConditionalGeneration, "forward", forward_that_breaks)
-    with pytest.raises(TrainingDiverged, match=r"diverged at update 4: the loss is nan.*last good one is "
+    with pytest.raises(TrainingDiverged, match=r"diverged at update 4: the loss is nan.*last good checkpoint is "
                                                r".*step-00000002"):
         run_in_process(tiny_argv(tmp_path, save_steps=2, eval_steps=100))
     assert [s for s, _ in list_checkpoints(tmp_path / "checkpoints")] == [2]
     good = load_file(latest_checkpoint(tmp_path / "checkpoints") / "model" / "model.safetensors")
     assert all(torch.isfinite(t).all() for t in good.values())
+
+
+def test_an_update_that_blows_up_the_weights_is_never_checkpointed_or_called_good(tmp_path):
+    # learning rate 1e10: update 1 multiplies the weights by ~1e10 (still finite); the loss of update 2 is not
+    with pytest.raises(TrainingDiverged) as caught:
+        run_in_process(tiny_argv(tmp_path, learning_rate=1e10, warmup_steps=1, save_steps=1, eval_steps=100))
+    message = str(caught.value)
+    assert re.search(r"diverged at update \d+: (the loss is (nan|inf)|the gradient norm is|the update made weights)",
+                     message), message
+    for _, checkpoint in list_checkpoints(tmp_path / "checkpoints"):  # what --resume could pick
+        state = load_file(checkpoint / "model.safetensors")
+        assert all(torch.isfinite(t).all() for t in state.values())
+        assert str(checkpoint) in message or checkpoint != latest_checkpoint(tmp_path / "checkpoints")
+    set_aside = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("diverged-"))
+    if "the loss is" in message or "gradient norm" in message:
+        # the weights that gave the non-finite loss were saved by the update before: set aside, not "good"
+        assert set_aside and f"set aside as {tmp_path / 'checkpoints' / set_aside[-1]}" in message
+    latest = latest_checkpoint(tmp_path / "checkpoints")
+    assert f"The last good checkpoint is {latest or '(none saved yet)'}." in message
 
 
 @pytest.mark.parametrize("failure", [errno.ENOSPC, errno.EACCES], ids=["disk full", "not writable"])
@@ -717,6 +884,32 @@ def test_a_failed_save_raises_a_clear_error_and_keeps_earlier_checkpoints(tmp_pa
     assert "the latest complete one is" in message and "step-00000002" in message
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-00000002"]
     AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "checkpoints" / "step-00000002" / "model")
+
+
+def test_a_full_disk_inside_the_safetensors_writer_is_a_checkpoint_error(tmp_path, monkeypatch):
+    from safetensors import SafetensorError
+
+    original = Accelerator.save_state
+
+    def save_state_that_fills_the_disk(self, output_dir=None, **kwargs):
+        if output_dir.endswith("step-00000004"):
+            raise SafetensorError("Error while serializing: IoError(No space left on device (os error 28))")
+        return original(self, output_dir, **kwargs)
+
+    monkeypatch.setattr(Accelerator, "save_state", save_state_that_fills_the_disk)
+    with pytest.raises(CheckpointError, match=r"Could not save the checkpoint of update 4 .*No space left on device"):
+        run_in_process(tiny_argv(tmp_path, save_steps=2, eval_steps=100))
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-00000002"]
+
+
+def test_overwriting_a_folder_refuses_to_delete_the_tokenizer_the_run_was_given(finished_run, tmp_path):
+    import shutil
+
+    run = Path(shutil.copytree(finished_run[0], tmp_path / "run"))
+    with pytest.raises(TrainingError, match=r"--tokenizer .*run/last lies in .*run/last, which --overwrite_output_dir "
+                                            r"would delete"):
+        run_in_process(tiny_argv(run, overwrite_output_dir=True, tokenizer=str(run / "last"), vocab_size=None))
+    assert (run / "last" / "tokenizer.json").is_file()
 
 
 def test_an_unwritable_output_folder_is_reported_before_training(tmp_path):

@@ -9,15 +9,19 @@ distributed generation; the test then checks what DDP promises.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import REPO
 from test_training import metrics_records, tiny_argv
+from vaswani.training.checkpoints import latest_checkpoint
 
 
 WORKER = textwrap.dedent(
@@ -101,3 +105,66 @@ def test_two_processes_train_one_model_on_different_batches(tmp_path, bpe_dropou
     # the main process alone reports (each evaluation printed once)
     assert result.stdout.count("update 3: val_loss") == 1
     assert (output_dir / "last" / "model.safetensors").is_file()
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped by whoever adopted it, counts as dead)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return "\nState:\tZ" not in status
+
+
+def processes_writing_to(output_dir: Path) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(output_dir).encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return [pid for pid in found if pid != os.getpid() and process_alive(pid)]
+
+
+def launch(argv):
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+            str(REPO / "scripts" / "train.py"), *argv]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers die with their launcher on Linux")
+def test_killing_the_launchers_group_stops_its_workers_and_a_resume_continues_alone(tmp_path):
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    output_dir = tmp_path / "run"
+    launcher = subprocess.Popen(
+        launch(tiny_argv(output_dir, max_steps=100_000, save_steps=2, eval_steps=100_000)),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while latest_checkpoint(output_dir / "checkpoints") is None:  # bounded wait for the first checkpoint
+            assert launcher.poll() is None and time.monotonic() < deadline, "the run ended before a checkpoint"
+            time.sleep(0.2)
+        holder = json.loads((output_dir / ".run.lock").read_text())["pid"]  # the main worker
+        os.killpg(launcher.pid, signal.SIGKILL)  # the launcher's group; the workers have sessions of their own
+        launcher.wait()
+        deadline = time.monotonic() + 30
+        while process_alive(holder):
+            assert time.monotonic() < deadline, f"worker {holder} kept running after its launcher was killed"
+            time.sleep(0.1)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        for pid in processes_writing_to(output_dir):  # should the workers outlive the test, they stop here
+            os.kill(pid, signal.SIGKILL)
+    step = int(latest_checkpoint(output_dir / "checkpoints").name.split("-")[1])
+    resumed = subprocess.run(
+        launch(tiny_argv(output_dir, max_steps=step + 2, save_steps=2, eval_steps=100_000, resume=True)),
+        capture_output=True, text=True, timeout=400, env=env, cwd=REPO,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-5000:]
+    assert "ended without releasing its lock (killed?); taking the folder over" in resumed.stdout
+    assert f"Resumed from {output_dir / 'checkpoints'}" in resumed.stdout
+    steps = [r["step"] for r in metrics_records(output_dir) if "loss" in r]
+    assert steps == list(range(1, step + 3)), "one writer: each update logged once, in order"

@@ -6,7 +6,8 @@
     batching        batches under a token budget, bucketed by length, shared among processes
     optimization    Adam and the paper's inverse-square-root schedule with warmup
     preparation     the output folder, the tokenizer and the model, before the first update
-    checkpoints     atomic full checkpoints, resuming, published `best/` and `last/` models
+    ownership       one run per output folder (a lock), workers that die with their launcher
+    checkpoints     atomic full checkpoints without pickles to load, resuming, published `best/` and `last/` models
     evaluation      validation loss and sacreBLEU / ROUGE of beam-search outputs, across processes
     reporting       metrics as JSON Lines, the training-curves PNG, the closing summary
     loop            the training loop that puts them together

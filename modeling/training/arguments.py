@@ -168,6 +168,27 @@ class TrainArguments:
 
 ARGUMENT_CLASSES = (DataArguments, ModelArguments, TrainArguments)
 
+# Options a resumed run may change: they take effect from the update it resumes at (a new learning rate, warmup or
+# cooldown reshapes the schedule from there; a new max_steps lengthens or shortens the run). Every other option is
+# fixed by the checkpoint (the model, the data and their order, the batches, the optimizer's settings, the seed), and
+# `--resume` with a different value is refused before anything is loaded.
+CHANGEABLE_ON_RESUME = (
+    "output_dir", "overwrite_output_dir", "resume", "max_steps", "max_epochs", "learning_rate", "warmup_steps",
+    "cooldown_steps", "max_grad_norm", "logging_steps", "eval_steps", "save_steps", "keep_checkpoints",
+    "eval_num_beams", "eval_length_penalty", "eval_max_new_tokens", "eval_batch_size", "max_eval_examples",
+    "best_metric", "early_stopping_patience", "report_to", "cpu_threads", "preprocessing_num_workers",
+    "debug_kill_at_step", "debug_kill_during_save",
+)
+
+
+def options_changed_on_resume(saved: dict, current: dict) -> list[str]:
+    """`--name saved -> current` for each option fixed by the checkpoint whose value differs."""
+    return [
+        f"--{name} {saved[name]!r} -> {current[name]!r}"
+        for name in current
+        if name not in CHANGEABLE_ON_RESUME and name in saved and saved[name] != current[name]
+    ]
+
 
 def check_arguments(data: DataArguments, model: ModelArguments, train: TrainArguments) -> None:
     """Values that parse but make no sense, reported with the option's name, its value and what is allowed."""

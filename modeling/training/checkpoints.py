@@ -2,8 +2,16 @@
 
 A full checkpoint (`checkpoints/step-00001000/`) holds everything a run needs to continue exactly: what
 `accelerator.save_state` writes (model, optimizer, schedule, gradient scaler, every process's random number
-generators, and the training progress: update count, data position, best score), plus a `model/` folder saved with
-`save_pretrained` and the tokenizer, loadable on its own (and what `scripts/average_checkpoints.py` averages).
+generators), the training progress (update count, data position, best score) and the run's options as JSON, plus a
+`model/` folder saved with `save_pretrained` and the tokenizer, loadable on its own (and what
+`scripts/average_checkpoints.py` averages).
+
+A checkpoint folder may come from elsewhere (shared, downloaded, writable by someone else), so resuming never
+unpickles: the progress and the options are JSON, the weights safetensors, and the optimizer, schedule and random
+states that Accelerate pickles are read with `torch.load(weights_only=True)`, which builds tensors and plain
+containers and refuses anything else (no code runs). A checkpoint that cannot be resumed from exactly (a state
+missing or damaged, written by another number of processes) is named with the reason, and the newest one that can
+is used instead.
 
 Every folder is written under a temporary name, flushed to disk, and only then renamed to its final name: a rename
 within one file system is atomic, so a folder named `step-*` is always complete, whatever happened during the save.
@@ -16,12 +24,15 @@ conventions beside its scores can state the averaging (`weights_provenance`).
 import json
 import logging
 import os
+import pickle
 import re
 import shutil
 import signal
 from pathlib import Path
 
 import torch
+from accelerate.utils import load as load_weights_only  # torch.load(weights_only=True), numpy's arrays allowed
+from safetensors import SafetensorError, safe_open
 
 from .errors import CheckpointError
 
@@ -30,6 +41,9 @@ CHECKPOINT_NAME = re.compile(r"^step-(\d+)$")
 TEMPORARY_PREFIX = ".tmp-"
 RETIRED_PREFIX = ".old-"
 AVERAGING_RECORD = "checkpoint_averaging.json"
+PROGRESS_FILE = "training_progress.json"  # {"num_processes": N, "progress": {...}}: where the run is
+OPTIONS_FILE = "arguments.json"  # the options of the run that wrote the checkpoint
+LEGACY_PROGRESS_FILE = "custom_checkpoint_0.pkl"  # where earlier versions kept the progress, as a pickle
 
 
 class _TiedWeightsNotice(logging.Filter):
@@ -82,6 +96,75 @@ def weights_provenance(model: str) -> str:
     else:
         which = "updates " + ", ".join(f"{step:,}" for step in record["steps"])
     return f"the mean of {len(record['checkpoints'])} checkpoints ({which}; scripts/average_checkpoints.py)"
+
+
+def read_json_record(path: Path) -> dict:
+    """A JSON object from a checkpoint; ValueError (with the file's name) if it is not one."""
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path.name} cannot be read ({error})") from None
+    if not isinstance(content, dict):
+        raise ValueError(f"{path.name} is not a JSON object")
+    return content
+
+
+def checkpoint_problem(folder: Path, num_processes: int) -> str | None:
+    """Why the run cannot continue exactly from `folder`, in words; None if it can. Reads the JSON records, the
+    safetensors header and, with weights_only=True (no code runs), the schedule and random states."""
+    if not (folder / PROGRESS_FILE).is_file():
+        if (folder / LEGACY_PROGRESS_FILE).exists():
+            return (
+                f"it keeps the training progress in {LEGACY_PROGRESS_FILE}, a pickle written by an earlier version "
+                "of this project, and pickles are never loaded (loading one can run any code it holds)"
+            )
+        return f"{PROGRESS_FILE} is missing"
+    try:
+        record = read_json_record(folder / PROGRESS_FILE)
+        read_json_record(folder / OPTIONS_FILE)
+    except ValueError as error:
+        return str(error)
+    written_by = record.get("num_processes")
+    if written_by != num_processes:
+        return (
+            f"it was written by {written_by} process(es) and this run has {num_processes}: each process resumes its "
+            "own share of the data and its own random state"
+        )
+    states = ["scheduler.bin", *(f"random_states_{index}.pkl" for index in range(num_processes))]
+    for name in states:
+        if not (folder / name).is_file():
+            return f"{name} is missing, so the run would not continue as it would have"
+    if (folder / "model.safetensors").is_file():
+        try:
+            with safe_open(folder / "model.safetensors", framework="pt"):
+                pass
+        except Exception as error:  # safetensors raises its own error types for a damaged header
+            return f"model.safetensors is damaged ({error})"
+    for name in states:
+        try:
+            load_weights_only(folder / name, map_location="cpu")
+        except Exception as error:  # an UnpicklingError for anything but tensors and plain containers
+            return f"{name} cannot be loaded safely ({describe_load_error(error)})"
+    return None
+
+
+def describe_load_error(error: Exception) -> str:
+    """One line for an error of loading a checkpoint file."""
+    if isinstance(error, pickle.UnpicklingError):
+        return "it holds objects other than tensors and plain data, which are refused: no code in it ran"
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
+
+
+def resumable_checkpoint(root: Path, num_processes: int) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint under `root` the run can continue from exactly, and why each newer one cannot."""
+    skipped = []
+    for _, folder in reversed(list_checkpoints(root)):
+        problem = checkpoint_problem(folder, num_processes)
+        if problem is None:
+            return folder, skipped
+        skipped.append(f"{folder}: {problem}")
+    return None, skipped
 
 
 def latest_checkpoint(root: Path) -> Path | None:
@@ -139,10 +222,12 @@ def save_model(accelerator, model, tokenizer, folder: Path) -> None:
 
 
 def save_checkpoint(
-    accelerator, model, tokenizer, root: Path, step: int, keep: int, kill_halfway: bool = False
+    accelerator, model, tokenizer, root: Path, step: int, keep: int, records: dict[str, dict] | None = None,
+    kill_halfway: bool = False,
 ) -> Path:
-    """Write the full checkpoint of update `step` atomically; keep the last `keep`. Raises CheckpointError (on every
-    process) if it cannot be written, with the earlier checkpoints left as they were."""
+    """Write the full checkpoint of update `step` atomically, with `records` (file name -> content) as JSON files;
+    keep the last `keep`. Raises CheckpointError (on every process) if it cannot be written, with the earlier
+    checkpoints left as they were."""
     final = checkpoint_path(root, step)
     temporary = root / f"{TEMPORARY_PREFIX}{final.name}"
     error = None
@@ -157,7 +242,10 @@ def save_checkpoint(
         try:
             accelerator.save_state(str(temporary))
             save_model(accelerator, model, tokenizer, temporary / "model")
-        except OSError as caught:
+            if accelerator.is_main_process:
+                for name, content in (records or {}).items():
+                    (temporary / name).write_text(json.dumps(content, indent=1) + "\n", encoding="utf-8")
+        except (OSError, SafetensorError) as caught:  # safetensors reports a full disk as its own error
             error = caught
     if kill_halfway:
         os.kill(os.getpid(), signal.SIGKILL)  # testing only: die with a half-finished save on disk
@@ -201,7 +289,7 @@ def publish_model(accelerator, model, tokenizer, final: Path) -> None:
                 final.rename(retired)
             temporary.rename(final)
             shutil.rmtree(retired, ignore_errors=True)
-    except OSError as caught:
+    except (OSError, SafetensorError) as caught:
         error = caught
     if not all_processes_succeeded(accelerator, error is None):
         if accelerator.is_main_process:

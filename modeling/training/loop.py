@@ -10,6 +10,7 @@ processes, as with one big batch), gradients are clipped, and Adam steps with th
 import json
 import math
 import os
+import shutil
 import signal
 import time
 from dataclasses import asdict, dataclass
@@ -20,12 +21,31 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 
-from .arguments import DataArguments, ModelArguments, TrainArguments, arguments_as_dict, best_metric_name
+from .arguments import (
+    CHANGEABLE_ON_RESUME,
+    DataArguments,
+    ModelArguments,
+    TrainArguments,
+    arguments_as_dict,
+    best_metric_name,
+    options_changed_on_resume,
+)
 from .batching import TokenBudgetBatches, collate
-from .checkpoints import latest_checkpoint, list_checkpoints, publish_model, save_checkpoint
-from .errors import TrainingDiverged
+from .checkpoints import (
+    OPTIONS_FILE,
+    PROGRESS_FILE,
+    describe_load_error,
+    latest_checkpoint,
+    list_checkpoints,
+    publish_model,
+    read_json_record,
+    resumable_checkpoint,
+    save_checkpoint,
+)
+from .errors import CheckpointError, TrainingDiverged, TrainingError
 from .evaluation import evaluate, to_device
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
+from .ownership import die_with_the_launcher, release_output_dir
 from .preparation import build_model, generation_settings, obtain_tokenizer, prepare_output_dir
 from .reporting import MetricsLog, format_summary, plot_training_curves
 from .seq2seq_data import BpeDropoutEpochs, PreparedData, load_raw_splits, prepare_data
@@ -33,7 +53,7 @@ from .seq2seq_data import BpeDropoutEpochs, PreparedData, load_raw_splits, prepa
 
 @dataclass
 class TrainingProgress:
-    """Where the run is; saved in every checkpoint (through `accelerator.register_for_checkpointing`)."""
+    """Where the run is; saved in every checkpoint as JSON (PROGRESS_FILE)."""
 
     step: int = 0  # updates done
     epoch: int = 0  # epoch of the next batch
@@ -52,6 +72,9 @@ class TrainingProgress:
         return asdict(self)
 
     def load_state_dict(self, state: dict) -> None:
+        known = set(asdict(self))
+        if not isinstance(state, dict) or set(state) - known:
+            raise ValueError(f"{PROGRESS_FILE} holds unknown fields: {sorted(set(state) - known)}")
         for name, value in state.items():
             setattr(self, name, value)
 
@@ -82,6 +105,8 @@ class Run:
     metrics: MetricsLog
     score_name: str  # what decides the best model
     resegmented: BpeDropoutEpochs | None  # the training pairs under --bpe_dropout, segmented anew every epoch
+    options: dict | None = None  # every option of the run, as saved in arguments.json and in each checkpoint
+    lock: int | None = None  # the main process's hold on output_dir (ownership.take_output_dir)
     started: float = 0.0  # time.perf_counter() when this process started the run
     earlier_seconds: float = 0.0  # wall time of the run before this process (from the checkpoint resumed)
 
@@ -113,20 +138,25 @@ class LoggingWindow:
 
 def train(data: DataArguments, model_args: ModelArguments, args: TrainArguments) -> TrainingOutcome:
     started = time.perf_counter()
+    die_with_the_launcher()
     run = set_up(data, model_args, args)
-    run.started, run.earlier_seconds = started, run.progress.wall_seconds
-    bar = tqdm(total=args.max_steps, initial=run.progress.step, desc="training",
-               disable=not run.accelerator.is_main_process)
     try:
-        stopped_because, last_evaluated, last_saved = train_until_done(run, bar)
+        run.started, run.earlier_seconds = started, run.progress.wall_seconds
+        bar = tqdm(total=args.max_steps, initial=run.progress.step, desc="training",
+                   disable=not run.accelerator.is_main_process)
+        try:
+            stopped_because, last_evaluated, last_saved = train_until_done(run, bar)
+        finally:
+            bar.close()  # also when an error stops the run, so that its message does not end up on the bar's line
+        if last_evaluated != run.progress.step:
+            evaluate_and_keep_best(run)
+        if last_saved != run.progress.step:
+            save_full_checkpoint(run)
+        publish_model(run.accelerator, run.model, run.tokenizer, run.output_dir / "last")
+        summary = finish(run, stopped_because)
     finally:
-        bar.close()  # also when an error stops the run, so that its message does not end up on the bar's line
-    if last_evaluated != run.progress.step:
-        evaluate_and_keep_best(run)
-    if last_saved != run.progress.step:
-        save_full_checkpoint(run)
-    publish_model(run.accelerator, run.model, run.tokenizer, run.output_dir / "last")
-    summary = finish(run, stopped_because)
+        if run.lock is not None:
+            release_output_dir(run.lock)
     return TrainingOutcome(summary=summary, model=run.accelerator.unwrap_model(run.model), accelerator=run.accelerator)
 
 
@@ -142,7 +172,18 @@ def set_up(data: DataArguments, model_args: ModelArguments, args: TrainArguments
         project_dir=str(output_dir),
         step_scheduler_with_optimizer=False,  # the schedule counts updates, however many processes there are
     )
-    prepare_output_dir(accelerator, output_dir, args)
+    lock = prepare_output_dir(accelerator, output_dir, args, model_args.tokenizer)
+    try:
+        return prepare_run(accelerator, lock, data, model_args, args)
+    except BaseException:
+        if lock is not None:
+            release_output_dir(lock)
+        raise
+
+
+def prepare_run(accelerator, lock: int | None, data: DataArguments, model_args: ModelArguments,
+                args: TrainArguments) -> Run:
+    output_dir = Path(args.output_dir)
     set_seed(args.seed)
 
     with accelerator.local_main_process_first():
@@ -163,19 +204,12 @@ def set_up(data: DataArguments, model_args: ModelArguments, args: TrainArguments
     accelerator.gradient_accumulation_steps = accumulation
     model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
     progress = TrainingProgress()
-    accelerator.register_for_checkpointing(progress)
 
     metrics = MetricsLog(output_dir / "metrics.jsonl", enabled=accelerator.is_main_process)
-    if args.resume:
-        resume_from = latest_checkpoint(output_dir / "checkpoints")
-        if resume_from is None:
-            accelerator.print(f"--resume: no checkpoint in {output_dir / 'checkpoints'} yet; starting from the beginning.")
-        else:
-            accelerator.load_state(str(resume_from))
-            metrics.drop_after(progress.step)
-            accelerator.print(f"Resumed from {resume_from}: update {progress.step}, epoch {progress.epoch}, "
-                              f"batch {progress.position}.")
     options = arguments_as_dict(data, model_args, args)
+    if args.resume:
+        resume(accelerator, output_dir / "checkpoints", progress, options, schedule, peak_learning_rate)
+        metrics.drop_after(progress.step)
     if accelerator.is_main_process:
         (output_dir / "arguments.json").write_text(json.dumps(options, indent=2))
     if args.report_to != "none":
@@ -194,7 +228,55 @@ def set_up(data: DataArguments, model_args: ModelArguments, args: TrainArguments
         f"mixed precision: {accelerator.mixed_precision}."
     )
     return Run(data, model_args, args, accelerator, model, optimizer, schedule, tokenizer, prepared, batches,
-               accumulation, progress, metrics, best_metric_name(data, args), resegmented)
+               accumulation, progress, metrics, best_metric_name(data, args), resegmented, options, lock)
+
+
+def resume(accelerator, root: Path, progress: TrainingProgress, options: dict, schedule, peak_learning_rate: float):
+    """Load the newest checkpoint the run can continue from exactly (saying why a newer one cannot), after checking
+    that no option the checkpoint fixes was changed; then apply the schedule options that may change."""
+    folder, skipped = resumable_checkpoint(root, accelerator.num_processes)
+    if folder is None and not skipped:
+        accelerator.print(f"--resume: no checkpoint in {root} yet; starting from the beginning.")
+        return
+    if folder is None:
+        raise CheckpointError(
+            "--resume: no checkpoint can be continued from exactly:\n  " + "\n  ".join(skipped) + "\nStart over "
+            "with --overwrite_output_dir, or in another --output_dir. Nothing was loaded from them."
+        )
+    for reason in skipped:
+        accelerator.print(f"WARNING: --resume does not use {reason}.")
+    if skipped:
+        accelerator.print(f"WARNING: resuming from the newest checkpoint that is complete: {folder}.")
+    changed = options_changed_on_resume(read_json_record(folder / OPTIONS_FILE), options)
+    if changed:
+        raise TrainingError(
+            f"--resume from {folder}: these options differ from the run's, and its checkpoint fixes them: "
+            f"{'; '.join(changed)}. Give the run's values (its arguments.json), or start a new run in another "
+            f"--output_dir. Options that may change on resume: {', '.join(CHANGEABLE_ON_RESUME)}."
+        )
+    try:
+        accelerator.load_state(str(folder))  # safetensors, and torch.load(weights_only=True) for the rest
+    except Exception as error:  # UnpicklingError (a pickle that is not plain data), RuntimeError (shapes), OSError
+        raise CheckpointError(
+            f"--resume: {folder} cannot be loaded ({describe_load_error(error)}). Remove that folder to resume from "
+            "the one before it, or start over with --overwrite_output_dir."
+        ) from None
+    progress.load_state_dict(read_json_record(folder / PROGRESS_FILE)["progress"])
+    set_peak_learning_rate(schedule, peak_learning_rate)
+    accelerator.print(f"Resumed from {folder}: update {progress.step}, epoch {progress.epoch}, "
+                      f"batch {progress.position}.")
+
+
+def set_peak_learning_rate(schedule, peak_learning_rate: float) -> None:
+    """Make the schedule follow this run's options after a resume: the checkpoint restores the peak it was saved
+    with (LambdaLR's base_lrs), while warmup, cooldown and max_steps come from the schedule's function, built from
+    the options given now. Without changed options this sets what was loaded."""
+    scheduler = getattr(schedule, "scheduler", schedule)  # Accelerate's wrapper holds the LambdaLR
+    scheduler.base_lrs = [peak_learning_rate for _ in scheduler.base_lrs]
+    rates = [peak_learning_rate * factor(scheduler.last_epoch) for factor in scheduler.lr_lambdas]
+    for group, rate in zip(scheduler.optimizer.param_groups, rates):
+        group["initial_lr"], group["lr"] = peak_learning_rate, rate
+    scheduler._last_lr = rates
 
 
 def train_until_done(run: Run, bar) -> tuple[str, int | None, int | None]:
@@ -314,33 +396,73 @@ def run_update(accelerator, model, optimizer, schedule, micro_batches, args, pro
             if accelerator.sync_gradients:
                 mean_loss = accelerator.reduce(loss_sum, reduction="sum").item() / all_target_tokens
                 if not math.isfinite(mean_loss):
-                    raise diverged(f"the loss is {mean_loss}", progress, args)
+                    raise diverged(f"the loss is {mean_loss}", progress, args, accelerator)
                 if args.max_grad_norm > 0:
                     norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
                     grad_norm = None if norm is None else float(norm)  # None: DeepSpeed clips by its own config
                     # fp16 overflows are the gradient scaler's business: it skips that step and lowers its scale
                     if grad_norm is not None and not math.isfinite(grad_norm) and accelerator.mixed_precision != "fp16":
-                        raise diverged(f"the gradient norm is {grad_norm}", progress, args)
+                        raise diverged(f"the gradient norm is {grad_norm}", progress, args, accelerator)
                 optimizer.step()
                 schedule.step()
                 optimizer.zero_grad(set_to_none=True)
+                if not all_finite(accelerator, model.parameters()):
+                    raise diverged("the update made weights inf or nan", progress, args, accelerator, applied=True)
     return mean_loss, int(all_target_tokens + all_source_tokens), grad_norm
 
 
-def diverged(what: str, progress: TrainingProgress, args: TrainArguments) -> TrainingDiverged:
-    latest = latest_checkpoint(Path(args.output_dir) / "checkpoints")
+def all_finite(accelerator, tensors) -> bool:
+    """Whether every process's `tensors` are finite (its shard, under FSDP): one check, one reduction, one sync."""
+    flags = [torch.isfinite(tensor).all() for tensor in tensors if tensor.is_floating_point() and tensor.numel()]
+    broken = (~torch.stack(flags).all()).float() if flags else torch.zeros((), device=accelerator.device)
+    return accelerator.reduce(broken.to(accelerator.device).reshape(1), reduction="sum").item() == 0
+
+
+def optimizer_tensors(optimizer):
+    return [value for state in optimizer.state.values() for value in state.values() if torch.is_tensor(value)]
+
+
+def diverged(what: str, progress: TrainingProgress, args: TrainArguments, accelerator,
+             applied: bool = False, update: int | None = None) -> TrainingDiverged:
+    """The error for a run that stopped being finite at update `progress.step + 1`. When the loss or the gradient of
+    that update is not finite, a checkpoint of the update just before holds the weights that gave it: it is set
+    aside (renamed, so that --resume does not pick it) rather than called good. When the update itself made the
+    weights non-finite (`applied`), the weights before it gave a finite loss and gradient: their checkpoint is good."""
+    update = update or progress.step + 1
+    root = Path(args.output_dir) / "checkpoints"
+    checkpoints = dict(list_checkpoints(root))
+    suspect = None if applied else checkpoints.get(progress.step)
+    set_aside = ""
+    if suspect is not None:
+        quarantine = suspect.with_name(f"diverged-{suspect.name}")
+        if accelerator.is_main_process:
+            shutil.rmtree(quarantine, ignore_errors=True)
+            suspect.rename(quarantine)
+        accelerator.wait_for_everyone()
+        set_aside = (f" The checkpoint of update {progress.step} holds the weights that gave it, so it was set "
+                     f"aside as {quarantine}.")
+    latest = latest_checkpoint(root)
+    stopped = ("Stopped before saving the broken weights" if applied else "Stopped before applying it")
     return TrainingDiverged(
-        f"Training diverged at update {progress.step + 1}: {what}. Stopped before applying it, so no checkpoint "
-        f"holds a broken model; the last good one is {latest or '(none saved yet)'}. Try a lower --learning_rate, "
-        "more --warmup_steps, --max_grad_norm 1.0, or bf16 instead of fp16, and continue with --resume."
+        f"Training diverged at update {update}: {what}. {stopped}; no checkpoint holds non-finite weights.{set_aside} "
+        f"The last good checkpoint is {latest or '(none saved yet)'}. Try a lower --learning_rate, more "
+        "--warmup_steps, --max_grad_norm 1.0, or bf16 instead of fp16, and continue with --resume (these options "
+        "may change on resume)."
     )
 
 
 def save_full_checkpoint(run: Run, kill_halfway: bool = False) -> None:
     """The run's full state at its current update, with the wall time so far (for the summary after a resume)."""
+    if not all_finite(run.accelerator, [*run.model.parameters(), *optimizer_tensors(run.optimizer.optimizer)]):
+        raise diverged("the weights or the optimizer state hold inf or nan", run.progress, run.args, run.accelerator,
+                       applied=True, update=run.progress.step)
     run.progress.wall_seconds = run.wall_seconds()
+    records = {
+        PROGRESS_FILE: {"num_processes": run.accelerator.num_processes, "progress": run.progress.state_dict()},
+        OPTIONS_FILE: run.options,
+    }
     save_checkpoint(run.accelerator, run.model, run.tokenizer, run.output_dir / "checkpoints", run.progress.step,
-                    run.args.keep_checkpoints, kill_halfway=kill_halfway)
+                    run.args.keep_checkpoints, records=records, kill_halfway=kill_halfway)
 
 
 def finish(run: Run, stopped_because: str) -> dict:

@@ -10,6 +10,7 @@ from .. import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from .arguments import DataArguments, ModelArguments, TrainArguments, parse_model_overrides
 from .checkpoints import remove_leftovers
 from .errors import TrainingError
+from .ownership import release_output_dir, take_output_dir
 from .seq2seq_data import training_texts
 
 
@@ -18,31 +19,57 @@ RUN_FILES = ("checkpoints", "best", "last", "tokenizer", "tensorboard", "metrics
              "training_curves.png", "arguments.json")
 
 
-def prepare_output_dir(accelerator, output_dir: Path, args: TrainArguments) -> None:
-    """Refuse to mix two runs in one folder, and find out before training whether the folder is writable."""
+def prepare_output_dir(accelerator, output_dir: Path, args: TrainArguments, tokenizer: str | None = None) -> int | None:
+    """Take the folder for this run (one writer: `ownership`), refuse to mix two runs in it, and find out before
+    training whether it is writable. Returns the lock's descriptor on the main process (None on the others).
+    `tokenizer` is the --tokenizer given: --overwrite_output_dir must not delete it."""
+    lock = None
     if accelerator.is_main_process:
         if output_dir.exists() and not output_dir.is_dir():
             raise NotADirectoryError(f"--output_dir {output_dir} is a file, not a folder.")
-        previous = [name for name in RUN_FILES if (output_dir / name).exists()]
-        if previous and not args.resume:
-            if not args.overwrite_output_dir:
-                raise TrainingError(
-                    f"--output_dir {output_dir} already holds a run ({', '.join(previous)}). Continue it with "
-                    "--resume, start over with --overwrite_output_dir, or choose another folder."
-                )
-            for name in previous:
-                path = output_dir / name
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
         try:
             output_dir.mkdir(parents=True, exist_ok=True)
-            probe = output_dir / ".write-test"
-            probe.write_bytes(b"ok")
-            probe.unlink()
+            lock, note = take_output_dir(output_dir)
         except OSError as error:
             raise TrainingError(f"--output_dir {output_dir} is not writable: {error}.") from error
-        remove_leftovers(output_dir)
-        remove_leftovers(output_dir / "checkpoints")
+        if note:
+            accelerator.print(f"Note: {note}; taking the folder over.")
+        try:
+            previous = [name for name in RUN_FILES if (output_dir / name).exists()]
+            if previous and not args.resume:
+                if not args.overwrite_output_dir:
+                    raise TrainingError(
+                        f"--output_dir {output_dir} already holds a run ({', '.join(previous)}). Continue it with "
+                        "--resume, start over with --overwrite_output_dir, or choose another folder."
+                    )
+                inside = [name for name in previous if tokenizer and is_within(Path(tokenizer), output_dir / name)]
+                if inside:
+                    raise TrainingError(
+                        f"--tokenizer {tokenizer} lies in {output_dir / inside[0]}, which --overwrite_output_dir would "
+                        "delete before the run could read it: copy the tokenizer elsewhere first, or choose another "
+                        "--output_dir."
+                    )
+                for name in previous:
+                    path = output_dir / name
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            try:
+                probe = output_dir / ".write-test"
+                probe.write_bytes(b"ok")
+                probe.unlink()
+            except OSError as error:
+                raise TrainingError(f"--output_dir {output_dir} is not writable: {error}.") from error
+            remove_leftovers(output_dir)
+            remove_leftovers(output_dir / "checkpoints")
+        except BaseException:
+            release_output_dir(lock)
+            raise
     accelerator.wait_for_everyone()
+    return lock
+
+
+def is_within(path: Path, folder: Path) -> bool:
+    path, folder = path.resolve(), folder.resolve()
+    return path == folder or folder in path.parents
 
 
 def obtain_tokenizer(accelerator, model_args: ModelArguments, train_raw, data: DataArguments, output_dir: Path):

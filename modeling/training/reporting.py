@@ -5,6 +5,8 @@ import json
 import math
 from pathlib import Path
 
+from .errors import TrainingError
+
 
 class MetricsLog:
     """`metrics.jsonl`: one JSON object per line, each with its `step`; written by the main process only."""
@@ -18,16 +20,35 @@ class MetricsLog:
             with open(self.path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
-    def read(self) -> list[dict]:
+    def read(self, tolerate_cut_last_line: bool = False) -> list[dict]:
+        """The records; a line that is not a JSON object is an error naming the file and line, except (on resume)
+        the last line of a log cut short by a kill, which is dropped."""
         if not self.path.is_file():
             return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines()
+        records = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as error:
+                if tolerate_cut_last_line and number == len(lines):
+                    continue  # the write a kill interrupted: its update is done again
+                raise TrainingError(
+                    f"{self.path}, line {number}: not a metrics record ({error}). Repair or delete that line (the "
+                    "log only; the checkpoints do not depend on it), then resume."
+                ) from None
+            records.append(record)
+        return records
 
     def drop_after(self, step: int) -> None:
         """On resume: forget what the interrupted run logged after the checkpoint it resumes from, since those
         updates are done again."""
         if self.enabled and self.path.is_file():
-            kept = [record for record in self.read() if record.get("step", 0) <= step]
+            kept = [record for record in self.read(tolerate_cut_last_line=True) if record.get("step", 0) <= step]
             temporary = self.path.with_suffix(".tmp")
             temporary.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8")
             temporary.replace(self.path)

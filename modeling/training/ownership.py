@@ -1,0 +1,100 @@
+"""One writer per output folder, and no worker left behind.
+
+The main process of a run holds an exclusive `flock` on `output_dir/.run.lock` for as long as it lives, and writes
+into that file who holds it (process id, host, start time, command). The kernel releases the lock when the holder
+dies, however it dies (kill -9 included), so a lock is never stale: a file left by a dead holder is taken over and
+named. A second run on the same folder, or a `--resume` beside a run still going, is refused with the holder's
+details.
+
+Workers started by a launcher (`accelerate launch`, torchrun) ask the kernel to kill them when the launcher dies
+(`PR_SET_PDEATHSIG`), so that killing the launcher's process group does not leave them training as orphans.
+"""
+
+import ctypes
+import fcntl
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+from .errors import TrainingError
+
+
+LOCK_FILE = ".run.lock"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def take_output_dir(output_dir: Path) -> tuple[int, str | None]:
+    """Lock `output_dir` for this process; return the lock's file descriptor (keep it open for the whole run) and a
+    note about a previous holder that died without releasing it, if any. Raises TrainingError naming the holder when
+    another live process holds it."""
+    path = output_dir / LOCK_FILE
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = describe(read_holder(descriptor))
+        os.close(descriptor)
+        raise TrainingError(
+            f"--output_dir {output_dir} is in use by another run: {holder} (lock {path}). Two runs in one folder "
+            "would overwrite each other's checkpoints and logs. Wait for it to end or stop it, or choose another "
+            "--output_dir."
+        ) from None
+    previous = read_holder(descriptor)
+    note = None
+    if previous.get("pid") and not previous.get("released"):
+        note = f"the previous run in {output_dir} ({describe(previous)}) ended without releasing its lock (killed?)"
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "command": " ".join(sys.argv)[:500]}
+    write_holder(descriptor, record)
+    return descriptor, note
+
+
+def release_output_dir(descriptor: int) -> None:
+    """Mark the lock released (for the next run's message) and let it go."""
+    try:
+        record = read_holder(descriptor)
+        write_holder(descriptor, {**record, "released": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    finally:
+        os.close(descriptor)  # closing the descriptor releases the flock
+
+
+def read_holder(descriptor: int) -> dict:
+    os.lseek(descriptor, 0, os.SEEK_SET)
+    text = os.read(descriptor, 65536).decode("utf-8", errors="replace")
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def write_holder(descriptor: int, record: dict) -> None:
+    os.ftruncate(descriptor, 0)
+    os.lseek(descriptor, 0, os.SEEK_SET)
+    os.write(descriptor, (json.dumps(record) + "\n").encode("utf-8"))
+    os.fsync(descriptor)
+
+
+def describe(record: dict) -> str:
+    if not record.get("pid"):
+        return "a process that did not say who it is"
+    return (f"process {record['pid']} on {record.get('host', '?')}, started {record.get('started', '?')}"
+            f" ({record.get('command', '?')})")
+
+
+def die_with_the_launcher() -> bool:
+    """Under a launcher (torchrun sets TORCHELASTIC_RUN_ID), have the kernel kill this worker when its parent, the
+    launcher's agent, dies. Not for a process the user started directly: its parent is a shell, and `nohup` runs
+    must outlive it. Returns whether it was set (Linux only)."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        return False
+    if os.getppid() == 1:  # the launcher died before the request was in place
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True
