@@ -333,3 +333,35 @@ def test_float_token_ids_are_refused_clearly():
         model(input_ids=torch.tensor([[5, 6]]), decoder_input_ids=torch.tensor([[1.0]]))
     with pytest.raises(TypeError, match="labels"):
         model(input_ids=torch.tensor([[5, 6]]), labels=torch.tensor([[5.0, 6.0]]))
+
+
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal", "relative"])
+def test_position_embeddings_can_be_read_and_resized_as_example_scripts_do(positions):
+    # run_summarization.py calls resize_position_embeddings(max_source_length) on a model shorter than that
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(tiny_config(position_embedding_type=positions, max_position_embeddings=16))
+    model.eval()
+    tables = model.get_position_embeddings()
+    if positions != "learned":
+        assert tables is None
+    else:
+        assert len(tables) == 2 and all(t.num_embeddings == 16 for t in tables)
+        before = [t.weight.detach().clone() for t in tables]
+    input_ids = torch.randint(4, 100, (1, 30))
+    with pytest.raises(ValueError, match="max_position_embeddings=16"):
+        model(input_ids=input_ids, decoder_input_ids=input_ids[:, :5])
+    short = torch.randint(4, 100, (1, 10))
+    reference = model(input_ids=short, decoder_input_ids=short[:, :5]).logits
+    model.resize_position_embeddings(64)
+    assert model.config.max_position_embeddings == 64
+    model(input_ids=input_ids, decoder_input_ids=input_ids[:, :5])  # now accepted
+    # the positions the model had keep their meaning: outputs on short inputs do not change
+    torch.testing.assert_close(model(input_ids=short, decoder_input_ids=short[:, :5]).logits, reference)
+    if positions == "learned":
+        after = model.get_position_embeddings()
+        assert all(t.num_embeddings == 64 for t in after)
+        assert all(torch.equal(a.weight[:16], b) for a, b in zip(after, before))
+        model.resize_position_embeddings(8)
+        assert all(torch.equal(a.weight, b[:8]) for a, b in zip(model.get_position_embeddings(), before))
+    with pytest.raises(ValueError, match="new_num_position_embeddings must be an integer from 1"):
+        model.resize_position_embeddings(0)

@@ -187,3 +187,11 @@ def test_a_checkpoint_saved_again_through_remote_code_keeps_its_pipeline_code(to
     )
     assert "pipeline_vaswani.py" in stdout and "tokenization_vaswani.py" in stdout
     assert "TranslationPipeline [{'translation_text':" in stdout
+
+
+def test_saved_weights_are_as_readable_as_the_other_files(tmp_path):
+    # transformers writes model.safetensors through a private (0600) temporary file; a served folder needs it readable
+    model = VaswaniForConditionalGeneration(tiny_config())
+    model.save_pretrained(tmp_path)
+    modes = {path.name: path.stat().st_mode & 0o777 for path in tmp_path.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"], modes

@@ -815,6 +815,15 @@ def test_two_runs_started_together_on_one_folder_one_is_refused_naming_the_other
             run.wait()
 
 
+def test_processes_launched_without_a_process_group_are_refused_before_touching_the_folder(tmp_path, monkeypatch):
+    # what torchrun sets; without ACCELERATE_USE_CPU on a machine without GPUs, each process would train alone
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(TrainingError, match=r"Launched as 2 processes \(WORLD_SIZE=2\), but they would each train "
+                                            r"alone \(Accelerate sees 1\).*ACCELERATE_USE_CPU=1"):
+        run_in_process(tiny_argv(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_lock_left_by_a_killed_run_is_named_and_taken_over(tmp_path, capsys):
     tmp_path.mkdir(exist_ok=True)
     (tmp_path / ".run.lock").write_text(json.dumps({"pid": 999999, "host": "elsewhere", "started": "yesterday"}))

@@ -172,6 +172,16 @@ def set_up(data: DataArguments, model_args: ModelArguments, args: TrainArguments
         project_dir=str(output_dir),
         step_scheduler_with_optimizer=False,  # the schedule counts updates, however many processes there are
     )
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > 1 and accelerator.num_processes != launched:
+        # without a GPU, Accelerate forms a process group only when told to run on the CPU; the processes would
+        # otherwise each train alone on the same folder
+        raise TrainingError(
+            f"Launched as {launched} processes (WORLD_SIZE={launched}), but they would each train alone (Accelerate "
+            f"sees {accelerator.num_processes}): on a machine without GPUs set ACCELERATE_USE_CPU=1 "
+            "(`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N ...`) to train on CPU processes "
+            "together."
+        )
     lock = prepare_output_dir(accelerator, output_dir, args, model_args.tokenizer)
     try:
         return prepare_run(accelerator, lock, data, model_args, args)
