@@ -1,10 +1,10 @@
 """The encoder-decoder ("cross") attention of one translated sentence, as a matrix and as a heatmap picture: target
 tokens (rows) against source tokens (columns).
 
-    from vaswani.attention_map import cross_attention_map, describe_selection, plot_heatmap
+    from vaswani.attention_map import cross_attention_map, save_heatmap
     model.set_attn_implementation("eager")  # sdpa and flash attention do not return the weights
     attention_map = cross_attention_map(model, tokenizer, "A man is riding a horse.")
-    plot_heatmap(attention_map, Path("attention.png"), describe_selection(attention_map, 4, 4))
+    save_heatmap(attention_map, Path("attention.png"), model, "my-model")  # and attention.json beside it
 
 The sentence is translated with beam search (`model.generate`); then one forward pass with the translation as the
 decoder input and `output_attentions=True` gives the weights. Row i is the attention of the decoder while it produces
@@ -21,6 +21,7 @@ import torch
 
 WORD_START = "▁"  # the tokenizer's mark of a piece that begins a word
 CONTINUATION = "·"  # how the picture marks a piece that continues the word before it
+PICTURE_FORMATS = (".png", ".svg", ".pdf")  # what plot_heatmap can write
 
 
 @dataclass

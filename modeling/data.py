@@ -121,15 +121,8 @@ def require_values(dataset: datasets.Dataset, columns: Sequence[str], where: str
             values = value if isinstance(value, list) else [value]
             if value is None or any(item is None for item in values):
                 raise ValueError(f"{where}, row {row}: `{column}` is null (empty); every row needs a value.")
-            for item in values:
-                if isinstance(item, str):
-                    try:
-                        item.encode("utf-8")
-                    except UnicodeEncodeError as error:
-                        raise ValueError(
-                            f"{where}, row {row}: `{column}` is not valid text ({error.reason}: "
-                            f"{item[error.start:error.end]!a})."
-                        ) from None
+            if (bad := _unencodable(value, column)) is not None:
+                raise ValueError(f"{where}, row {row}: {bad}.")
 
 
 def require_same_lengths(dataset: datasets.Dataset, first: str, second: str, where: str = "the dataset") -> None:

@@ -19,11 +19,9 @@ from pathlib import Path
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
 import vaswani  # noqa: F401  (registers the project's classes with the Auto classes)
-from vaswani.attention_map import CrossAttentionMap, cross_attention_map, save_heatmap
+from vaswani.attention_map import PICTURE_FORMATS, CrossAttentionMap, cross_attention_map, save_heatmap
 from vaswani.head_loading import require_trained_head
 
-
-PICTURE_FORMATS = (".png", ".svg", ".pdf")
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from transformers import pipeline
 
-from vaswani.attention_map import cross_attention_map, save_heatmap
+from vaswani.attention_map import PICTURE_FORMATS, cross_attention_map, save_heatmap
 
 
 MODEL = Path(__file__).resolve().parents[1] / "results" / "multi30k_en_de" / "model"
@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--model", default=str(MODEL), help="A translation checkpoint (default: the shipped en->de).")
     parser.add_argument("--output_file", default="attention.png", help="The heatmap of the first sentence (.png).")
     args = parser.parse_args(argv)
-    if Path(args.output_file).suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise ValueError(f"--output_file {args.output_file}: the picture must end in .png, .svg or .pdf.")
+    if Path(args.output_file).suffix.lower() not in PICTURE_FORMATS:
+        raise ValueError(f"--output_file {args.output_file}: the picture must end in one of {list(PICTURE_FORMATS)}.")
     if not all(text.strip() for text in args.text):
         raise ValueError("--text has an empty sentence: give sentences to translate.")
     if not (Path(args.model) / "config.json").is_file():
@@ -54,7 +54,9 @@ def main(argv: list[str] | None = None) -> list[str]:
 
     model, tokenizer = translator.model, translator.tokenizer
     model.set_attn_implementation("eager")  # sdpa does not return the attention weights
-    attention_map = cross_attention_map(model, tokenizer, args.text[0], num_beams=NUM_BEAMS, max_new_tokens=MAX_NEW_TOKENS)
+    attention_map = cross_attention_map(
+        model, tokenizer, args.text[0], num_beams=NUM_BEAMS, max_new_tokens=MAX_NEW_TOKENS
+    )
     picture, _ = save_heatmap(attention_map, Path(args.output_file), model, args.model)
     print(f"Wrote {picture}: where the model looks while translating {args.text[0]!r}")
     return translations

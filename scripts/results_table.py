@@ -230,6 +230,15 @@ def number(value: float) -> str:
     return repr(value)
 
 
+def metric_values(row: Row) -> str:
+    """The row's metrics as the table shows them: `name value; name value`."""
+    return "; ".join(f"{metric['name']} {number(metric['value'])}" for metric in row.metrics)
+
+
+def model_link(recipe: Recipe) -> str:
+    return f"[{recipe.model}]({recipe.model})"
+
+
 def goal_cell(row: Row) -> str:
     goal = row.recipe.goal
     if row.results is None:
@@ -249,13 +258,14 @@ def table_line(row: Row) -> str:
         dataset = results["dataset"]
         size = f", {dataset['num_examples']:,} examples" if dataset["num_examples"] is not None else ""
         data = f"{dataset['name']}, {dataset['split']}{size}"
-        values = "; ".join(f"{metric['name']} {number(metric['value'])}" for metric in row.metrics)
+        values = metric_values(row)
     if not recipe.training_summary:
         duration = "—"
     else:
         duration = NOT_RUN if row.seconds is None else f"{format_duration(row.seconds)} (wall)"
-    shipped = f"[{recipe.model}]({recipe.model})" if recipe.model else "—"
-    cells = [recipe.name, data, values, shipped, recipe.reference, recipe.target, goal_cell(row), duration, recipe.hardware]
+    shipped = model_link(recipe) if recipe.model else "—"
+    cells = [recipe.name, data, values, shipped, recipe.reference, recipe.target, goal_cell(row), duration,
+             recipe.hardware]
     return table_row(cells)
 
 
@@ -339,9 +349,8 @@ def render_shipped_block(rows: list[Row], recipes_file: str) -> str:
         if row.results is None:
             data, values = row.recipe.data, NOT_RUN
         else:
-            data = f"{row.results['dataset']['name']}, {row.results['dataset']['split']}"
-            values = "; ".join(f"{metric['name']} {number(metric['value'])}" for metric in row.metrics)
-        lines.append(table_row([f"[{row.recipe.model}]({row.recipe.model})", row.recipe.task, data, values, row.recipe.name]))
+            data, values = f"{row.results['dataset']['name']}, {row.results['dataset']['split']}", metric_values(row)
+        lines.append(table_row([model_link(row.recipe), row.recipe.task, data, values, row.recipe.name]))
     return "\n".join(lines)
 
 
@@ -364,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     recipes = load_recipes(root / args.recipes)
     rows = [read_row(recipe, root) for recipe in recipes]
     block = render_block(rows, args.recipes, root)
+    shipped = render_shipped_block(rows, args.recipes)
     stale = []
     for name in args.files:
         path = root / name
@@ -372,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         text = path.read_text(encoding="utf-8")
         updated = replace_block(text, block, str(path))
         if SHIPPED_START in updated or SHIPPED_END in updated:
-            updated = replace_block(updated, render_shipped_block(rows, args.recipes), str(path), SHIPPED_START, SHIPPED_END)
+            updated = replace_block(updated, shipped, str(path), SHIPPED_START, SHIPPED_END)
         if updated != text:
             stale.append(name)
             if not args.check:

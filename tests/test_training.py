@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -701,8 +702,6 @@ def checkpointed_run(tmp_path_factory):
 
 
 def copy_of(run: Path, tmp_path: Path) -> Path:
-    import shutil
-
     return Path(shutil.copytree(run, tmp_path / "run"))
 
 
@@ -912,9 +911,7 @@ def test_a_full_disk_inside_the_safetensors_writer_is_a_checkpoint_error(tmp_pat
 
 
 def test_overwriting_a_folder_refuses_to_delete_the_tokenizer_the_run_was_given(finished_run, tmp_path):
-    import shutil
-
-    run = Path(shutil.copytree(finished_run[0], tmp_path / "run"))
+    run = copy_of(finished_run[0], tmp_path)
     with pytest.raises(TrainingError, match=r"--tokenizer .*run/last lies in .*run/last, which --overwrite_output_dir "
                                             r"would delete"):
         run_in_process(tiny_argv(run, overwrite_output_dir=True, tokenizer=str(run / "last"), vocab_size=None))

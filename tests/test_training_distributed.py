@@ -24,6 +24,9 @@ from test_training import metrics_records, tiny_argv
 from vaswani.training.checkpoints import latest_checkpoint
 
 
+TRAIN_SCRIPT = REPO / "scripts" / "train.py"
+
+
 WORKER = textwrap.dedent(
     """
     import json, sys
@@ -70,6 +73,12 @@ WORKER = textwrap.dedent(
 )
 
 
+def launch(program: Path, argv: list[str]) -> list[str]:
+    """The command that runs `program` in two CPU processes under `accelerate launch`."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(program), *argv]
+
+
 # With BPE-dropout the main process draws each epoch's segmentation and sends it to the other: were each to draw its
 # own, their batch lists would differ, and the batches they train on would overlap (or their counts would, and the
 # run would hang).
@@ -81,11 +90,7 @@ def test_two_processes_train_one_model_on_different_batches(tmp_path, bpe_dropou
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
     argv = tiny_argv(output_dir, max_steps=6, eval_steps=3, save_steps=3, synthetic_validation_size=7,
                      bpe_dropout=bpe_dropout)
-    result = subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(worker), *argv],
-        capture_output=True, text=True, timeout=400, env=env, cwd=REPO,
-    )
+    result = subprocess.run(launch(worker, argv), capture_output=True, text=True, timeout=400, env=env, cwd=REPO)
     assert result.returncode == 0, result.stderr[-5000:]
     assert "2 process(es) x 1 micro-batch(es)" in result.stdout
 
@@ -127,18 +132,13 @@ def processes_writing_to(output_dir: Path) -> list[int]:
     return [pid for pid in found if pid != os.getpid() and process_alive(pid)]
 
 
-def launch(argv):
-    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-            str(REPO / "scripts" / "train.py"), *argv]
-
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers die with their launcher on Linux")
 def test_killing_the_launchers_group_stops_its_workers_and_a_resume_continues_alone(tmp_path):
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
     output_dir = tmp_path / "run"
     launcher = subprocess.Popen(
-        launch(tiny_argv(output_dir, max_steps=100_000, save_steps=2, eval_steps=100_000)),
+        launch(TRAIN_SCRIPT, tiny_argv(output_dir, max_steps=100_000, save_steps=2, eval_steps=100_000)),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO, start_new_session=True,
     )
     try:
@@ -160,7 +160,7 @@ def test_killing_the_launchers_group_stops_its_workers_and_a_resume_continues_al
             os.kill(pid, signal.SIGKILL)
     step = int(latest_checkpoint(output_dir / "checkpoints").name.split("-")[1])
     resumed = subprocess.run(
-        launch(tiny_argv(output_dir, max_steps=step + 2, save_steps=2, eval_steps=100_000, resume=True)),
+        launch(TRAIN_SCRIPT, tiny_argv(output_dir, max_steps=step + 2, save_steps=2, eval_steps=100_000, resume=True)),
         capture_output=True, text=True, timeout=400, env=env, cwd=REPO,
     )
     assert resumed.returncode == 0, resumed.stderr[-5000:]
