@@ -2,10 +2,14 @@
 
 The paper encodes sentences with byte-pair encoding over a shared source-target vocabulary (section 5.1). Here a
 character the vocabulary lacks is spelled as its UTF-8 bytes (`<0xE2>`, `<0x82>`, ...), so no input ever maps to
-`<unk>`, and `decode(encode(text)) == text` for ordinary text in any script: nothing is normalized away.
+`<unk>`, and `decode(encode(text)) == text` for any text: nothing is normalized away. Text is only ever text: the
+strings `<s>`, `</s>`, `<pad>`, `<unk>` and `>>de<<` in an input are spelled as ordinary pieces, never read as the
+control tokens of the same name (transformers' `split_special_tokens`), and a literal `▁` (U+2581, the word-start
+mark) is escaped on the way in and restored on the way out.
 
 Every sequence ends with `</s>`; the decoder starts from `<s>`. Optional language tags (`>>de<<`) are special tokens
-that a multilingual model reads at the start of the source.
+that a multilingual model reads at the start of the source: set `tokenizer.tgt_lang = "de"` and every source it
+encodes starts with the tag's id (targets, `text_target=...`, never do), as NLLB's tokenizer does with `src_lang`.
 
 This file is copied into every saved checkpoint, so it imports nothing from this project.
 """
@@ -23,6 +27,10 @@ PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]  # ids 0, 1, 2, 3, as in VaswaniConfig's defaults
 BYTE_TOKENS = [f"<0x{byte:02X}>" for byte in range(256)]
 WORD_START = "\u2581"  # "▁" marks the start of a word, as in SentencePiece
+# A literal "▁" in the text must not read as a word start. It is written ESCAPE + ESCAPED_WORD_START on the way in,
+# and a literal ESCAPE as ESCAPE + ESCAPED_ESCAPE, so every ESCAPE in the normalized text starts one of these two pairs
+# and decoding undoes both exactly (private-use characters: they reach the model as UTF-8 byte tokens).
+ESCAPE, ESCAPED_ESCAPE, ESCAPED_WORD_START = "\ue000", "\ue001", "\ue002"
 
 
 def language_tag(code: str) -> str:
@@ -40,6 +48,9 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
     vocab_files_names = {"tokenizer_file": "tokenizer.json"}
     model_input_names = ["input_ids", "attention_mask"]
     padding_side = "right"
+    # (no __init__ of its own: transformers then loads tokenizer.json as it is, instead of rebuilding the backend)
+    _tgt_lang: str | None = None
+    _template_tag: str | None = None  # the tag the post-processor now puts first
 
     @classmethod
     def train_from_texts(
@@ -77,9 +88,15 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
             raise ValueError(f"min_frequency must be at least 1, got {min_frequency}.")
 
         backend = Tokenizer(BPE(unk_token=UNK, byte_fallback=True))
-        # The only normalization is one word-start mark before the text (before each word of pre-split input), which
-        # decoding strips again: decode(encode(text)) gives back exactly the text.
-        backend.normalizer = normalizers.Prepend(WORD_START)
+        # The only normalization is the escape of literal word-start marks and one word-start mark before the text
+        # (before each word of pre-split input), all undone by decoding: decode(encode(text)) gives back the text.
+        backend.normalizer = normalizers.Sequence(
+            [
+                normalizers.Replace(ESCAPE, ESCAPE + ESCAPED_ESCAPE),
+                normalizers.Replace(WORD_START, ESCAPE + ESCAPED_WORD_START),
+                normalizers.Prepend(WORD_START),
+            ]
+        )
         splitters = [pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="never", split=True)]
         after_fuse = []
         if split_newlines:
@@ -96,6 +113,8 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
                 decoders.ByteFallback(),  # <0xE2><0x82><0xAC> -> "€"
                 decoders.Fuse(),
                 *after_fuse,
+                decoders.Replace(ESCAPE + ESCAPED_WORD_START, WORD_START),  # in this order: see ESCAPE
+                decoders.Replace(ESCAPE + ESCAPED_ESCAPE, ESCAPE),
                 decoders.Strip(content=" ", left=1, right=0),  # the space added before the first word
             ]
         )
@@ -130,7 +149,38 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
             extra_special_tokens=tags,
             model_max_length=model_max_length,
             clean_up_tokenization_spaces=False,
+            split_special_tokens=True,  # "<s>" or ">>de<<" typed in a text is text, not a control token
         )
+
+    @property
+    def tgt_lang(self) -> str | None:
+        """The target language whose tag (`>>de<<`) starts every encoded source; None for no tag."""
+        return self._tgt_lang
+
+    @tgt_lang.setter
+    def tgt_lang(self, code: str | None) -> None:
+        if code is not None and code not in self.language_tags:
+            known = sorted(self.language_tags) or "none (this vocabulary has no language tags)"
+            raise ValueError(f"tgt_lang={code!r}: the tokenizer has language tags for {known}.")
+        self._tgt_lang = code
+        self._switch_to_input_mode()
+
+    # transformers calls these two around `tokenizer(text, text_target=...)`: sources carry the tag, targets not.
+    def _switch_to_input_mode(self):
+        self._put_first(self.language_tags.get(self._tgt_lang))
+
+    def _switch_to_target_mode(self):
+        self._put_first(None)
+
+    def _put_first(self, tag: str | None) -> None:
+        if tag == self._template_tag:
+            return
+        first = f"{tag} " if tag else ""
+        special = [(EOS, self.convert_tokens_to_ids(EOS))] + ([(tag, self.convert_tokens_to_ids(tag))] if tag else [])
+        self._tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{first}$A {EOS}", pair=f"{first}$A {EOS} $B {EOS}", special_tokens=special
+        )
+        self._template_tag = tag
 
     @property
     def language_tags(self) -> dict[str, str]:

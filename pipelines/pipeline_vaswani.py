@@ -149,16 +149,11 @@ class Text2TextGenerationPipeline(Pipeline):
             return [result[0] for result in results]
         return results
 
-    def _source_text(self, text: str, **preprocess_params) -> str:
-        """The text the encoder reads (a subclass may mark it, e.g. with a language tag)."""
-        return text
-
-    def preprocess(self, text, truncation=True, **preprocess_params):
+    def preprocess(self, text, truncation=True):
         check_text(text, "The input")
-        source = self._source_text(text, **preprocess_params)
         max_length = self._max_source_length()
         # one token of headroom tells whether the text was longer than the model accepts
-        encoding = self.tokenizer(source, truncation=True, max_length=max_length + 1, return_tensors="pt")
+        encoding = self.tokenizer(text, truncation=True, max_length=max_length + 1, return_tensors="pt")
         if encoding["input_ids"].shape[1] > max_length:
             if not truncation:
                 raise ValueError(
@@ -173,7 +168,7 @@ class Text2TextGenerationPipeline(Pipeline):
                     stacklevel=2,
                 )
                 self._warned_about_truncation = True
-            encoding = self.tokenizer(source, truncation=True, max_length=max_length, return_tensors="pt")
+            encoding = self.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
         return {
             "input_ids": encoding["input_ids"],
             "attention_mask": encoding["attention_mask"],
@@ -301,6 +296,7 @@ class TranslationPipeline(Text2TextGenerationPipeline):
                 f"{tgt_lang!r}."
             )
 
-    def _source_text(self, text: str, src_lang=None, tgt_lang=None) -> str:
-        tag = self._language_tags().get(tgt_lang or self.tgt_lang)
-        return f"{tag} {text}" if tag else text
+    def preprocess(self, text, truncation=True, src_lang=None, tgt_lang=None):
+        if self._language_tags():  # the tokenizer puts the tag's id first (a ">>de<<" typed in the text stays text)
+            self.tokenizer.tgt_lang = tgt_lang or self.tgt_lang
+        return super().preprocess(text, truncation=truncation)

@@ -82,11 +82,13 @@ def language_tag(tokenizer, target_lang: str | None) -> str | None:
     return (getattr(tokenizer, "language_tags", None) or {}).get(target_lang)
 
 
-def encode_pairs(batch, tokenizer, source_column, target_column, max_source_length, max_target_length, tag=None):
-    """Token ids of a batch of sources and their targets (`labels`), truncated. With a language tag, the source
-    starts with it, as the project's translation pipeline writes it: the model learns from what it will be given."""
-    sources = [f"{tag} {text}" if tag else text for text in batch[source_column]]
-    encoded = tokenizer(sources, truncation=True, max_length=max_source_length)
+def encode_pairs(batch, tokenizer, source_column, target_column, max_source_length, max_target_length, tgt_lang=None):
+    """Token ids of a batch of sources and their targets (`labels`), truncated. With `tgt_lang` (for a tokenizer with
+    language tags), each source starts with that language's tag, as the project's translation pipeline gives it: the
+    model learns from what it will be given."""
+    if tgt_lang is not None:
+        tokenizer.tgt_lang = tgt_lang
+    encoded = tokenizer(batch[source_column], truncation=True, max_length=max_source_length)
     targets = tokenizer(text_target=batch[target_column], truncation=True, max_length=max_target_length)
     encoded["labels"] = targets["input_ids"]
     return encoded
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> dict:
     target_lang = task_args.target_lang or getattr(model.config, "target_lang", None)
     max_source_length = input_length(model, tokenizer, task_args.max_source_length)
     max_target_length = usable_length(model, task_args.max_target_length)
-    tag = language_tag(tokenizer, target_lang) if task_args.task == "translation" else None
+    tagged = task_args.task == "translation" and language_tag(tokenizer, target_lang) is not None
 
     def prepare(dataset, source):
         dataset = drop_empty_pairs(dataset, source_column, target_column, source)
@@ -159,7 +161,8 @@ def main(argv: list[str] | None = None) -> dict:
             remove_columns=dataset.column_names,
             fn_kwargs=dict(
                 tokenizer=tokenizer, source_column=source_column, target_column=target_column,
-                max_source_length=max_source_length, max_target_length=max_target_length, tag=tag,
+                max_source_length=max_source_length, max_target_length=max_target_length,
+                tgt_lang=target_lang if tagged else None,
             ),
             desc="Tokenizing",
         )

@@ -266,9 +266,15 @@ def test_target_language_tag_is_put_before_the_source():
     model = spread_weights(VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tagged), source_lang="en")))
     translate = TranslationPipeline(model=model.eval(), tokenizer=tagged)
     inputs = translate.preprocess(SOURCES[0], tgt_lang="fr")["input_ids"][0].tolist()
-    assert inputs == tagged(f">>fr<< {SOURCES[0]}")["input_ids"]
     assert inputs[0] == tagged.convert_tokens_to_ids(">>fr<<")
-    expected = generate_ids(model, tagged, f">>fr<< {SOURCES[0]}", max_new_tokens=6)
+    tagged.tgt_lang = None
+    assert inputs[1:] == tagged(SOURCES[0])["input_ids"]
+    # a tag typed into the text is text: the tag given is the one read
+    assert translate.preprocess(f">>de<< {SOURCES[0]}", tgt_lang="fr")["input_ids"][0].tolist()[:2] == [
+        tagged.convert_tokens_to_ids(">>fr<<"), tagged.convert_tokens_to_ids("\u2581"),
+    ]
+    tagged.tgt_lang = "fr"
+    expected = generate_ids(model, tagged, SOURCES[0], max_new_tokens=6)
     assert translate(SOURCES[0], tgt_lang="fr", max_new_tokens=6, return_tensors=True)[0][
         "translation_token_ids"
     ].tolist() == expected[0]

@@ -18,6 +18,7 @@ from safetensors import safe_open
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import vaswani
+from vaswani.modeling_vaswani import code_files_to_ship
 from conftest import REPO, SHARED_DATA, needs_shared_data, run_isolated
 
 
@@ -99,6 +100,20 @@ def test_a_shipped_folder_is_complete_fp32_and_free_of_pickles(name):
     assert f"Made by the recipe **{name}**" in card
     assert re.search(r"commit `[0-9a-f]{40}`", card), "the card names the commit of the code"
     assert f"--output_dir {folder.relative_to(REPO).as_posix()}" in card  # the command that wrote this folder
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_a_shipped_folder_carries_the_packages_code_and_tokenizes_text_as_text(name):
+    """What `trust_remote_code=True` runs is this package's code (fixes reach the shipped models), and the shipped
+    tokenizer keeps the round-trip promise for text that looks like its own markup."""
+    folder = SHIPPED[name]
+    for shipped in code_files_to_ship():
+        assert (folder / shipped.name).read_bytes() == shipped.read_bytes(), f"{folder / shipped.name} is stale"
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    for text in ["<s> A man </s> <unk><pad>", ">>de<< a\u2581b \u2581", "\ue000\u2581\ue001\ue000\ue002"]:
+        ids = tokenizer(text)["input_ids"]
+        assert not set(ids[:-1]) & set(tokenizer.all_special_ids)
+        assert tokenizer.decode(ids, skip_special_tokens=True) == text
 
 
 def test_the_shipped_models_fit_the_size_budget():

@@ -24,6 +24,13 @@ ORDINARY_TEXTS = [
     "Numbers 3.14159 and symbols #@%&*!",
 ]
 NEVER_SEEN = ["😀🎉👩‍👩‍👧", "ᚠᛇᚻ᛫ᛒᛦᚦ", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "ℵ₀ ≠ ∅", "\u200bzero width"]
+# text that looks like the tokenizer's own markup: control-token names, language tags, the word-start mark "▁" and the
+# private-use characters that escape it
+LOOKS_LIKE_MARKUP = [
+    "<s> A man </s>", "<pad><unk>", ">>de<< Ein Mann", "x >>en<<", "\u2581", "a\u2581b \u2581c\u2581",
+    "\u2581\u2581 \u2581", "\ue000", "\ue000\ue001", "\ue000\ue002", "\ue000\u2581\ue001\ue000\ue002\ue000",
+    "\ue001\ue002\u2581",
+]
 
 
 def test_is_a_fast_tokenizer_with_the_special_tokens(tokenizer):
@@ -35,11 +42,26 @@ def test_is_a_fast_tokenizer_with_the_special_tokens(tokenizer):
     assert tokenizer("A man.")["input_ids"][-1] == tokenizer.eos_token_id
 
 
-@pytest.mark.parametrize("text", ORDINARY_TEXTS + NEVER_SEEN)
+@pytest.mark.parametrize("text", ORDINARY_TEXTS + NEVER_SEEN + LOOKS_LIKE_MARKUP)
 def test_decode_encode_round_trip_without_unknowns(tokenizer, text):
     ids = tokenizer(text)["input_ids"]
     assert tokenizer.unk_token_id not in ids
     assert tokenizer.decode(ids, skip_special_tokens=True) == text
+
+
+@pytest.mark.parametrize("text", LOOKS_LIKE_MARKUP)
+def test_text_is_never_read_as_a_control_token(tokenizer, text):
+    tagged = VaswaniTokenizer.train_from_texts(ORDINARY_TEXTS, vocab_size=400, min_frequency=1, language_codes=["de"])
+    for candidate in (tokenizer, tagged):
+        ids = candidate(text)["input_ids"]
+        assert ids[-1] == candidate.eos_token_id
+        assert not set(ids[:-1]) & set(candidate.all_special_ids), candidate.convert_ids_to_tokens(ids)
+        assert candidate.decode(ids, skip_special_tokens=False) == text + "</s>"
+
+
+def test_word_start_mark_in_the_text_is_not_a_space(tokenizer):
+    assert tokenizer("a\u2581b")["input_ids"] != tokenizer("a b")["input_ids"]
+    assert tokenizer.decode(tokenizer("a\u2581b")["input_ids"], skip_special_tokens=True) == "a\u2581b"
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +81,7 @@ def test_split_punctuation_makes_every_mark_a_piece_and_still_round_trips(tokeni
     assert glued_to_punctuation(punctuation_tokenizer) == []
     pieces = punctuation_tokenizer.convert_ids_to_tokens(punctuation_tokenizer("A man, a horse.")["input_ids"])
     assert pieces[-3:] == ["\u2581horse", ".", "</s>"] and "," in pieces
-    for text in ORDINARY_TEXTS + NEVER_SEEN + ["(U.S.) don't, 3.5!"]:
+    for text in ORDINARY_TEXTS + NEVER_SEEN + LOOKS_LIKE_MARKUP + ["(U.S.) don't, 3.5!"]:
         ids = punctuation_tokenizer(text)["input_ids"]
         assert punctuation_tokenizer.decode(ids, skip_special_tokens=True) == text
     punctuation_tokenizer.save_pretrained(tmp_path)
@@ -113,10 +135,22 @@ def test_language_tags(tmp_path):
     tokenizer.save_pretrained(tmp_path)
     for candidate in (tokenizer, AutoTokenizer.from_pretrained(tmp_path)):
         assert candidate.language_tags == {"en": ">>en<<", "de": ">>de<<"}
-        ids = candidate(">>de<< A man.")["input_ids"]
-        assert ids[0] == candidate.convert_tokens_to_ids(">>de<<")
-        assert ids[1:] == candidate("A man.")["input_ids"]
+        untagged = candidate("A man.")["input_ids"]
+        candidate.tgt_lang = "de"
+        ids = candidate("A man.")["input_ids"]
+        assert ids == [candidate.convert_tokens_to_ids(">>de<<")] + untagged
         assert candidate.decode(ids, skip_special_tokens=True) == "A man."
+        both = candidate(["A man.", "A dog."], text_target=["Ein Mann.", "Ein Hund."], padding=True)
+        assert [row[0] for row in both["input_ids"]] == [ids[0]] * 2
+        assert both["labels"][0][: len(untagged)] == candidate(text_target="Ein Mann.")["input_ids"]
+        assert candidate.convert_tokens_to_ids(">>de<<") not in both["labels"][0]
+        assert len(candidate("A man. " * 50, truncation=True, max_length=10)["input_ids"]) == 10
+        candidate.tgt_lang = None
+        assert candidate("A man.")["input_ids"] == untagged
+        with pytest.raises(ValueError, match=r"tgt_lang='fr'.*\['de', 'en'\]"):
+            candidate.tgt_lang = "fr"
+    with pytest.raises(ValueError, match="no language tags"):
+        VaswaniTokenizer.train_from_texts(ORDINARY_TEXTS, vocab_size=400, min_frequency=1).tgt_lang = "de"
 
 
 def test_training_arguments_are_checked():
@@ -132,7 +166,7 @@ def test_save_and_load_through_auto_tokenizer(tokenizer, tmp_path):
     tokenizer.save_pretrained(tmp_path)
     loaded = AutoTokenizer.from_pretrained(tmp_path)
     assert type(loaded) is VaswaniTokenizer
-    for text in ORDINARY_TEXTS + NEVER_SEEN:
+    for text in ORDINARY_TEXTS + NEVER_SEEN + LOOKS_LIKE_MARKUP:
         assert loaded(text)["input_ids"] == tokenizer(text)["input_ids"]
         assert loaded.decode(loaded(text)["input_ids"], skip_special_tokens=True) == text
 
@@ -180,7 +214,7 @@ def test_split_newlines_makes_a_speaker_at_the_start_of_a_turn_the_same_piece_as
     assert all("\n" not in piece or piece == "\n" for piece in newline_tokenizer.get_vocab())
 
 
-@pytest.mark.parametrize("text", LINE_TEXTS + ORDINARY_TEXTS + NEVER_SEEN)
+@pytest.mark.parametrize("text", LINE_TEXTS + ORDINARY_TEXTS + NEVER_SEEN + LOOKS_LIKE_MARKUP)
 def test_split_newlines_still_round_trips(newline_tokenizer, text):
     ids = newline_tokenizer(text)["input_ids"]
     assert newline_tokenizer.unk_token_id not in ids

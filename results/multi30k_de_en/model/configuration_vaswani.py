@@ -63,6 +63,17 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# Upper bounds of the sizes a config may ask for: far above any model of the paper (base: 6 layers, d_model 512, d_ff
+# 2,048) or any that fits a machine, low enough that a damaged or hostile config fails at once instead of hanging or
+# allocating tens of GB (a million layers; a relative-position table of a billion rows).
+MAX_SIZES = {
+    "vocab_size": 2**21, "d_model": 2**16, "encoder_layers": 1024, "decoder_layers": 1024,
+    "encoder_attention_heads": 1024, "decoder_attention_heads": 1024, "encoder_ffn_dim": 2**18,
+    "decoder_ffn_dim": 2**18, "max_position_embeddings": 2**20, "relative_attention_max_distance": 2**20,
+}
+MAX_FP32_GIGABYTES = 400  # about 100B parameters
+
+
 class VaswaniConfig(PreTrainedConfig):
     r"""
     Configuration of a [`VaswaniModel`]: the encoder-decoder Transformer of "Attention Is All You Need".
@@ -157,6 +168,16 @@ class VaswaniConfig(PreTrainedConfig):
             raise ValueError(f"Unknown preset {name!r}; the presets are {sorted(PRESETS)}.")
         return cls(**{**PRESETS[name], **overrides})
 
+    def estimated_parameters(self) -> int:
+        """About how many numbers the encoder-decoder holds (embeddings, a position table, attention, feed-forward,
+        relative-position biases), before building it: what the size bounds check."""
+        d = self.d_model
+        encoder = self.encoder_layers * (4 * d * d + 2 * d * self.encoder_ffn_dim)
+        decoder = self.decoder_layers * (8 * d * d + 2 * d * self.decoder_ffn_dim)
+        heads = self.encoder_attention_heads + 2 * self.decoder_attention_heads
+        relative = (2 * self.relative_attention_max_distance + 1) * heads
+        return (self.vocab_size + self.max_position_embeddings) * d + encoder + decoder + relative
+
     def _check_values(self):
         sizes = (
             "vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
@@ -167,6 +188,19 @@ class VaswaniConfig(PreTrainedConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+            # a config can come from anywhere (the Hub): bound what it makes the model allocate or build
+            if value > MAX_SIZES[name]:
+                raise ValueError(
+                    f"`{name}` is {value:,}, more than this model allows ({MAX_SIZES[name]:,}): a config that asks "
+                    "for it is damaged or hostile, and building it would exhaust memory or time."
+                )
+        gigabytes = 4 * self.estimated_parameters() / 1e9
+        if gigabytes > MAX_FP32_GIGABYTES:
+            raise ValueError(
+                f"This config describes a model of about {self.estimated_parameters():,} parameters ({gigabytes:,.0f} "
+                f"GB in fp32), more than the {MAX_FP32_GIGABYTES} GB this project allows: check d_model, the layer "
+                "counts, the feed-forward sizes and vocab_size."
+            )
         for heads in ("encoder_attention_heads", "decoder_attention_heads"):
             if self.d_model % getattr(self, heads):
                 raise ValueError(

@@ -14,6 +14,7 @@ This file is copied into every saved checkpoint, so it imports from this project
 """
 
 import math
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -41,7 +42,7 @@ from transformers.utils import can_return_tuple, logging
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_vaswani import VaswaniConfig
+from .configuration_vaswani import MAX_SIZES, VaswaniConfig
 
 
 logger = logging.get_logger(__name__)
@@ -392,6 +393,38 @@ class VaswaniPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             init.zeros_(module.bias)
 
+    def get_position_embeddings(self) -> nn.Embedding | tuple[nn.Embedding, ...] | None:
+        """The learned position tables (the encoder's, then the decoder's), or None: sinusoidal positions are
+        computed for any position and relative ones are biases per offset, so neither has a table to return."""
+        tables = tuple(
+            module.embed_positions
+            for module in self.modules()
+            if isinstance(module, VaswaniEmbeddings) and module.embed_positions is not None
+        )
+        return (tables[0] if len(tables) == 1 else tables) if tables else None
+
+    def resize_position_embeddings(self, new_num_position_embeddings: int) -> None:
+        """Accept inputs of up to `new_num_position_embeddings` tokens (what transformers' example scripts call for a
+        longer --max_source_length). Learned tables keep their trained rows and get new rows initialized like at the
+        start (or lose rows from the end); sinusoidal and relative positions need no table, so only the limit moves.
+        Adapted from the contract of transformers' Pegasus / BART `resize_position_embeddings`."""
+        size = new_num_position_embeddings
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= MAX_SIZES["max_position_embeddings"]:
+            raise ValueError(
+                f"new_num_position_embeddings must be an integer from 1 to {MAX_SIZES['max_position_embeddings']:,}, "
+                f"got {size!r}."
+            )
+        for module in self.modules():
+            if isinstance(module, VaswaniEmbeddings) and module.embed_positions is not None:
+                old = module.embed_positions
+                table = nn.Embedding(size, old.embedding_dim, device=old.weight.device, dtype=old.weight.dtype)
+                init.normal_(table.weight, mean=0.0, std=self.config.d_model**-0.5)
+                kept = min(size, old.num_embeddings)
+                with torch.no_grad():
+                    table.weight[:kept] = old.weight[:kept]
+                module.embed_positions = table
+        self.config.max_position_embeddings = size
+
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """As in transformers, except that a damaged weights file in a local folder gives an error naming it (the
@@ -407,10 +440,28 @@ class VaswaniPreTrainedModel(PreTrainedModel):
         `trust_remote_code=True`, where this package is not installed: the tokenizer and the pipelines."""
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
+            # the weights are written through a private temporary file (0600): give them the permissions of every
+            # other file the user writes, so that a shared or served checkpoint folder is readable as a whole
+            umask = current_umask()
+            for weights_file in Path(save_directory).glob("*.safetensors"):
+                weights_file.chmod(0o666 & ~umask)
             for source in code_files_to_ship(extra_folders=[Path(str(self.name_or_path))]):
                 target = Path(save_directory) / source.name
                 if source.resolve() != target.resolve():
                     shutil.copyfile(source, target)
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (setting it to read it is a race)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
 
 
 def check_weights_file(path: Path) -> None:
@@ -791,6 +842,12 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             **kwargs,
         )
         logits = self.lm_head(outputs.last_hidden_state)
+        if not self.training and not torch.compiler.is_compiling() and not torch.isfinite(logits).all():
+            # the outputs of a model with a nan or inf inside are empty or garbage: say so, once
+            logger.warning_once(
+                "The model's logits hold nan or inf, so its outputs are meaningless (often empty). Its weights are "
+                "damaged or it diverged in training: check torch.isfinite on its parameters."
+            )
 
         loss = None
         if labels is not None:
