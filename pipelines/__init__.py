@@ -12,6 +12,7 @@ three tasks it removed. Two ways work in-process:
 """
 
 import copy
+import json
 from pathlib import Path
 
 import transformers
@@ -32,12 +33,35 @@ def pipeline(task: str | None = None, model=None, **kwargs) -> transformers.Pipe
     Every other task, and every argument, goes to `transformers.pipeline` unchanged."""
     pipeline_class = PIPELINE_CLASSES.get(task)
     if pipeline_class is not None:
+        check_serves(task, model)
         kwargs.setdefault("pipeline_class", pipeline_class)
         if kwargs.get("config") is None and model is not None and not isinstance(model, (str, Path)):
             # transformers finds the task in the config's `custom_pipelines` and rewrites that entry in place
             # (class names become classes), which would leave the model's own config unsaveable: give it a copy.
             kwargs["config"] = copy.deepcopy(model.config)
     return transformers.pipeline(task, model=model, **kwargs)
+
+
+def check_serves(task: str, model) -> None:
+    """A checkpoint (folder or model object) of this project declares in its config the pipelines its head serves
+    (`custom_pipelines`): a classifier declares none, so it is never turned into a translator with a random decoder."""
+    if isinstance(model, (str, Path)):
+        config_file = Path(model) / "config.json"
+        if not config_file.is_file():
+            return  # a Hub id: transformers resolves it
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        name, declared, architectures = str(model), config.get("custom_pipelines"), config.get("architectures")
+    elif model is not None and getattr(model, "config", None) is not None:
+        name, declared = type(model).__name__, getattr(model.config, "custom_pipelines", None)
+        architectures = [type(model).__name__]
+    else:
+        return
+    if declared is not None and task not in declared:
+        raise ValueError(
+            f"{name} ({', '.join(architectures or ['unknown architecture'])}) does not serve the {task!r} pipeline: "
+            f"it declares {sorted(declared) or 'none of the generation pipelines'}. Translation, summarization and "
+            "text2text-generation need a VaswaniForConditionalGeneration checkpoint."
+        )
 
 
 __all__ = [

@@ -94,8 +94,19 @@ def test_checkpoint_declares_the_tasks_and_carries_the_pipeline_code(checkpoints
         entry = config["custom_pipelines"][task]
         assert entry["impl"] == f"pipeline_vaswani.{class_name}" and class_name in classes
         assert entry["pt"] == ["AutoModelForSeq2SeqLM"]
-    # the classifier's checkpoint carries them too (every checkpoint the project saves)
+    # the classifier's checkpoint carries the code (every checkpoint the project saves) but declares no such task
     assert (checkpoints["classifier"] / "pipeline_vaswani.py").is_file()
+    assert json.loads((checkpoints["classifier"] / "config.json").read_text())["custom_pipelines"] == {}
+
+
+def test_a_classifier_serves_text_classification_only(checkpoints, classifier, tokenizer):
+    folder = str(checkpoints["classifier"])
+    assert transformers.pipeline("text-classification", model=folder)(SOURCES[0])[0]["label"] in LABELS.values()
+    for model in (folder, classifier):
+        with pytest.raises(ValueError, match=r"does not serve the 'translation' pipeline: it declares none"):
+            pipeline("translation", model=model, tokenizer=tokenizer)
+    with pytest.raises(KeyError):  # transformers itself finds no translation pipeline for it either
+        transformers.pipeline("translation", model=folder, trust_remote_code=True)
 
 
 def test_pipeline_file_imports_only_the_standard_library_torch_and_transformers():

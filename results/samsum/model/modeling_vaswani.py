@@ -938,6 +938,7 @@ class VaswaniForSequenceClassification(VaswaniPreTrainedModel):
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
+        config.custom_pipelines = {}  # a classifier serves transformers' own text-classification pipeline only
         self.model = VaswaniModel(config)
         self.classification_head = VaswaniClassificationHead(config)
         self.post_init()
@@ -1018,6 +1019,7 @@ class VaswaniForTokenClassification(VaswaniPreTrainedModel):
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
+        config.custom_pipelines = {}  # a tagger serves transformers' own token-classification pipeline only
         self.model = VaswaniEncoderModel(config)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
