@@ -16,7 +16,7 @@ from pathlib import Path
 from transformers import Pipeline
 
 from .label_sets import LabelSet
-from .metrics import load_metric
+from .metrics import load_metric, rouge_percent
 
 
 GROUPED_AGGREGATIONS = ("simple", "first", "average", "max")
@@ -64,7 +64,7 @@ ROUGE_NAMES = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "r
 
 def rouge_metrics(summaries: Sequence[str], references: Sequence[str]) -> list[dict]:
     """ROUGE-1/2/L/Lsum of `summaries` against `references`, as entries of the results file."""
-    scores = load_metric("rouge", keep_in_memory=True).compute(predictions=list(summaries), references=list(references))
+    scores = rouge_percent(summaries, references)
     signature = f"rouge-score:{version('rouge-score')}|stemmer:yes|f-measure|mean-over-examples"
     return [
         {"type": key, "name": name, "value": round(scores[key], 2), "signature": signature}

@@ -7,10 +7,11 @@ Everything else is transformers: the scripts build a `Trainer` / `Seq2SeqTrainer
 `--resume_from_checkpoint` and the rest work as for any model.
 """
 
+import json
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import datasets
@@ -26,6 +27,7 @@ from .label_sets import LabelSet, resolve_label_set
 logger = logging.getLogger(__name__)
 
 RESUME_LATEST = ("last", "latest", "true", "True")
+ARGUMENTS_FILE = "arguments.json"  # the run's options, beside the model (as train.py writes them)
 
 
 @dataclass
@@ -257,15 +259,26 @@ def argmax_logits(logits, labels):
     return logits.argmax(-1)
 
 
-def train_and_evaluate(trainer: Trainer, training_args: TrainingArguments, extra: dict | None = None) -> dict:
+def train_and_evaluate(
+    trainer: Trainer, training_args: TrainingArguments, extra: dict | None = None, arguments: tuple = ()
+) -> dict:
     """Train (resuming where asked), save the model and tokenizer to --output_dir, evaluate. Returns the metrics,
-    which are also written to train_results.json / eval_results.json / all_results.json in --output_dir."""
+    which are also written to train_results.json / eval_results.json / all_results.json in --output_dir. The run's
+    `arguments` (its model, data and task dataclasses) and training arguments go to arguments.json beside the model,
+    which the model card reads (transformers' training_args.bin is a pickle: nothing of this project reads it)."""
     results = dict(extra or {})
     loss_is_a_batch_mean(trainer)
     if training_args.do_train:
         outcome = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
         trainer.save_model()
         trainer.save_state()
+        if trainer.is_world_process_zero():
+            record = {"script": Path(sys.argv[0]).name, **{kind: asdict(value) for kind, value in
+                                                            zip(("model", "data", "task"), arguments)}}
+            record["training"] = training_args.to_dict()  # tokens are masked by transformers
+            (Path(training_args.output_dir) / ARGUMENTS_FILE).write_text(
+                json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8"
+            )
         metrics = {**outcome.metrics, "num_processes": training_args.world_size}
         trainer.log_metrics("train", metrics)
         trainer.save_metrics("train", metrics)

@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
         compute_metrics=classification_metrics(len(labels)),
         preprocess_logits_for_metrics=argmax_logits,
     )
-    return train_and_evaluate(trainer, training_args, {"loading_report": report.as_dict() if report else None})
+    return train_and_evaluate(trainer, training_args, {"loading_report": report.as_dict() if report else None},
+                              arguments=(model_args, data_args, task_args))
 
 
 if __name__ == "__main__":

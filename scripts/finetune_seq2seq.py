@@ -36,7 +36,7 @@ from vaswani.finetuning import (
     usable_length,
 )
 from vaswani.head_loading import load_head
-from vaswani.metrics import load_metric
+from vaswani.metrics import load_metric, rouge_percent
 
 
 logger = logging.getLogger(__name__)
@@ -101,8 +101,6 @@ def generation_metrics(task: str, tokenizer, target_lang: str | None):
     if task == "translation":
         sacrebleu = load_metric("sacrebleu", keep_in_memory=True)
         tokenized_bleu = load_metric("tokenized_bleu", keep_in_memory=True)
-    else:
-        rouge = load_metric("rouge", keep_in_memory=True)
 
     def decode(ids: np.ndarray) -> list[str]:
         # batches are padded with -100 when gathered; the tokenizer cannot decode that
@@ -128,7 +126,7 @@ def generation_metrics(task: str, tokenizer, target_lang: str | None):
             logger.info("sacreBLEU signature: %s; tokenized BLEU: %s", bleu["signature"], paper_bleu["signature"])
             metrics.update(sacrebleu=bleu["score"], tokenized_bleu=paper_bleu["score"])
         else:
-            metrics.update(rouge.compute(predictions=predictions, references=references))
+            metrics.update(rouge_percent(predictions, references))
         return metrics
 
     return compute_metrics
@@ -186,7 +184,8 @@ def main(argv: list[str] | None = None) -> dict:
             generation_metrics(task_args.task, tokenizer, target_lang) if training_args.predict_with_generate else None
         ),
     )
-    return train_and_evaluate(trainer, training_args, {"loading_report": report.as_dict() if report else None})
+    return train_and_evaluate(trainer, training_args, {"loading_report": report.as_dict() if report else None},
+                              arguments=(model_args, data_args, task_args))
 
 
 if __name__ == "__main__":

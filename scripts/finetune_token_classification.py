@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> dict:
         compute_metrics=entity_metrics(labels.id2label, word_starts),
         preprocess_logits_for_metrics=argmax_logits,
     )
-    return train_and_evaluate(trainer, training_args, {"loading_report": report.as_dict() if report else None})
+    return train_and_evaluate(trainer, training_args, {"loading_report": report.as_dict() if report else None},
+                              arguments=(model_args, data_args, task_args))
 
 
 if __name__ == "__main__":

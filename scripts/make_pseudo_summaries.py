@@ -32,7 +32,7 @@ from transformers import HfArgumentParser
 
 from vaswani.data import load_split, require_columns, write_train_validation
 from vaswani.extractive import METHODS, extract
-from vaswani.metrics import load_metric
+from vaswani.metrics import rouge_percent
 
 
 @dataclass
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict[str, int | float]:
     )
     if args.reference_column:
         # every document counts: one without a lead sentence scores an empty prediction
-        rouge = load_metric("rouge").compute(predictions=extracts, references=dataset[args.reference_column])
+        rouge = rouge_percent(extracts, dataset[args.reference_column])
         counts.update({name: round(value, 2) for name, value in rouge.items()})
         scores = ", ".join(f"{name} {value:.2f}" for name, value in rouge.items())
         print(f"{args.method} baseline against {args.reference_column}: {scores}")

@@ -97,6 +97,69 @@ def dataset_label(name: str) -> str:
     return first.parent.name or first.stem
 
 
+# What a run leaves beside its model: train.py's options (in the run folder, above best/ and last/) or the fine-tuning
+# scripts' (in --output_dir), and the Trainer's state. JSON only: transformers' training_args.bin is a pickle.
+ARGUMENTS_FILE = "arguments.json"
+TRAINER_STATE_FILE = "trainer_state.json"
+MAX_RECORD_BYTES = 1_000_000
+TRAIN_PY_DATA_OPTIONS = (
+    "dataset", "dataset_config", "train_split", "validation_dataset", "validation_split", "task", "source_column",
+    "target_column", "source_lang", "target_lang", "max_train_examples", "synthetic_train_size",
+)
+RUN_BOOKKEEPING = ("output_dir", "overwrite_output_dir", "resume", "logging_dir", "report_to", "push_to_hub",
+                   "hub_token", "hub_model_id", "hub_strategy", "hub_private_repo")
+FINE_TUNING_SETTINGS = (
+    "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "warmup_steps", "warmup_ratio", "lr_scheduler_type", "weight_decay", "label_smoothing_factor", "seed",
+)
+
+
+def read_record(path: Path) -> dict | None:
+    """A JSON object from a checkpoint's folder (untrusted: bounded in size), or None where it is absent."""
+    if not path.is_file():
+        return None
+    if path.stat().st_size > MAX_RECORD_BYTES:
+        raise ValueError(f"{path} is {path.stat().st_size:,} bytes; a run's record is at most {MAX_RECORD_BYTES:,}.")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} holds a {type(record).__name__}; expected a JSON object.")
+    return record
+
+
+def json_block(options: dict) -> str:
+    return "```json\n" + json.dumps(options, indent=2, ensure_ascii=False, default=str) + "\n```"
+
+
+def training_from_record(model_dir: str | Path) -> tuple[str | None, str | None]:
+    """(training data, training procedure) of the card, from the record the run left beside the checkpoint
+    (`arguments.json` in the folder or the run folder above it); (None, None) where there is none."""
+    model_dir = Path(model_dir)
+    path = next((folder / ARGUMENTS_FILE for folder in (model_dir, model_dir.parent)
+                 if (folder / ARGUMENTS_FILE).is_file()), None)
+    record = read_record(path) if path else None
+    if record is None:
+        return None, None
+    if "training" in record and "data" in record:  # a fine-tuning script's record
+        script, model, data = record.get("script", "a fine-tuning script"), record.get("model") or {}, record["data"]
+        training = record["training"] if isinstance(record["training"], dict) else {}
+        state = read_record(path.parent / TRAINER_STATE_FILE) or {}
+        start = model.get("model_name_or_path") or f"preset {model.get('preset')!r} (from scratch)"
+        steps = f" for {state['global_step']:,} updates ({state.get('epoch', 0):.2f} epochs)" if state.get(
+            "global_step") else ""
+        settings = {key: training[key] for key in FINE_TUNING_SETTINGS if training.get(key) not in (None, "")}
+        procedure = (f"Fine-tuned from {start} with `scripts/{script}` (the transformers Trainer){steps}. Its "
+                     f"settings, from `{ARGUMENTS_FILE}`:\n\n" + json_block({**settings, "task": record.get("task")}))
+        return json_block({key: value for key, value in data.items() if value is not None}), procedure
+    data = {key: record[key] for key in TRAIN_PY_DATA_OPTIONS if record.get(key) is not None}
+    options = {key: value for key, value in record.items() if value is not None and key not in RUN_BOOKKEEPING}
+    procedure = (f"Trained from scratch with `scripts/train.py`. The run's options, from `{ARGUMENTS_FILE}`:\n\n"
+                 + json_block(options))
+    return json_block(data), procedure
+
+
 def pipeline_tag_for(config, results: list[dict]) -> str:
     architecture = (config.architectures or ["VaswaniForConditionalGeneration"])[0]
     if architecture in TASK_OF_ARCHITECTURE:
@@ -137,8 +200,10 @@ def render_model_card(
     training_data: str | None = None,
     training_procedure: str | None = None,
     template: str | Path = TEMPLATE,
+    project_card: bool = False,
 ) -> str:
-    """The model card's text (README.md of the Hub repo) for a checkpoint with `config` and `num_parameters`."""
+    """The model card's text (README.md of the Hub repo) for a checkpoint with `config` and `num_parameters`: its own
+    results only; with `project_card`, also the table of every recipe of the project (model_card.md's block)."""
     results = list(results)
     pipeline_tag = pipeline_tag_for(config, results)
     architecture = (config.architectures or ["VaswaniForConditionalGeneration"])[0]
@@ -179,5 +244,6 @@ def render_model_card(
         training_data=training_data,
         training_procedure=training_procedure,
         example=EXAMPLES.get(pipeline_tag, DEFAULT_EXAMPLE),
+        project_card=project_card,
     )
     return str(card)

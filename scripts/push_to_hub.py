@@ -38,7 +38,7 @@ from huggingface_hub.utils import validate_repo_id
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
 import vaswani
-from model_card import TEMPLATE, load_results, render_model_card
+from model_card import TEMPLATE, load_results, render_model_card, training_from_record
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -200,6 +200,7 @@ def stage(args: PushArguments, folder: Path) -> list[Path]:
     recipe = load_recipe(args.recipe) if args.recipe else None
     # read first: a bad file stops before any work
     results = [load_results(path) for path in results_files(args, recipe)]
+    recorded_data, recorded_procedure = training_from_record(model_dir)
     model = load_model(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if folder.exists() and args.overwrite_output_dir:
@@ -217,8 +218,8 @@ def stage(args: PushArguments, folder: Path) -> list[Path]:
         languages=args.language,
         datasets=args.datasets,
         tags=args.tags,
-        training_data=args.training_data or (recipe and training_data_of(recipe)),
-        training_procedure=args.training_procedure or (recipe and provenance(recipe)),
+        training_data=args.training_data or (recipe and training_data_of(recipe)) or recorded_data,
+        training_procedure=args.training_procedure or (recipe and provenance(recipe)) or recorded_procedure,
         template=args.template,
     )
     (folder / "README.md").write_text(card, encoding="utf-8")

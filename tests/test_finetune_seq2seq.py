@@ -98,6 +98,10 @@ def test_summarization_reports_rouge(checkpoint, data, tmp_path):
     assert results["eval_gen_len"] <= 8  # --max_target_length bounds the generated summaries too
     # the saved tokenizer truncates documents as training did, for the summarization pipeline
     assert AutoTokenizer.from_pretrained(tmp_path).model_max_length == 16
+    # the run's options as JSON beside the model, for its card
+    record = json.loads((tmp_path / "arguments.json").read_text())
+    assert record["script"] and record["data"]["train_data"] == str(data) and record["task"]["task"] == "summarization"
+    assert record["model"]["model_name_or_path"] == str(checkpoint) and record["training"]["max_steps"] == 60
     assert "eval_sacrebleu" not in results
     assert results["eval_distinct_inputs"] == len(PAIRS) and results["eval_distinct_outputs"] >= 5
 

@@ -190,3 +190,30 @@ def test_decoding_gives_no_deprecation_warning():
                              return_dict_in_generate=True)
     assert isinstance(getattr(out, CACHE_FIELD), EncoderDecoderCache)
     assert "deprecated" not in captured.out
+
+
+def test_a_streamer_decodes_greedily_where_the_checkpoint_defaults_to_beams():
+    """Checkpoints default to beam search (as scored); a streamer needs one growing hypothesis: without a beam
+    count, the call decodes greedily, and an explicit beam count still goes to transformers (which refuses it)."""
+    from transformers.generation.streamers import BaseStreamer
+
+    class Collect(BaseStreamer):
+        def __init__(self):
+            self.chunks = []
+
+        def put(self, value):
+            self.chunks.append(value.tolist())
+
+        def end(self):
+            self.chunks.append("end")
+
+    model = model_with()
+    model.generation_config.num_beams, model.generation_config.length_penalty = 4, 0.6
+    source = torch.randint(4, VOCAB, (1, 8), generator=torch.Generator().manual_seed(3))
+    streamer = Collect()
+    streamed = model.generate(input_ids=source, streamer=streamer, max_new_tokens=10)
+    assert streamed.tolist() == model.generate(input_ids=source, num_beams=1, max_new_tokens=10).tolist()
+    assert streamer.chunks[-1] == "end" and len(streamer.chunks) == streamed.shape[1] + 1
+    assert model.generation_config.num_beams == 4  # the checkpoint's default is untouched
+    with pytest.raises(ValueError, match="beam"):
+        model.generate(input_ids=source, streamer=Collect(), num_beams=2, max_new_tokens=10)

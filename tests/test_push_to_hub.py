@@ -370,3 +370,65 @@ def test_recipe_and_overwrite_mistakes_are_refused_with_a_message(checkpoint, tm
     with pytest.raises(ValueError, match="would delete the checkpoint itself"):
         run(["--model_dir", str(checkpoint), "--dry-run", "--output_dir", str(checkpoint), "--overwrite_output_dir"])
     assert (checkpoint / "config.json").is_file()
+
+
+# --- the card from what the run left beside the checkpoint ---------------------------------------------------------
+
+
+def test_a_train_py_checkpoint_card_has_its_data_and_options_from_arguments_json(checkpoint, tmp_path):
+    run_folder = tmp_path / "runs" / "tiny"
+    (run_folder / "best").mkdir(parents=True)
+    for path in checkpoint.iterdir():
+        (run_folder / "best" / path.name).write_bytes(path.read_bytes())
+    options = {"dataset": "../shared/data/multi30k/train.jsonl", "validation_dataset": None, "task": "translation",
+               "source_column": "en", "target_column": "de", "preset": "tiny", "max_steps": 300,
+               "learning_rate": 0.002, "output_dir": "runs/tiny", "resume": False}
+    (run_folder / "arguments.json").write_text(json.dumps(options))
+    run(["--model_dir", str(run_folder / "best"), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o")])
+    text = (tmp_path / "o" / "README.md").read_text()
+    data = text.split("## Training data")[1].split("## Training procedure")[0]
+    assert '"dataset": "../shared/data/multi30k/train.jsonl"' in data and '"target_column": "de"' in data
+    assert "Not documented" not in text
+    procedure = text.split("## Training procedure")[1].split("## Evaluation")[0]
+    assert "scripts/train.py" in procedure and '"max_steps": 300' in procedure and '"learning_rate": 0.002' in procedure
+    assert "output_dir" not in procedure and "validation_dataset" not in procedure  # bookkeeping and unset options
+
+
+def test_a_fine_tuned_checkpoint_card_reads_the_scripts_record_and_the_trainer_state(checkpoint, tmp_path):
+    folder = tmp_path / "ft"
+    folder.mkdir()
+    for path in checkpoint.iterdir():
+        (folder / path.name).write_bytes(path.read_bytes())
+    record = {"script": "finetune_seq2seq.py", "model": {"model_name_or_path": "results/multi30k_en_de/model"},
+              "data": {"train_data": "knkarthick/samsum", "validation_data": None}, "task": {"task": "summarization"},
+              "training": {"learning_rate": 5e-4, "num_train_epochs": 3.0, "hub_token": "<HUB_TOKEN>", "seed": 1}}
+    (folder / "arguments.json").write_text(json.dumps(record))
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 1234, "epoch": 3.0}))
+    (folder / "training_args.bin").write_bytes(b"\x80\x04 a pickle that nothing may read")
+    run(["--model_dir", str(folder), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o")])
+    text = (tmp_path / "o" / "README.md").read_text()
+    assert '"train_data": "knkarthick/samsum"' in text.split("## Training data")[1].split("## Training procedure")[0]
+    procedure = text.split("## Training procedure")[1].split("## Evaluation")[0]
+    assert "Fine-tuned from results/multi30k_en_de/model with `scripts/finetune_seq2seq.py`" in procedure
+    assert "1,234 updates (3.00 epochs)" in procedure and '"learning_rate": 0.0005' in procedure
+    assert "HUB_TOKEN" not in procedure
+    assert not (tmp_path / "o" / "training_args.bin").exists()
+
+
+def test_a_card_holds_its_own_results_only(dry_run_folder):
+    text = (dry_run_folder / "README.md").read_text()
+    assert "Recipes of this project" not in text and "recipe-results" not in text
+    assert "SAMSum" not in text and len(text.encode()) < 12_000
+
+
+def test_a_huge_or_broken_run_record_is_named(checkpoint, tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for path in checkpoint.iterdir():
+        (folder / path.name).write_bytes(path.read_bytes())
+    (folder / "arguments.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"arguments.json holds a list; expected a JSON object"):
+        push_to_hub.main(["--model_dir", str(folder), "--dry-run", "--output_dir", str(tmp_path / "o")])
+    (folder / "arguments.json").write_text(" " * 1_000_001)
+    with pytest.raises(ValueError, match=r"arguments.json is 1,000,001 bytes"):
+        push_to_hub.main(["--model_dir", str(folder), "--dry-run", "--output_dir", str(tmp_path / "o2")])

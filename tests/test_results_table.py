@@ -334,10 +334,11 @@ def test_model_card_with_the_block_still_renders(project, tokenizer):
     recipes["recipes"][0]["command"] += 'echo "{{ not a template variable }}" {% if %}'
     (project / "recipes.yaml").write_text(yaml.safe_dump(recipes), encoding="utf-8")
     assert run(project, files=("model_card.md",)) == 0
-    card = model_card.render_model_card(
-        tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"), 12345, "someone/tiny",
-        template=project / "model_card.md",
-    )
+    config = tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de")
+    checkpoint_card = model_card.render_model_card(config, 12345, "someone/tiny", template=project / "model_card.md")
+    assert "## Recipes of this project" not in checkpoint_card  # a checkpoint's card holds its own results only
+    card = model_card.render_model_card(config, 12345, "someone/tiny", template=project / "model_card.md",
+                                        project_card=True)
     section = card[card.index("## Recipes of this project"): card.index("## Citation")]
     assert table_rows(section)["Multi30k en->de"].startswith("| Multi30k en->de | bentrevett/multi30k")
     assert 'echo "{{ not a template variable }}" {% if %}' in section

@@ -6,6 +6,7 @@ where a process must die (the kill-and-resume test) or several must cooperate (t
 """
 
 import errno
+import importlib.util
 import json
 import math
 import os
@@ -934,3 +935,37 @@ def test_a_half_swapped_published_model_is_put_back(tmp_path):
     remove_leftovers(tmp_path)
     assert (tmp_path / "best" / "config.json").is_file()
     assert not (tmp_path / ".tmp-last").exists()
+
+
+@pytest.mark.parametrize("variable, engine", [("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DEEPSPEED")])
+def test_an_engine_the_config_asks_for_that_cannot_engage_stops_the_run(tmp_path, monkeypatch, variable, engine):
+    """`accelerate launch --config_file scripts/configs/accelerate_fsdp.yaml` on a machine without GPUs: Accelerate
+    would fall back to plain (DDP / single-process) training without a word."""
+    monkeypatch.setenv(variable, "true")
+    if engine == "DEEPSPEED" and importlib.util.find_spec("deepspeed") is None:
+        expected = (ImportError, "DeepSpeed is not installed")  # Accelerate's own message, before ours
+    else:
+        expected = (TrainingError, rf"asks for {engine} \({variable}=true\), but Accelerate set up NO on cpu: "
+                                   rf"{engine} shards the model across GPUs and needs them")
+    with pytest.raises(expected[0], match=expected[1]):
+        run_in_process(tiny_argv(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_deepspeed_gets_a_micro_batch_size_and_the_runs_accumulation():
+    """The token-budget loader has no batch size; without these numbers accelerator.prepare() refuses DeepSpeed.
+    (DeepSpeed itself needs GPUs: the lent-GPU run is in the README's Distributed training section.)"""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DeepSpeedPlugin
+
+    from vaswani.training.loop import fit_deepspeed_config
+
+    plugin = DeepSpeedPlugin(zero_stage=2, gradient_clipping=1.0)  # what accelerate_deepspeed.yaml gives
+    assert plugin.is_auto("train_micro_batch_size_per_gpu")
+    accelerator = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin))
+    fit_deepspeed_config(accelerator, accumulation=3)
+    assert plugin.get_value("train_micro_batch_size_per_gpu") == 1
+    assert plugin.get_value("gradient_accumulation_steps") == 3
+    assert plugin.get_value("zero_optimization.stage") == 2
+    fit_deepspeed_config(SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=None)), accumulation=3)  # no engine

@@ -7,7 +7,10 @@ These modules load from this folder, so the same code works online and offline:
     bleu = load_metric("sacrebleu")
     bleu.compute(predictions=["Ein Mann reitet."], references=[["Ein Mann reitet."]])   # {"score": 100.0, "signature": ...}
 
-Each is an ordinary `evaluate.Metric`; they wrap the reference implementations (sacreBLEU, sacremoses, Google's
+Each is an ordinary `evaluate.Metric` named as its Hub counterpart (`sacrebleu`, `rouge`, `accuracy`, `f1`, `seqeval`)
+and answering as it does (same arguments, defaults, keys and scales: BLEU 0-100, the others 0-1), so a script written
+for `evaluate.load("rouge")` runs unchanged on `evaluate.load(metric_path("rouge"))`; `tokenized_bleu` (BLEU as the
+papers compute it) has no Hub counterpart. They wrap the reference implementations (sacreBLEU, sacremoses, Google's
 rouge-score) rather than re-implementing them, except accuracy/F1 and the CoNLL-style entity F1, which are a few
 lines each.
 """
@@ -25,7 +28,7 @@ def metric_path(name: str) -> str:
     """The folder of one metric module, for `evaluate.load(metric_path(name))`."""
     if name not in NAMES:
         raise ValueError(f"Unknown metric {name!r}; the project ships {list(NAMES)}.")
-    return str(METRICS_DIR / f"vaswani_{name}")
+    return str(METRICS_DIR / name)
 
 
 def load_metric(name: str, **kwargs) -> evaluate.EvaluationModule:
@@ -33,4 +36,16 @@ def load_metric(name: str, **kwargs) -> evaluate.EvaluationModule:
     return evaluate.load(metric_path(name), **kwargs)
 
 
-__all__ = ["NAMES", "load_metric", "metric_path"]
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+
+def rouge_percent(predictions, references) -> dict[str, float]:
+    """ROUGE-1/2/L/Lsum as the project (and the summarization literature) reports them: F-measures in 0-100 with
+    Porter stemming, the mean over examples."""
+    scores = load_metric("rouge", keep_in_memory=True).compute(
+        predictions=list(predictions), references=list(references), use_stemmer=True, use_aggregator=False
+    )
+    return {key: 100 * sum(scores[key]) / len(scores[key]) for key in ROUGE_TYPES}
+
+
+__all__ = ["NAMES", "ROUGE_TYPES", "load_metric", "metric_path", "rouge_percent"]

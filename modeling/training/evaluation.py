@@ -13,7 +13,7 @@ from accelerate.utils import DistributedType, broadcast_object_list
 from torch.nn import functional as F
 
 from ..diagnostics import input_independence_warning, output_diversity
-from ..metrics import load_metric
+from ..metrics import load_metric, rouge_percent
 from .batching import collate, evaluation_batches, generation_shards
 
 
@@ -77,8 +77,7 @@ def score(task: str, predictions: list[str], references: list[str]) -> dict:
     if task == "translation":
         result = load_metric("sacrebleu").compute(predictions=predictions, references=[[r] for r in references])
         return {"bleu": result["score"], "bleu_signature": result["signature"]}
-    result = load_metric("rouge").compute(predictions=predictions, references=references)
-    return {name: result[name] for name in ("rouge1", "rouge2", "rougeL", "rougeLsum")}
+    return rouge_percent(predictions, references)
 
 
 def evaluate(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import DistributedType, set_seed
 from tqdm.auto import tqdm
 
 from .arguments import (
@@ -172,6 +172,7 @@ def set_up(data: DataArguments, model_args: ModelArguments, args: TrainArguments
         project_dir=str(output_dir),
         step_scheduler_with_optimizer=False,  # the schedule counts updates, however many processes there are
     )
+    check_engine(accelerator)
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched > 1 and accelerator.num_processes != launched:
         # without a GPU, Accelerate forms a process group only when told to run on the CPU; the processes would
@@ -189,6 +190,36 @@ def set_up(data: DataArguments, model_args: ModelArguments, args: TrainArguments
         if lock is not None:
             release_output_dir(lock)
         raise
+
+
+# what `accelerate launch --config_file ...` asks for, through the environment of the processes it starts
+REQUESTED_ENGINES = {"ACCELERATE_USE_FSDP": DistributedType.FSDP, "ACCELERATE_USE_DEEPSPEED": DistributedType.DEEPSPEED}
+
+
+def check_engine(accelerator) -> None:
+    """Stop when the Accelerate config asks for FSDP or DeepSpeed and Accelerate set up something else: on a machine
+    without GPUs it falls back to plain multi-process training (DDP) without a word, and the run would not be what
+    the config says."""
+    for variable, engine in REQUESTED_ENGINES.items():
+        if os.environ.get(variable, "false").lower() in ("1", "true", "yes") and accelerator.distributed_type != engine:
+            raise TrainingError(
+                f"The Accelerate config asks for {engine.value} ({variable}=true), but Accelerate set up "
+                f"{accelerator.distributed_type.value} on {accelerator.device}: {engine.value} shards the model "
+                "across GPUs and needs them. On CPUs train without it: `ACCELERATE_USE_CPU=1 accelerate launch "
+                "--multi_gpu --num_processes N scripts/train.py ...`."
+            )
+
+
+def fit_deepspeed_config(accelerator, accumulation: int) -> None:
+    """Give DeepSpeed the two numbers it needs that the token-budget loader cannot: a micro-batch size (batches hold
+    a number of tokens, not of sentences; DeepSpeed only counts with it) and the accumulation that makes
+    --tokens_per_update (which the loss weighting assumes)."""
+    plugin = accelerator.state.deepspeed_plugin
+    if plugin is None:
+        return
+    if plugin.is_auto("train_micro_batch_size_per_gpu"):
+        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = 1
+    plugin.deepspeed_config["gradient_accumulation_steps"] = accumulation
 
 
 def prepare_run(accelerator, lock: int | None, data: DataArguments, model_args: ModelArguments,
@@ -212,6 +243,7 @@ def prepare_run(accelerator, lock: int | None, data: DataArguments, model_args: 
     )
     accumulation = max(1, round(args.tokens_per_update / (args.max_tokens_per_batch * accelerator.num_processes)))
     accelerator.gradient_accumulation_steps = accumulation
+    fit_deepspeed_config(accelerator, accumulation)
     model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
     progress = TrainingProgress()
 

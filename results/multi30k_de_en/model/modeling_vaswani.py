@@ -842,7 +842,8 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             **kwargs,
         )
         logits = self.lm_head(outputs.last_hidden_state)
-        if not self.training and not torch.compiler.is_compiling() and not torch.isfinite(logits).all():
+        # (one float32 sum: a single nan or inf makes it non-finite, at a fortieth of the cost of isfinite().all())
+        if not self.training and not torch.compiler.is_compiling() and not logits.sum(dtype=torch.float32).isfinite():
             # the outputs of a model with a nan or inf inside are empty or garbage: say so, once
             logger.warning_once(
                 "The model's logits hold nan or inf, so its outputs are meaningless (often empty). Its weights are "
@@ -869,6 +870,18 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
         )
+
+    def generate(self, *args, streamer=None, **kwargs):
+        """`GenerationMixin.generate`, except that with a `streamer` and no beam count given, decoding is greedy.
+
+        Checkpoints decode by default as they were scored (beam search, `num_beams` in their generation config, as
+        Marian's translation models do), but a streamer shows one hypothesis as it grows, which beam search does not
+        have: transformers would refuse the call. Greedy is what such a call means; pass `num_beams` to choose."""
+        config = kwargs.get("generation_config") or self.generation_config
+        if streamer is not None and "num_beams" not in kwargs and (config.num_beams or 1) > 1:
+            kwargs["num_beams"] = 1
+            kwargs.setdefault("length_penalty", 1.0)  # (a beam setting: unused and warned about with greedy)
+        return super().generate(*args, streamer=streamer, **kwargs)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)

@@ -31,7 +31,7 @@ Returns:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS)
-class VaswaniTokenizedBleu(evaluate.Metric):
+class TokenizedBleu(evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,

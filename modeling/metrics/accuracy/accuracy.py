@@ -13,7 +13,7 @@ Returns:
 """
 
 
-class VaswaniAccuracy(evaluate.Metric):
+class Accuracy(evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description="Accuracy of label predictions.",

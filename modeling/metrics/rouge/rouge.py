@@ -1,4 +1,6 @@
-"""ROUGE-1/2/L/Lsum (Lin, 2004) with Google's reference implementation (rouge-score), F-measures in 0-100."""
+"""ROUGE-1/2/L/Lsum (Lin, 2004) with Google's reference implementation (rouge-score): a drop-in for the Hub's
+`evaluate.load("rouge")` (same arguments, defaults, keys and 0-1 scale) that loads without the Hub. The project reports
+ROUGE as the summarization literature does (0-100, Porter-stemmed, mean over examples): `vaswani.metrics.rouge_percent`."""
 
 import datasets
 import evaluate
@@ -9,23 +11,26 @@ _CITATION = """@inproceedings{lin-2004-rouge,
   title = "{ROUGE}: A Package for Automatic Evaluation of Summaries", author = "Lin, Chin-Yew",
   booktitle = "Text Summarization Branches Out", year = "2004", pages = "74--81"}"""
 
-_DESCRIPTION = "ROUGE F-measures (mean over examples, or bootstrap-aggregated with confidence intervals)."
+_DESCRIPTION = "ROUGE F-measures: bootstrap-aggregated (mid score), or one score per example."
 
 _KWARGS = """
 Args:
     predictions: list of summaries.
     references: one reference per prediction (or a list of references per prediction: the best-scoring one counts).
-    use_stemmer: Porter-stem words before matching (default True, as in the summarization literature).
-    use_aggregator: bootstrap-aggregate (mid score and 95% interval) instead of the plain mean.
+    rouge_types: which of rouge1, rouge2, rougeL, rougeLsum (default: all four).
+    use_aggregator: bootstrap-aggregate and return the mid F-measure (default True); False: a list with each
+        example's F-measure.
+    use_stemmer: Porter-stem words before matching (default False, as the Hub module).
+    tokenizer: an object with a `tokenize(text) -> list[str]` method, instead of rouge-score's default.
 Returns:
-    rouge1, rouge2, rougeL, rougeLsum (0-100). rougeLsum splits summaries into sentences at newlines.
+    the F-measure of each ROUGE type, in 0-1. rougeLsum splits summaries into sentences at newlines.
 """
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS)
-class VaswaniRouge(evaluate.Metric):
+class Rouge(evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,
@@ -47,22 +52,22 @@ class VaswaniRouge(evaluate.Metric):
             raise ValueError("There are no predictions to score: the evaluation set is empty.")
         return super().compute(predictions=predictions, references=references, **kwargs)
 
-    def _compute(self, predictions, references, use_stemmer=True, use_aggregator=False):
+    def _compute(self, predictions, references, rouge_types=None, use_aggregator=True, use_stemmer=False,
+                 tokenizer=None):
         if not predictions:
             raise ValueError("ROUGE needs at least one prediction; the evaluation set is empty.")
-        scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=use_stemmer)
+        rouge_types = list(rouge_types or ROUGE_TYPES)
+        scorer = rouge_scorer.RougeScorer(rouge_types, use_stemmer=use_stemmer, tokenizer=tokenizer)
         scores = []
         for prediction, reference in zip(predictions, references):
             if isinstance(reference, str):
                 scores.append(scorer.score(reference, prediction))
             else:
                 scores.append(scorer.score_multi(reference, prediction))
-        if use_aggregator:
-            aggregator = scoring.BootstrapAggregator()
-            for score in scores:
-                aggregator.add_scores(score)
-            result = aggregator.aggregate()
-            return {
-                key: 100 * result[key].mid.fmeasure for key in ROUGE_TYPES
-            } | {f"{key}_interval": (100 * result[key].low.fmeasure, 100 * result[key].high.fmeasure) for key in ROUGE_TYPES}
-        return {key: 100 * sum(s[key].fmeasure for s in scores) / len(scores) for key in ROUGE_TYPES}
+        if not use_aggregator:
+            return {key: [score[key].fmeasure for score in scores] for key in rouge_types}
+        aggregator = scoring.BootstrapAggregator()
+        for score in scores:
+            aggregator.add_scores(score)
+        result = aggregator.aggregate()
+        return {key: result[key].mid.fmeasure for key in rouge_types}

@@ -17,7 +17,7 @@ Returns:
 """
 
 
-class VaswaniF1(evaluate.Metric):
+class F1(evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description="F1 of label predictions.",

@@ -23,7 +23,7 @@ Returns:
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS)
-class VaswaniSacreBleu(evaluate.Metric):
+class Sacrebleu(evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=_DESCRIPTION,

@@ -25,7 +25,7 @@ Returns:
 """
 
 
-class VaswaniSeqeval(evaluate.Metric):
+class Seqeval(evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description="Entity-level F1 for sequence tagging (conlleval / seqeval default mode).",

@@ -1,0 +1,614 @@
+"""Export a translation or summarization checkpoint of this project to ONNX, and decode it with onnxruntime.
+
+    from vaswani.onnx_export import OnnxGenerator, export_to_onnx
+    export_to_onnx("results/multi30k_en_de/model", "onnx/multi30k_en_de")
+    OnnxGenerator("onnx/multi30k_en_de")(["A man is riding a horse."])   # -> ["Ein Mann reitet auf einem Pferd."]
+
+The folder then holds two graphs, the tokenizer, the model config and the generation config:
+
+encoder.onnx runs once per input. It also computes the keys and values that every decoder layer's cross-attention
+(encoder-decoder attention) takes from the encoder output: they depend on that output alone, so the decoder should not
+recompute them at every step (what `generate` does too: it keeps them in its cache).
+
+    inputs   input_ids                     int64    (batch, encoder_sequence)
+             attention_mask                int64    (batch, encoder_sequence)   1 for tokens, 0 for padding
+    outputs  last_hidden_state             float32  (batch, encoder_sequence, d_model)
+             present.{i}.encoder.key       float32  (batch, heads, encoder_sequence, head_dim)   i = decoder layer
+             present.{i}.encoder.value     float32  (batch, heads, encoder_sequence, head_dim)
+
+decoder.onnx runs once per generated token (or once for several tokens). It reads the new decoder tokens and the
+cache of the earlier steps, and returns the logits of the new tokens and the cache grown by them:
+
+    inputs   input_ids                     int64    (batch, decoder_sequence)   the new token(s) only
+             encoder_attention_mask        int64    (batch, encoder_sequence)   the encoder's attention_mask
+             past_key_values.{i}.decoder.key    float32  (batch, heads, past_sequence, head_dim)   self-attention
+             past_key_values.{i}.decoder.value  float32  (batch, heads, past_sequence, head_dim)
+             past_key_values.{i}.encoder.key    float32  (batch, heads, encoder_sequence, head_dim)  from encoder.onnx
+             past_key_values.{i}.encoder.value  float32  (batch, heads, encoder_sequence, head_dim)
+    outputs  logits                        float32  (batch, decoder_sequence, vocab)
+             present.{i}.decoder.key       float32  (batch, heads, past_sequence + decoder_sequence, head_dim)
+             present.{i}.decoder.value     float32  (batch, heads, past_sequence + decoder_sequence, head_dim)
+
+The first step passes a past of length 0 (arrays of shape (batch, heads, 0, head_dim)): one graph serves every step.
+The new tokens take positions past_sequence, past_sequence + 1, ...: their absolute positions (sinusoidal, learned)
+and their relative-position biases are computed in the graph from the lengths, and each new token attends to the
+past and to the new tokens up to itself (the causal mask). The decoder reads no padding of its own (no
+decoder_attention_mask), as in `generate`. Batch and every sequence axis are dynamic.
+
+The graphs are traced from the checkpoint's own modules (embeddings, projections, relative-position tables, residual
+blocks, feed-forward networks, LayerNorms, `eager_attention_forward`) by small wrappers, `EncoderForOnnx` and
+`DecoderWithCacheForOnnx`, whose inputs and outputs are plain tensors: no transformers cache object crosses the graph
+boundary. The decoder wrapper spells out one cached step (concatenate the new keys and values to the past ones, build
+the causal and padding masks), which the model itself does through transformers' cache and mask helpers. The export
+uses the dynamo exporter (`torch.onnx.export(..., dynamo=True)`, opset 20) with eager attention: traced through
+PyTorch's scaled_dot_product_attention with the relative-position bias as its mask, the exporter's decomposition
+fails ("Cannot view a tensor with shape [batch, sequence, heads, head_dim] ... as (batch, sequence, d_model)"), while
+the eager path computes the same function and exports for every position type. Then each graph is run with onnxruntime on inputs of other shapes than the traced ones (a past of length 0 included) and compared with
+PyTorch, and an export that fails or disagrees is reported with the name of the graph.
+
+Decoding: `OnnxGenerator` does greedy search with onnxruntime, and gives the tokens of
+`model.generate(..., num_beams=1, do_sample=False)`. Beam search and sampling are not implemented (nor logits
+processors such as `no_repeat_ngram_size` or `repetition_penalty`: a generation config that asks for one is refused by
+name). A checkpoint whose generation config asks for beam search (the shipped translation models use 5 beams) is
+decoded greedily here, so its outputs may differ from those of `generate()` with its defaults.
+
+What is refused, by name: a folder that is not a sequence-to-sequence checkpoint of this project (a classifier,
+another model type), a non-empty output folder without `overwrite_output_dir`.
+
+onnx, onnxruntime and onnxscript (the exporter's writer) are optional dependencies:
+`pip install 'vaswani-transformer[onnx]'`.
+"""
+
+import importlib
+import json
+import logging
+import re
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+
+INSTALL_HINT = "pip install 'vaswani-transformer[onnx]'"
+SEQ2SEQ_ARCHITECTURE = "VaswaniForConditionalGeneration"
+ONNX_OPSET = 20
+ENCODER_FILE = "encoder.onnx"
+DECODER_FILE = "decoder.onnx"
+# the largest difference between onnxruntime's and PyTorch's outputs that the export check accepts
+EXPORT_CHECK_ATOL = 1e-4
+# `generate` options that change which token greedy search picks; `OnnxGenerator` does not implement them, so a
+# generation config that sets one (to anything but the neutral value) is refused rather than decoded differently
+UNSUPPORTED_GENERATION_OPTIONS = {
+    "no_repeat_ngram_size": (None, 0),
+    "encoder_no_repeat_ngram_size": (None, 0),
+    "repetition_penalty": (None, 1.0),
+    "encoder_repetition_penalty": (None, 1.0),
+    "min_length": (None, 0),
+    "min_new_tokens": (None, 0),
+    "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,),
+    "bad_words_ids": (None, []),
+    "suppress_tokens": (None, []),
+    "begin_suppress_tokens": (None, []),
+    "sequence_bias": (None, {}),
+    "exponential_decay_length_penalty": (None,),
+}
+
+
+class OnnxExportError(RuntimeError):
+    """A graph could not be exported, or its ONNX version does not compute what the PyTorch model computes; the
+    message names the graph (encoder, decoder with cache) and what went wrong."""
+
+
+def import_onnx_runtime(export: bool = False):
+    """onnxruntime, after checking that onnx (and, to export, onnxscript) can be imported too; or an error saying how
+    to install them."""
+    for name in ("onnx", "onnxruntime", *(("onnxscript",) if export else ())):
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise ImportError(
+                f"ONNX export and decoding need the onnx, onnxruntime and onnxscript packages; {name} cannot be "
+                f"imported ({error}). Install them with: {INSTALL_HINT}"
+            ) from None
+    return importlib.import_module("onnxruntime")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The graphs: plain-tensor wrappers around the checkpoint's modules
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def attend(attention: nn.Module, hidden_states, key, value, mask) -> torch.Tensor:
+    """One multi-head attention of the model (`VaswaniAttention`), given its keys and values already split into heads:
+    the query projection, the relative-position bias when the layer has one, eager attention, the output projection."""
+    from .modeling_vaswani import eager_attention_forward
+
+    query = attention._split_heads(attention.q_proj(hidden_states))
+    position_bias = None
+    if attention.relative_position_bias is not None:
+        position_bias = attention.relative_position_bias(query.shape[2], key.shape[2], query.device).to(query.dtype)
+    output, _ = eager_attention_forward(
+        attention, query, key, value, mask, scaling=attention.scaling, position_bias=position_bias
+    )
+    return attention.out_proj(output.reshape(*hidden_states.shape[:-1], -1))
+
+
+class EncoderForOnnx(nn.Module):
+    """input_ids, attention_mask -> last_hidden_state, then each decoder layer's cross-attention key and value."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.encoder = model.get_encoder()
+        self.cross_attentions = nn.ModuleList(layer.encoder_attn for layer in model.get_decoder().layers)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        hidden_states = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        outputs = [hidden_states]
+        for attention in self.cross_attentions:
+            outputs.append(attention._split_heads(attention.k_proj(hidden_states)))
+            outputs.append(attention._split_heads(attention.v_proj(hidden_states)))
+        return tuple(outputs)
+
+
+class DecoderWithCacheForOnnx(nn.Module):
+    """One decoding step: the new token(s), the encoder's attention mask and the cache -> logits and the grown cache.
+
+    `past_key_values` is flat: for each layer, its self-attention key and value (the earlier steps), then its
+    cross-attention key and value (from `EncoderForOnnx`). The outputs are the logits and, for each layer, the
+    self-attention key and value with the new steps appended.
+    """
+
+    def __init__(self, model):
+        super().__init__()
+        self.decoder = model.get_decoder()
+        self.lm_head = model.lm_head
+
+    def forward(
+        self, input_ids: torch.Tensor, encoder_attention_mask: torch.Tensor, past_key_values: tuple[torch.Tensor, ...]
+    ) -> tuple[torch.Tensor, ...]:
+        batch, length = input_ids.shape
+        past_length = past_key_values[0].shape[2]
+        positions = torch.arange(length, device=input_ids.device) + past_length
+        hidden_states = self.decoder.embeddings(input_ids, None, positions.expand(batch, length))
+
+        # additive masks, as the model's eager attention takes them: 0 where a query may attend, the float minimum
+        # where it may not (a later position of the target; padding of the source)
+        blocked = torch.finfo(hidden_states.dtype).min
+        key_positions = torch.arange(past_length + length, device=input_ids.device)
+        causal_mask = torch.where(key_positions[None, :] > positions[:, None], blocked, 0.0)[None, None]
+        cross_mask = torch.where(encoder_attention_mask[:, None, None, :].bool(), 0.0, blocked)
+
+        presents = []
+        for index, layer in enumerate(self.decoder.layers):
+            past_key, past_value, cross_key, cross_value = past_key_values[4 * index : 4 * index + 4]
+
+            def self_attention(states, attention=layer.self_attn, past_key=past_key, past_value=past_value):
+                key = torch.cat([past_key, attention._split_heads(attention.k_proj(states))], dim=2)
+                value = torch.cat([past_value, attention._split_heads(attention.v_proj(states))], dim=2)
+                presents.extend((key, value))
+                return attend(attention, states, key, value, causal_mask)
+
+            def cross_attention(states, attention=layer.encoder_attn, key=cross_key, value=cross_value):
+                return attend(attention, states, key, value, cross_mask)
+
+            hidden_states = layer.self_attn_residual(hidden_states, self_attention)
+            hidden_states = layer.encoder_attn_residual(hidden_states, cross_attention)
+            hidden_states = layer.feed_forward_residual(hidden_states, layer.feed_forward)
+        if self.decoder.layer_norm is not None:
+            hidden_states = self.decoder.layer_norm(hidden_states)
+        return (self.lm_head(hidden_states), *presents)
+
+
+def encoder_output_names(decoder_layers: int) -> list[str]:
+    names = ["last_hidden_state"]
+    for index in range(decoder_layers):
+        names += [f"present.{index}.encoder.key", f"present.{index}.encoder.value"]
+    return names
+
+
+def decoder_input_names(decoder_layers: int) -> list[str]:
+    names = ["input_ids", "encoder_attention_mask"]
+    for index in range(decoder_layers):
+        for part in ("decoder", "encoder"):
+            names += [f"past_key_values.{index}.{part}.key", f"past_key_values.{index}.{part}.value"]
+    return names
+
+
+def decoder_output_names(decoder_layers: int) -> list[str]:
+    names = ["logits"]
+    for index in range(decoder_layers):
+        names += [f"present.{index}.decoder.key", f"present.{index}.decoder.value"]
+    return names
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The whole export
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def export_to_onnx(model_dir: str | Path, output_dir: str | Path, overwrite_output_dir: bool = False) -> Path:
+    """Export the checkpoint in `model_dir` (a `VaswaniForConditionalGeneration` saved with its tokenizer) to
+    `output_dir`: `encoder.onnx`, `decoder.onnx` (see the module docstring), the tokenizer, `config.json` and
+    `generation_config.json`. Each graph is checked against PyTorch with onnxruntime before anything is written.
+    Returns the output folder."""
+    model_dir, output_dir = Path(model_dir), Path(output_dir)
+    check_output_dir(output_dir, model_dir, overwrite_output_dir)
+    import_onnx_runtime(export=True)
+    model, tokenizer = load_checkpoint(model_dir)
+
+    with torch.no_grad():
+        encoder = EncoderForOnnx(model).eval()
+        decoder = DecoderWithCacheForOnnx(model).eval()
+        encoder_program = export_graph("encoder", encoder, *encoder_export_arguments(model))
+        decoder_program = export_graph("decoder with cache", decoder, *decoder_export_arguments(model))
+        check_graph("encoder", encoder, encoder_program, encoder_check_inputs(model))
+        check_graph("decoder with cache", decoder, decoder_program, decoder_check_inputs(model))
+
+    if output_dir.exists() and overwrite_output_dir:
+        shutil.rmtree(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    encoder_program.save(str(output_dir / ENCODER_FILE))
+    decoder_program.save(str(output_dir / DECODER_FILE))
+    tokenizer.save_pretrained(output_dir)
+    model.config.save_pretrained(output_dir)
+    model.generation_config.save_pretrained(output_dir)
+    return output_dir
+
+
+def check_output_dir(output_dir: Path, model_dir: Path, overwrite_output_dir: bool) -> None:
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"output_dir (--output_dir) {output_dir} is a file; pass a folder (new or empty).")
+    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite_output_dir:
+        raise ValueError(
+            f"output_dir (--output_dir) {output_dir} exists and is not empty. Choose a new or empty folder, or "
+            "replace its contents with --overwrite_output_dir (overwrite_output_dir=True)."
+        )
+    resolved = output_dir.resolve()
+    if overwrite_output_dir and (resolved == model_dir.resolve() or resolved in model_dir.resolve().parents):
+        raise ValueError(
+            f"output_dir (--output_dir) {output_dir} holds the checkpoint {model_dir}: overwriting it would delete "
+            "the model being exported. Choose another folder."
+        )
+
+
+def load_checkpoint(model_dir: Path):
+    """The seq2seq model (float32, eval mode, eager attention) and tokenizer in `model_dir`; anything else is refused
+    by name."""
+    from transformers import AutoTokenizer
+
+    from .configuration_vaswani import VaswaniConfig
+    from .modeling_vaswani import VaswaniForConditionalGeneration
+
+    if not model_dir.is_dir():
+        raise FileNotFoundError(
+            f"model_dir (--model) {model_dir} is not a folder; pass a checkpoint folder (a {SEQ2SEQ_ARCHITECTURE} "
+            "saved with save_pretrained, with its tokenizer)."
+        )
+    config_file = model_dir / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"model_dir (--model) {model_dir} is not a checkpoint: it has no config.json.")
+    raw = json.loads(config_file.read_text(encoding="utf-8"))
+    if raw.get("model_type") != VaswaniConfig.model_type:
+        raise ValueError(
+            f"model_dir (--model) {model_dir} holds a model_type={raw.get('model_type')!r} model; only checkpoints of "
+            f"this project (model_type {VaswaniConfig.model_type!r}) can be exported."
+        )
+    architectures = raw.get("architectures") or []
+    if SEQ2SEQ_ARCHITECTURE not in architectures:
+        raise ValueError(
+            f"model_dir (--model) {model_dir} holds a {', '.join(architectures) or 'model of no named class'} "
+            f"(config.architectures={architectures}), not a {SEQ2SEQ_ARCHITECTURE}: the ONNX export covers "
+            "sequence-to-sequence models (translation, summarization), whose decoder generates with a cache, not "
+            "classifiers, taggers or a bare encoder-decoder without its output layer."
+        )
+    if not (model_dir / "tokenizer.json").is_file():
+        raise FileNotFoundError(
+            f"model_dir (--model) {model_dir} has no tokenizer (tokenizer.json), which the exported folder needs to "
+            "tokenize text. Save it beside the model with tokenizer.save_pretrained(folder)."
+        )
+    # eager attention: the sdpa path, traced with a relative-position bias, decomposes into a reshape that the
+    # exporter cannot express (it fails with "Cannot view a tensor with shape ..."); eager computes the same function
+    model = VaswaniForConditionalGeneration.from_pretrained(
+        model_dir, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return model, tokenizer
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tracing and checking
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def example_ids(model, batch: int, length: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, model.config.vocab_size, (batch, length), generator=generator)
+
+
+def example_mask(batch: int, length: int) -> torch.Tensor:
+    """Ones, with padding at the end of every row after the first (the rows differ, so masking matters)."""
+    mask = torch.ones(batch, length, dtype=torch.long)
+    for row in range(1, batch):
+        mask[row, length - row :] = 0
+    return mask
+
+
+def example_cache(model, batch: int, past_length: int, encoder_length: int, seed: int) -> tuple[torch.Tensor, ...]:
+    config = model.config
+    heads, head_dim = config.decoder_attention_heads, config.d_model // config.decoder_attention_heads
+    generator = torch.Generator().manual_seed(seed)
+    cache = []
+    for _ in range(config.decoder_layers):
+        for length in (past_length, past_length, encoder_length, encoder_length):
+            cache.append(torch.randn(batch, heads, length, head_dim, generator=generator))
+    return tuple(cache)
+
+
+def encoder_export_arguments(model):
+    """The traced inputs, input names, output names and dynamic axes of the encoder graph."""
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("encoder_sequence")
+    inputs = (example_ids(model, 2, 7, seed=0), example_mask(2, 7))
+    dynamic_shapes = {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}}
+    names = (["input_ids", "attention_mask"], encoder_output_names(model.config.decoder_layers))
+    return inputs, *names, dynamic_shapes
+
+
+def decoder_export_arguments(model):
+    """The traced inputs, names and dynamic axes of the decoder graph: 2 new tokens after 3 past ones, 2 inputs of 5
+    source tokens (no length is 0 or 1, which torch.export would take for a constant)."""
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("decoder_sequence")
+    past, source = torch.export.Dim("past_sequence"), torch.export.Dim("encoder_sequence")
+    inputs = (example_ids(model, 2, 2, seed=1), example_mask(2, 5), example_cache(model, 2, 3, 5, seed=2))
+    cache_axes = [{0: batch, 2: past}, {0: batch, 2: past}, {0: batch, 2: source}, {0: batch, 2: source}]
+    dynamic_shapes = {
+        "input_ids": {0: batch, 1: sequence},
+        "encoder_attention_mask": {0: batch, 1: source},
+        "past_key_values": tuple(cache_axes * model.config.decoder_layers),
+    }
+    names = (decoder_input_names(model.config.decoder_layers), decoder_output_names(model.config.decoder_layers))
+    return inputs, *names, dynamic_shapes
+
+
+def encoder_check_inputs(model) -> list[tuple]:
+    return [
+        (example_ids(model, 3, 4, seed=3), example_mask(3, 4)),
+        (example_ids(model, 1, 1, seed=4), example_mask(1, 1)),
+    ]
+
+
+def decoder_check_inputs(model) -> list[tuple]:
+    """The first step (past of length 0, one token), a later one, and several tokens at once."""
+    return [
+        (example_ids(model, 3, 1, seed=5), example_mask(3, 4), example_cache(model, 3, 0, 4, seed=6)),
+        (example_ids(model, 1, 1, seed=7), example_mask(1, 6), example_cache(model, 1, 9, 6, seed=8)),
+        (example_ids(model, 2, 4, seed=9), example_mask(2, 3), example_cache(model, 2, 5, 3, seed=10)),
+    ]
+
+
+def export_graph(what: str, module: nn.Module, inputs, input_names, output_names, dynamic_shapes):
+    """`torch.onnx.export(dynamo=True)` of one wrapper; a failure is raised again with the name of the graph."""
+    # the exporter warns about every torchvision operator it cannot register when torchvision is absent, about its
+    # own deprecations, and that axes with equal constraints share one name: noise here
+    registration_log = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration_log.level
+    registration_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            warnings.filterwarnings("ignore", message=".*The axis name: .* will not be used.*", category=UserWarning)
+            return torch.onnx.export(
+                module,
+                inputs,
+                dynamo=True,
+                opset_version=ONNX_OPSET,
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_shapes=dynamic_shapes,
+                verbose=False,
+            )
+    except Exception as error:
+        raise OnnxExportError(
+            f"The {what} graph could not be exported to ONNX (torch.onnx.export with dynamo=True, opset "
+            f"{ONNX_OPSET}): {exception_summary(error)}"
+        ) from error
+    finally:
+        registration_log.setLevel(level)
+
+
+def exception_summary(error: Exception) -> str:
+    """The exporter's own error: the lines under its "## Exception summary" heading (its other lines are advice on
+    filing an issue), without terminal colours."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    lines = [line.strip() for line in text.split("## Exception summary", 1)[-1].splitlines() if line.strip()]
+    return " ".join(lines[:3])[:1500] or type(error).__name__
+
+
+def check_graph(what: str, module: nn.Module, program, check_inputs: list[tuple]) -> None:
+    """Run the exported graph with onnxruntime on inputs of other shapes than the traced ones, and compare every
+    output with PyTorch's."""
+    onnxruntime = import_onnx_runtime()
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(
+        program.model_proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    names = [graph_input.name for graph_input in session.get_inputs()]
+    for inputs in check_inputs:
+        flat = [inputs[0], inputs[1], *(inputs[2] if len(inputs) > 2 else ())]
+        expected = module(*inputs)
+        try:
+            got = session.run(None, {name: tensor.numpy() for name, tensor in zip(names, flat)})
+        except Exception as error:
+            raise OnnxExportError(
+                f"The exported {what} graph fails in onnxruntime on inputs of shapes "
+                f"{[tuple(tensor.shape) for tensor in flat]}: {error}"
+            ) from error
+        for name, want, have in zip(session.get_outputs(), expected, got):
+            difference = float(np.abs(want.numpy() - have).max()) if have.size else 0.0
+            if have.shape != tuple(want.shape) or difference > EXPORT_CHECK_ATOL:
+                raise OnnxExportError(
+                    f"The exported {what} graph disagrees with PyTorch on its output {name.name} (shapes "
+                    f"{have.shape} vs {tuple(want.shape)}, largest difference {difference:.3g}) for inputs of shapes "
+                    f"{[tuple(tensor.shape) for tensor in flat]}."
+                )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Greedy decoding with onnxruntime
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class OnnxGenerator:
+    """Greedy decoding of an exported folder with onnxruntime: the tokens of
+    `model.generate(input_ids, attention_mask=..., num_beams=1, do_sample=False, max_new_tokens=...)`.
+
+        generator = OnnxGenerator("onnx/multi30k_en_de", num_threads=1)
+        generator(["A man is riding a horse."])            # texts -> texts
+        generator.generate(input_ids, attention_mask)      # token ids -> token ids, starting with the decoder start
+
+    Needs onnxruntime and numpy; the tokenizer (for texts) needs transformers. Beam search is not implemented.
+    """
+
+    def __init__(self, folder: str | Path, num_threads: int | None = None, tokenizer=None):
+        onnxruntime = import_onnx_runtime()
+        self.folder = Path(folder)
+        for name in (ENCODER_FILE, DECODER_FILE, "config.json"):
+            if not (self.folder / name).is_file():
+                raise FileNotFoundError(
+                    f"{self.folder} is not an exported ONNX folder: it has no {name}. Write one with "
+                    "scripts/export_onnx.py (vaswani.onnx_export.export_to_onnx)."
+                )
+        self.config = json.loads((self.folder / "config.json").read_text(encoding="utf-8"))
+        generation_file = self.folder / "generation_config.json"
+        self.generation_config = (
+            json.loads(generation_file.read_text(encoding="utf-8")) if generation_file.is_file() else {}
+        )
+        check_generation_options(self.generation_config)
+        options = onnxruntime.SessionOptions()
+        if num_threads is not None:
+            options.intra_op_num_threads = num_threads
+            options.inter_op_num_threads = 1
+        providers = ["CPUExecutionProvider"]
+        self.encoder = onnxruntime.InferenceSession(str(self.folder / ENCODER_FILE), options, providers=providers)
+        self.decoder = onnxruntime.InferenceSession(str(self.folder / DECODER_FILE), options, providers=providers)
+        self.decoder_layers = sum(1 for i in self.decoder.get_inputs() if i.name.endswith(".decoder.key"))
+        past_key = next(i for i in self.decoder.get_inputs() if i.name == "past_key_values.0.decoder.key")
+        _, self.heads, _, self.head_dim = past_key.shape
+        self._tokenizer = tokenizer
+
+        def setting(name, default=None):
+            value = self.generation_config.get(name)
+            return self.config.get(name, default) if value is None else value
+
+        self.decoder_start_token_id = setting("decoder_start_token_id")
+        eos = setting("eos_token_id")
+        self.eos_token_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        self.pad_token_id = setting("pad_token_id")
+        self.max_positions = self.config.get("max_position_embeddings")
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        return self._tokenizer
+
+    def default_max_new_tokens(self) -> int:
+        """As `generate` reads the generation config: max_new_tokens, else max_length (default 20) minus the decoder
+        start token."""
+        if self.generation_config.get("max_new_tokens") is not None:
+            return self.generation_config["max_new_tokens"]
+        return self.generation_config.get("max_length", 20) - 1
+
+    def __call__(self, texts: list[str], max_new_tokens: int | None = None) -> list[str]:
+        encoded = self.tokenizer(list(texts), padding=True, truncation=True, return_tensors="np")
+        generated = self.generate(encoded["input_ids"], encoded["attention_mask"], max_new_tokens)
+        return self.tokenizer.batch_decode(generated, skip_special_tokens=True)
+
+    def encode(self, input_ids, attention_mask) -> list[np.ndarray]:
+        """encoder.onnx: the last hidden state, then each decoder layer's cross-attention key and value."""
+        return self.encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+
+    def empty_cache(self, batch: int) -> list[np.ndarray]:
+        """The self-attention cache before the first step: a key and a value of length 0 for each decoder layer."""
+        return [np.zeros((batch, self.heads, 0, self.head_dim), dtype=np.float32)] * (2 * self.decoder_layers)
+
+    def decode(self, input_ids, encoder_attention_mask, self_cache: list, cross_cache: list):
+        """decoder.onnx, one call: the new token(s) (batch, new), the encoder's attention mask, the self-attention cache
+        (key, value per layer) and the cross-attention keys and values from `encode` -> the logits (batch, new,
+        vocab) and the self-attention cache grown by the new tokens."""
+        feed = {"input_ids": np.asarray(input_ids, dtype=np.int64), "encoder_attention_mask": encoder_attention_mask}
+        for index in range(self.decoder_layers):
+            feed[f"past_key_values.{index}.decoder.key"] = self_cache[2 * index]
+            feed[f"past_key_values.{index}.decoder.value"] = self_cache[2 * index + 1]
+            feed[f"past_key_values.{index}.encoder.key"] = cross_cache[2 * index]
+            feed[f"past_key_values.{index}.encoder.value"] = cross_cache[2 * index + 1]
+        logits, *self_cache = self.decoder.run(None, feed)
+        return logits, self_cache
+
+    def generate(self, input_ids, attention_mask=None, max_new_tokens: int | None = None, return_logits: bool = False):
+        """Greedy search from token ids (arrays or tensors of shape (batch, source)). Returns the ids (batch,
+        1 + generated), starting with the decoder start token, with padding after each sequence's end as `generate`
+        pads; with `return_logits`, also the logits of each step (a list of (batch, vocab) arrays)."""
+        input_ids = np.asarray(input_ids, dtype=np.int64)
+        attention_mask = (
+            np.ones_like(input_ids) if attention_mask is None else np.asarray(attention_mask, dtype=np.int64)
+        )
+        max_new_tokens = self.default_max_new_tokens() if max_new_tokens is None else max_new_tokens
+        if self.decoder_start_token_id is None:
+            raise ValueError(f"{self.folder}: the generation config and config.json set no decoder_start_token_id.")
+        self.check_length(input_ids.shape[1], "input")
+        batch = input_ids.shape[0]
+
+        _, *cross_cache = self.encode(input_ids, attention_mask)
+        self_cache = self.empty_cache(batch)
+        sequences = np.full((batch, 1), self.decoder_start_token_id, dtype=np.int64)
+        unfinished = np.ones(batch, dtype=bool)
+        step_logits = []
+        for _ in range(max_new_tokens):
+            self.check_length(sequences.shape[1], "target (with what was generated so far)")
+            logits, self_cache = self.decode(sequences[:, -1:], attention_mask, self_cache, cross_cache)
+            logits = logits[:, -1, :]
+            if return_logits:
+                step_logits.append(logits)
+            next_tokens = logits.argmax(-1)
+            if self.pad_token_id is not None:
+                next_tokens = np.where(unfinished, next_tokens, self.pad_token_id)
+            sequences = np.concatenate([sequences, next_tokens[:, None]], axis=1)
+            unfinished &= ~np.isin(next_tokens, self.eos_token_ids)
+            if not unfinished.any():
+                break
+        return (sequences, step_logits) if return_logits else sequences
+
+    def check_length(self, length: int, what: str) -> None:
+        if self.max_positions is not None and length > self.max_positions:
+            raise ValueError(
+                f"The {what} is {length} tokens long, but this model accepts at most max_position_embeddings="
+                f"{self.max_positions}. Truncate the input or generate fewer tokens."
+            )
+
+
+def check_generation_options(generation_config: dict) -> None:
+    for name, neutral in UNSUPPORTED_GENERATION_OPTIONS.items():
+        value = generation_config.get(name)
+        if value not in neutral:
+            raise ValueError(
+                f"The generation config sets {name}={value!r}, which the ONNX greedy decoder does not implement: "
+                f"its tokens would differ from generate()'s. Remove it from generation_config.json (allowed: "
+                f"{' or '.join(repr(v) for v in neutral)}), or decode with the PyTorch model."
+            )
+
+
+def onnx_greedy_generate(folder: str | Path, inputs, max_new_tokens: int | None = None, num_threads: int | None = None):
+    """Greedy decoding of an exported folder: texts -> texts, or token ids (with pad token padding) -> token ids."""
+    generator = OnnxGenerator(folder, num_threads=num_threads)
+    if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], str)):
+        return generator([inputs] if isinstance(inputs, str) else list(inputs), max_new_tokens)
+    input_ids = np.asarray(inputs, dtype=np.int64)
+    attention_mask = None if generator.pad_token_id is None else (input_ids != generator.pad_token_id).astype(np.int64)
+    return generator.generate(input_ids, attention_mask, max_new_tokens)

@@ -1,0 +1,56 @@
+"""Export a translation or summarization checkpoint to ONNX: an encoder graph and a decoder graph with a cache.
+
+    python scripts/export_onnx.py --model results/multi30k_en_de/model --output_dir onnx/multi30k_en_de
+
+The folder then holds `encoder.onnx`, `decoder.onnx` (one decoding step: the new token and the cache of the earlier
+steps in, the logits and the grown cache out), the tokenizer, `config.json` and `generation_config.json`. Decode it
+greedily with onnxruntime, to the tokens of `model.generate(..., num_beams=1, do_sample=False)`:
+
+    from vaswani.onnx_export import OnnxGenerator
+    print(OnnxGenerator("onnx/multi30k_en_de", num_threads=1)(["A man is riding a horse."]))
+
+The graphs' inputs and outputs are described in `vaswani.onnx_export`. Every position type (sinusoidal, learned,
+relative) and pre- and post-LayerNorm are exported; each graph is checked against PyTorch with onnxruntime before it
+is written. What cannot be exported (a classifier, a folder of another model) is refused with the reason. Needs the
+optional extra: pip install 'vaswani-transformer[onnx]'.
+"""
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser
+
+from vaswani.onnx_export import OnnxExportError, export_to_onnx
+
+
+@dataclass
+class ExportArguments:
+    model: str = field(
+        metadata={"help": "The checkpoint: a folder with a VaswaniForConditionalGeneration and its tokenizer."}
+    )
+    output_dir: str = field(metadata={"help": "The folder to write the ONNX graphs, tokenizer and configs to."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace what --output_dir holds (by default a non-empty folder is refused)."}
+    )
+
+
+def main(argv: list[str] | None = None) -> Path:
+    (args,) = HfArgumentParser(ExportArguments).parse_args_into_dataclasses(args=argv)
+    output_dir = export_to_onnx(args.model, args.output_dir, overwrite_output_dir=args.overwrite_output_dir)
+    files = sorted(path for path in output_dir.iterdir() if path.is_file())
+    listing = "\n".join(f"  {path.name}  ({path.stat().st_size:,} bytes)" for path in files)
+    print(
+        f"Exported {args.model} to {output_dir}:\n{listing}\n"
+        f"Decode greedily with onnxruntime: vaswani.onnx_export.OnnxGenerator({str(output_dir)!r})(texts)"
+    )
+    return output_dir
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (ValueError, FileNotFoundError, ImportError, OnnxExportError) as error:
+        # a problem with the input or the environment: its message says what to do; a traceback would hide it
+        print(f"export_onnx.py: error: {error}", file=sys.stderr)
+        sys.exit(1)
