@@ -16,22 +16,34 @@ load hits both alike), on the same random batch:
     ratio: however cheap everything else became, this model could be at most 1 / that share times faster than
     Marian ("speedup_ceiling").
 Runs on CPU by default and on the GPU when one is present (bf16 there, with a larger batch).
+
+    python scripts/benchmark.py --engines --threads 1 2    # generation in every engine (needs the ctranslate2 extra)
+
+With --engines, only generation is timed, on the CPU, fp32 weights unless named: this model's `generate` as it is
+(`vaswani`), with its Linear layers through oneDNN (`vaswani_onednn`) or in int8 (`vaswani_int8`), both from
+`vaswani.cpu_inference`; Marian; and CTranslate2 running this model's export (`ct2_fp32`, `ct2_int8`,
+`vaswani.ctranslate2_export`). All in one process, alternating, at each thread count, greedy and beam-4, every
+engine forced to the same number of new tokens.
 """
 
 import argparse
+import copy
 import json
 import math
 import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from transformers import MarianConfig, MarianMTModel
 
-from vaswani import VaswaniConfig, VaswaniForConditionalGeneration
+from vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
+from vaswani.cpu_inference import for_cpu_inference
 
 
 @dataclass
@@ -249,6 +261,106 @@ def generation_function(model, setup: Setup, new_tokens: int, num_beams: int):
     return generate
 
 
+# --- inference engines ---------------------------------------------------------------------------------------------
+
+ENGINES = ("vaswani", "vaswani_onednn", "vaswani_int8", "marian", "ct2_fp32", "ct2_int8")
+
+
+def ctranslate2_export(model, folder: Path, quantization: str | None) -> Path:
+    """`model` exported to CTranslate2 in `folder` (saved first with a small tokenizer: the ids it lacks get
+    placeholder names in the exported vocabulary, which is all the benchmark's random inputs need)."""
+    from vaswani.ctranslate2_export import export_to_ctranslate2
+
+    checkpoint = folder / "checkpoint"
+    if not checkpoint.is_dir():
+        model.save_pretrained(checkpoint)
+        VaswaniTokenizer.train_from_texts(["a b c"], vocab_size=300, min_frequency=1).save_pretrained(checkpoint)
+    return export_to_ctranslate2(checkpoint, folder / f"ct2_{quantization or 'fp32'}", quantization=quantization)
+
+
+def ctranslate2_function(folder: Path, setup: Setup, new_tokens: int, num_beams: int, threads: int):
+    import ctranslate2
+
+    translator = ctranslate2.Translator(str(folder), device="cpu", inter_threads=1, intra_threads=threads)
+    vocabulary = json.loads((folder / "shared_vocabulary.json").read_text(encoding="utf-8"))
+    sources = [[vocabulary[index] for index in row] for row in make_batch(setup, seed=1)["input_ids"].tolist()]
+
+    def generate():
+        results = translator.translate_batch(
+            sources, beam_size=num_beams, min_decoding_length=new_tokens, max_decoding_length=new_tokens,
+            max_batch_size=len(sources),
+        )
+        assert all(len(result.hypotheses[0]) == new_tokens for result in results)
+        return results
+
+    return generate
+
+
+def ctranslate2_alone(folder: Path, setup: Setup, new_tokens: int, num_beams: int, threads: int, rounds: int) -> float:
+    """Median seconds of one CTranslate2 call timed in a fresh process that runs nothing else: beside PyTorch's
+    thread pool, CTranslate2 lost about a quarter of its 2-thread speed on the 2-core machine of the README's table,
+    so its in-process figure alone would flatter this model."""
+    code = (
+        "import json, statistics, sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+        "import benchmark\n"
+        f"setup = benchmark.Setup(**{asdict(setup)!r})\n"
+        f"call = benchmark.ctranslate2_function(benchmark.Path({str(folder)!r}), setup, {new_tokens}, {num_beams}, {threads})\n"
+        "call()\n"
+        "seconds = []\n"
+        f"for _ in range({rounds}):\n"
+        "    start = time.perf_counter(); call(); seconds.append(time.perf_counter() - start)\n"
+        "print(json.dumps(statistics.median(seconds)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_engines(args) -> dict:
+    """Generated tokens/s of every engine, at each thread count, greedy and beam-4 (see the module docstring)."""
+    report = {"device": cpu_name(), "torch": torch.__version__, "engines": []}
+    print(f"device: {report['device']}; torch {torch.__version__}")
+    for preset in args.generation_presets:
+        setup = Setup(preset, "fp32", args.batch_size or 32, args.source_length, args.target_length, args.vocab_size, "cpu")
+        torch.manual_seed(0)
+        ours = vaswani_model(setup).eval()
+        models = {
+            "vaswani": ours,
+            "vaswani_onednn": for_cpu_inference(copy.deepcopy(ours)),
+            "vaswani_int8": for_cpu_inference(ours, quantization="int8"),
+            "marian": marian_model(setup),
+        }
+        with tempfile.TemporaryDirectory(prefix="vaswani-benchmark-") as scratch:
+            exports = {f"ct2_{q or 'fp32'}": ctranslate2_export(ours, Path(scratch), q) for q in (None, "int8")}
+            for threads in args.threads:
+                torch.set_num_threads(threads)
+                for beams in (1, 4):
+                    calls = {name: generation_function(model, setup, args.new_tokens, beams) for name, model in models.items()}
+                    calls.update({name: ctranslate2_function(folder, setup, args.new_tokens, beams, threads)
+                                  for name, folder in exports.items()})
+                    seconds = alternate(calls, args.rounds, 1, 1, setup)
+                    row = {"preset": preset, "threads": threads, "num_beams": beams, "batch": setup.batch_size,
+                           "source_length": setup.source_length, "new_tokens": args.new_tokens}
+                    row.update({f"{name}_tokens_per_s": setup.batch_size * args.new_tokens / seconds[name] for name in ENGINES})
+                    alone = {f"{name}_alone": ctranslate2_alone(folder, setup, args.new_tokens, beams, threads,
+                                                                args.rounds) for name, folder in exports.items()}
+                    row.update({f"{name}_tokens_per_s": setup.batch_size * args.new_tokens / value
+                                for name, value in alone.items()})
+                    for name in ("vaswani", "vaswani_onednn", "marian"):
+                        row[f"{name}_vs_ct2_fp32"] = seconds["ct2_fp32"] / seconds[name]
+                        row[f"{name}_vs_ct2_fp32_alone"] = alone["ct2_fp32_alone"] / seconds[name]
+                    row["vaswani_int8_vs_ct2_int8"] = seconds["ct2_int8"] / seconds["vaswani_int8"]
+                    row["vaswani_int8_vs_ct2_int8_alone"] = alone["ct2_int8_alone"] / seconds["vaswani_int8"]
+                    report["engines"].append(row)
+                    print(f"generate {preset} {threads} thread(s) beams={beams}: " + " | ".join(
+                        f"{name} {row[name + '_tokens_per_s']:.0f}" for name in (*ENGINES, *alone)) + " tok/s; vs "
+                        f"CTranslate2 fp32 (in process / alone): vaswani x{row['vaswani_vs_ct2_fp32']:.2f} / "
+                        f"x{row['vaswani_vs_ct2_fp32_alone']:.2f}, onednn x{row['vaswani_onednn_vs_ct2_fp32']:.2f} / "
+                        f"x{row['vaswani_onednn_vs_ct2_fp32_alone']:.2f}; int8 vs CTranslate2 int8 "
+                        f"x{row['vaswani_int8_vs_ct2_int8']:.2f} / x{row['vaswani_int8_vs_ct2_int8_alone']:.2f}")
+    return report
+
+
 # --- where the time goes ---------------------------------------------------------------------------------------------
 
 # Operators (forward and backward) by the kind of work they do; the name of a backward kernel contains its forward's.
@@ -413,9 +525,14 @@ def main(argv=None):
         help="also profile one step (one generate call) of each model: the share of matrix products, attention "
         "kernels and the rest, and the ceiling on the ratio that the shared kernels allow",
     )
+    parser.add_argument("--engines", action="store_true",
+                        help="time generation in every engine instead (CPU; needs the ctranslate2 extra)")
+    parser.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="with --engines: the thread counts")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
-    report = run(args)
+    if args.engines and any(count < 1 for count in args.threads):
+        parser.error(f"--threads must be 1 or more, got {args.threads}")
+    report = run_engines(args) if args.engines else run(args)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(report, handle, indent=2)

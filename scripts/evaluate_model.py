@@ -15,11 +15,18 @@ time taken.
     python scripts/evaluate_model.py --model runs/conll2003 --task token-classification \
         --dataset ../shared/data/conll2003/validation.jsonl --dataset_name eriktks/conll2003
 
+    python scripts/evaluate_model.py --model results/multi30k_en_de/model --task translation \
+        --dataset ../shared/data/multi30k/test_2016_flickr.jsonl --split test_2016_flickr \
+        --engine ctranslate2 --quantization int8 --output_file ct2_int8.json
+
 The results go to `--output_file` (default: `evaluation_results.json` in the checkpoint folder). The checkpoint must
-be fine-tuned for the task: one whose task head would be new (random) is refused.
+be fine-tuned for the task: one whose task head would be new (random) is refused. `--quantization int8` runs the
+model with int8 Linear layers (vaswani.cpu_inference); `--engine ctranslate2` exports the checkpoint to CTranslate2
+(vaswani.ctranslate2_export, into a temporary folder) and decodes there, with the same decoding settings.
 """
 
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +42,7 @@ from transformers import (
 )
 
 from vaswani import pipelines as vaswani_pipelines
+from vaswani.cpu_inference import for_cpu_inference
 from vaswani.diagnostics import encoder_collapse, format_encoder_collapse, input_independence_warning, output_diversity
 from vaswani.evaluation import (
     GROUPED_AGGREGATIONS,
@@ -107,6 +115,14 @@ class EvaluationArguments:
         default="first", metadata={"help": f"Token-classification pipeline aggregation: {list(GROUPED_AGGREGATIONS)}."}
     )
     trust_remote_code: bool = field(default=False, metadata={"help": "Allow the checkpoint's own code."})
+    engine: Literal["transformers", "ctranslate2"] = field(
+        default="transformers",
+        metadata={"help": "Translation / summarization: decode with the model's generate() or with a CTranslate2 "
+                  "export of the checkpoint (needs the ctranslate2 extra)."},
+    )
+    quantization: Literal["none", "int8"] = field(
+        default="none", metadata={"help": "Weights as saved (none) or int8 Linear layers / int8 CTranslate2 weights."}
+    )
 
 
 def check_arguments(args: EvaluationArguments) -> None:
@@ -124,6 +140,8 @@ def check_arguments(args: EvaluationArguments) -> None:
             raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
     if args.max_examples is not None and args.max_examples < 1:
         raise ValueError(f"--max_examples must be at least 1, got {args.max_examples}.")
+    if args.engine == "ctranslate2" and args.task not in ("translation", "summarization"):
+        raise ValueError(f"--engine ctranslate2 translates and summarizes; --task {args.task} runs with transformers.")
 
 
 def columns_for(args: EvaluationArguments, config) -> dict[str, str]:
@@ -157,7 +175,11 @@ def evaluate(args: EvaluationArguments, model, tokenizer, dataset, columns: dict
         if args.no_repeat_ngram_size is not None:
             decoding["no_repeat_ngram_size"] = args.no_repeat_ngram_size
             beams += f", no repeated {args.no_repeat_ngram_size}-grams"
-        pipe = vaswani_pipelines.pipeline(args.task, model=model, tokenizer=tokenizer)
+        recorded = dict(decoding)
+        if (args.engine, args.quantization) != ("transformers", "none"):  # recorded where it is not the default
+            recorded.update(engine=args.engine, quantization=args.quantization)
+            beams += f"; decoded with {args.engine}" + (", int8 weights" if args.quantization == "int8" else "")
+        pipe = generation_pipeline(args, model, tokenizer)
         sources, references = dataset[columns["source"]], dataset[columns["target"]]
         weights = weights_provenance(args.model)
         if args.task == "translation":
@@ -174,8 +196,10 @@ def evaluate(args: EvaluationArguments, model, tokenizer, dataset, columns: dict
                 f"ROUGE F-measures (0-100) from rouge-score with Porter stemming, averaged over examples; {beams}; "
                 f"weights: {weights}."
             )
-        return metrics, decoding, conventions, generation_diagnostics(args, model, tokenizer, sources, outputs)
+        return metrics, recorded, conventions, generation_diagnostics(args, model, tokenizer, sources, outputs)
 
+    if args.quantization == "int8":
+        model = for_cpu_inference(model, quantization="int8")
     label_set = LabelSet(tuple(config.id2label[i] for i in sorted(config.id2label)), f"{args.model}'s id2label")
     if args.task == "text-classification":
         pipe = transformers.pipeline("text-classification", model=model, tokenizer=tokenizer)
@@ -196,6 +220,23 @@ def evaluate(args: EvaluationArguments, model, tokenizer, dataset, columns: dict
         f"entities (aggregation_strategy={args.aggregation_strategy!r})."
     )
     return metrics, {"aggregation_strategy": args.aggregation_strategy}, conventions, {}
+
+
+def generation_pipeline(args: EvaluationArguments, model, tokenizer):
+    """The translation / summarization pipeline of `--engine` with `--quantization`."""
+    if args.engine == "ctranslate2":
+        from vaswani.ctranslate2_export import export_to_ctranslate2
+        from vaswani.ctranslate2_generation import CTranslate2Pipeline
+
+        folder = Path(tempfile.mkdtemp(prefix="vaswani-ct2-"))
+        export_to_ctranslate2(
+            args.model, folder, quantization="int8" if args.quantization == "int8" else None, overwrite_output_dir=True
+        )
+        tgt_lang = getattr(model.config, "target_lang", None) if getattr(tokenizer, "language_tags", None) else None
+        return CTranslate2Pipeline(folder, args.task, tgt_lang=tgt_lang)
+    if args.quantization == "int8":
+        model = for_cpu_inference(model, quantization="int8")
+    return vaswani_pipelines.pipeline(args.task, model=model, tokenizer=tokenizer)
 
 
 def generation_diagnostics(args: EvaluationArguments, model, tokenizer, sources, outputs) -> dict:

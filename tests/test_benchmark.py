@@ -1,6 +1,7 @@
 import json
 import sys
 
+import pytest
 import torch
 
 from conftest import REPO
@@ -61,6 +62,28 @@ def test_the_benchmark_runs_and_reports(tmp_path):
         assert abs(row["speedup_ceiling"] - 1 / marian_shared) < 1e-6 and row["speedup_ceiling"] > 1
     if "bf16" not in {row["precision"] for row in rows}:
         assert "bf16" in report["skipped"]  # said, not silently dropped
+
+
+def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path):
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    out = tmp_path / "engines.json"
+    threads = torch.get_num_threads()
+    try:
+        benchmark.main(["--engines", "--generation-presets", "tiny", "--threads", "2", "--rounds", "1",
+                        "--batch-size", "2", "--vocab-size", "500", "--new-tokens", "3", "--json", str(out)])
+        assert torch.get_num_threads() == 2  # the count asked for (the script sets it)
+    finally:
+        torch.set_num_threads(threads)
+    rows = json.loads(out.read_text())["engines"]
+    assert {(row["threads"], row["num_beams"]) for row in rows} == {(2, 1), (2, 4)}
+    for row in rows:
+        assert all(row[f"{name}_tokens_per_s"] > 0 for name in benchmark.ENGINES)
+        assert row["ct2_fp32_alone_tokens_per_s"] > 0 and row["ct2_int8_alone_tokens_per_s"] > 0  # fresh processes
+        assert row["vaswani_vs_ct2_fp32"] == pytest.approx(row["vaswani_tokens_per_s"] / row["ct2_fp32_tokens_per_s"])
+        assert row["vaswani_onednn_vs_ct2_fp32_alone"] == pytest.approx(
+            row["vaswani_onednn_tokens_per_s"] / row["ct2_fp32_alone_tokens_per_s"])
+    with pytest.raises(SystemExit):
+        benchmark.main(["--engines", "--threads", "0"])
 
 
 def test_kernel_groups_name_forward_and_backward_kernels():

@@ -85,6 +85,28 @@ def test_translation_results_come_from_the_pipeline_with_the_given_decoding(seq2
     assert "weights: the checkpoint as given (no checkpoint averaging recorded in it)" in results["conventions"]
 
 
+def test_int8_weights_are_used_and_recorded(seq2seq, tmp_path):
+    data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:3]])
+    arguments = ["--model", str(seq2seq), "--task", "translation", "--dataset", str(data), *DECODING]
+    plain = evaluate_model.main([*arguments, "--output_file", str(tmp_path / "plain.json")])
+    int8 = evaluate_model.main([*arguments, "--quantization", "int8", "--output_file", str(tmp_path / "int8.json")])
+    assert "engine" not in plain["decoding"] and "decoded with" not in plain["conventions"]
+    assert int8["decoding"] == {**plain["decoding"], "engine": "transformers", "quantization": "int8"}
+    assert "decoded with transformers, int8 weights" in int8["conventions"]
+
+
+def test_the_ctranslate2_engine_decodes_as_generate_does(seq2seq, tmp_path):
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    sources = [en for en, _ in PAIRS]
+    references = outputs_one_by_one("translation", seq2seq, sources)  # BLEU 100 only for the same outputs
+    data = write_jsonl(tmp_path / "test.jsonl", [{"en": s, "de": r} for s, r in zip(sources, references)])
+    results = evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--dataset", str(data),
+                                   "--engine", "ctranslate2", "--output_file", str(tmp_path / "ct2.json"), *DECODING])
+    assert results["decoding"] == {"num_beams": 2, "length_penalty": 1.0, "max_new_tokens": 12,
+                                   "engine": "ctranslate2", "quantization": "none"}
+    assert [metric["value"] for metric in results["metrics"]] == [100.0, 100.0]
+
+
 def test_the_conventions_name_the_checkpoints_an_averaged_model_was_made_of(seq2seq, tmp_path):
     averaged = tmp_path / "averaged"
     shutil.copytree(seq2seq, averaged)
@@ -223,6 +245,12 @@ def test_label_outside_the_checkpoint_labels_is_an_error(classifier, tmp_path):
     with pytest.raises(ValueError, match=r"Label 'french' at row 1 of .*validation.jsonl is not in the label set"):
         evaluate_model.main(["--model", str(classifier), "--task", "text-classification", "--dataset", str(data),
                              "--output_file", str(tmp_path / "results.json")])
+
+
+def test_ctranslate2_is_for_generation_tasks_only(seq2seq):
+    with pytest.raises(ValueError, match="--engine ctranslate2 translates and summarizes; --task text-classification"):
+        evaluate_model.main(["--model", str(seq2seq), "--task", "text-classification", "--dataset", "unused.jsonl",
+                             "--engine", "ctranslate2"])
 
 
 @pytest.mark.parametrize("option, value, message", [

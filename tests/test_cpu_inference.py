@@ -1,0 +1,108 @@
+"""vaswani.cpu_inference: oneDNN fp32 gives the plain model's outputs; int8 stays close to them, on the trained
+en->de model the project ships (real weights and real sentences: random weights would make agreement meaningless)."""
+
+import copy
+import json
+
+import pytest
+import sacrebleu
+import torch
+from torch import nn
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from conftest import PAIRS, REPO, SHARED_DATA, needs_shared_data, spread_weights, tiny_config
+from vaswani import VaswaniForConditionalGeneration
+from vaswani.cpu_inference import OneDNNLinear, for_cpu_inference
+
+
+EN_DE = REPO / "results" / "multi30k_en_de" / "model"
+SENTENCES = [source for source, _ in PAIRS]
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return AutoModelForSeq2SeqLM.from_pretrained(EN_DE).eval()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(EN_DE)
+
+
+def generated(model, tokenizer, texts, **settings) -> list[list[int]]:
+    with torch.no_grad():
+        return model.generate(**tokenizer(texts, return_tensors="pt", padding=True), **settings).tolist()
+
+
+def test_onednn_fp32_gives_the_plain_models_logits_and_tokens(plain, tokenizer):
+    fast = for_cpu_inference(copy.deepcopy(plain))
+    linears = [module for module in fast.modules() if isinstance(module, nn.Linear)]
+    assert linears and all(type(module) is OneDNNLinear for module in linears)
+    assert fast.lm_head.weight is fast.model.shared.weight  # tied weights stay tied
+    assert fast.state_dict().keys() == plain.state_dict().keys()
+    batch = tokenizer(SENTENCES, text_target=[target for _, target in PAIRS], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        expected, got = plain(**batch).logits, fast(**batch).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    for settings in ({"num_beams": 1}, {"num_beams": 4, "length_penalty": 0.6}):
+        assert generated(fast, tokenizer, SENTENCES, max_new_tokens=40, **settings) == generated(
+            plain, tokenizer, SENTENCES, max_new_tokens=40, **settings
+        )
+
+
+def test_onednn_layers_train_as_plain_ones():
+    """With gradients on, a OneDNNLinear takes the usual path: same loss and gradients, bit for bit."""
+    torch.manual_seed(0)
+    model = spread_weights(VaswaniForConditionalGeneration(tiny_config()))
+    fast = for_cpu_inference(copy.deepcopy(model)).train()
+    model.train()
+    batch = {"input_ids": torch.randint(4, 1000, (2, 7)), "labels": torch.randint(4, 1000, (2, 5))}
+    losses = []
+    for candidate in (model, fast):
+        torch.manual_seed(1)  # the same dropout masks
+        loss = candidate(**batch).loss
+        loss.backward()
+        losses.append(loss)
+    assert torch.equal(losses[0], losses[1])
+    for (name, param), fast_param in zip(model.named_parameters(), fast.parameters()):
+        assert torch.equal(param.grad, fast_param.grad), name
+
+
+def test_int8_is_a_copy_with_int8_linear_layers_and_close_outputs(plain, tokenizer):
+    int8 = for_cpu_inference(plain, quantization="int8")
+    assert all(type(module) is nn.Linear for module in plain.modules() if isinstance(module, nn.Linear))  # untouched
+    quantized = [module for module in int8.modules() if isinstance(module, torch.ao.nn.quantized.dynamic.Linear)]
+    assert len(quantized) == sum(isinstance(module, nn.Linear) for module in plain.modules())
+    batch = tokenizer(SENTENCES, text_target=[target for _, target in PAIRS], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        expected, got = plain(**batch).logits, int8(**batch).logits
+    mask = batch["labels"] != tokenizer.pad_token_id
+    agreement = (expected.argmax(-1) == got.argmax(-1))[mask].float().mean().item()
+    assert agreement > 0.9, f"int8 picks the fp32 model's next token at only {agreement:.0%} of positions"
+    assert not torch.equal(got, expected)  # it really is another computation
+
+
+@needs_shared_data
+def test_int8_costs_little_bleu_on_real_test_sentences(plain, tokenizer):
+    rows = [json.loads(line) for line in (SHARED_DATA / "multi30k" / "test_2016_flickr.jsonl").open()][:100]
+    sources, references = [row["en"] for row in rows], [[row["de"] for row in rows]]
+    scores = {}
+    for name, model in (("fp32", plain), ("int8", for_cpu_inference(plain, quantization="int8"))):
+        outputs = generated(model, tokenizer, sources, num_beams=5, max_new_tokens=80)
+        scores[name] = sacrebleu.corpus_bleu(tokenizer.batch_decode(outputs, skip_special_tokens=True), references).score
+    assert abs(scores["int8"] - scores["fp32"]) < 1.5, scores
+
+
+def test_bad_arguments_are_named(plain):
+    with pytest.raises(ValueError, match=r"quantization='int4'.*\['fp32', 'int8'\]"):
+        for_cpu_inference(plain, quantization="int4")
+
+
+def test_the_readme_example_runs(capsys):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### In PyTorch", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace = {}
+    exec(compile(example, "README.md (Serving fast, In PyTorch)", "exec"), namespace)
+    assert all(type(module) is OneDNNLinear for module in namespace["model"].modules() if isinstance(module, nn.Linear))
+    assert any(isinstance(module, torch.ao.nn.quantized.dynamic.Linear) for module in namespace["int8_model"].modules())
