@@ -484,8 +484,8 @@ def code_files_to_ship(extra_folders: list[Path] = ()) -> list[Path]:
     package's `pipelines` subpackage, or in `extra_folders` (the folder a model was loaded from: transformers' module
     cache holds only the files it imported, so a re-saved checkpoint takes the pipeline code from its source).
     """
-    here = Path(__file__).resolve().parent
-    folders = [here, *(folder for folder in extra_folders if folder.is_dir())]
+    # the package's own files first: a checkpoint re-saved from an older folder must not carry that folder's code
+    folders = [Path(__file__).resolve().parent]
     try:
         import importlib.util
 
@@ -494,6 +494,7 @@ def code_files_to_ship(extra_folders: list[Path] = ()) -> list[Path]:
             folders += [Path(p) for p in spec.submodule_search_locations]
     except (ImportError, ValueError):
         pass
+    folders += [folder for folder in extra_folders if folder.is_dir()]
     wanted = ["tokenization_vaswani.py", *SHIPPED_PIPELINE_FILES]
     found = {}
     for folder in folders:

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +12,8 @@ from transformers import (
     AutoTokenizer,
 )
 
+import vaswani
+import vaswani.pipelines
 from conftest import random_batch, run_isolated, spread_weights, tiny_config
 from vaswani import (
     VaswaniForConditionalGeneration,
@@ -187,6 +190,18 @@ def test_a_checkpoint_saved_again_through_remote_code_keeps_its_pipeline_code(to
     )
     assert "pipeline_vaswani.py" in stdout and "tokenization_vaswani.py" in stdout
     assert "TranslationPipeline [{'translation_text':" in stdout
+
+
+def test_a_checkpoint_saved_again_from_an_older_folder_carries_the_packages_code(tmp_path):
+    """Re-saving a model loaded from a folder whose code files are older (a shipped model being refreshed) writes
+    the installed package's pipeline and tokenizer code, not the folder's."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    VaswaniForConditionalGeneration(tiny_config()).save_pretrained(old)
+    for name in ("pipeline_vaswani.py", "tokenization_vaswani.py"):
+        (old / name).write_text("# an older version\n")
+    VaswaniForConditionalGeneration.from_pretrained(old).save_pretrained(new)
+    for name, package in (("tokenization_vaswani.py", vaswani), ("pipeline_vaswani.py", vaswani.pipelines)):
+        assert (new / name).read_bytes() == (Path(package.__file__).parent / name).read_bytes(), name
 
 
 def test_saved_weights_are_as_readable_as_the_other_files(tmp_path):
