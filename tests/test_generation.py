@@ -217,3 +217,23 @@ def test_a_streamer_decodes_greedily_where_the_checkpoint_defaults_to_beams():
     assert model.generation_config.num_beams == 4  # the checkpoint's default is untouched
     with pytest.raises(ValueError, match="beam"):
         model.generate(input_ids=source, streamer=Collect(), num_beams=2, max_new_tokens=10)
+
+
+def test_beam_search_projects_each_distinct_encoder_output_once():
+    """Beam search repeats each encoder output once per beam; the cross-attention keys/values are projected once per
+    distinct output and repeated, which must give exactly what projecting every copy gives."""
+    from vaswani.modeling_vaswani import repeated_rows
+
+    states = torch.randn(3, 5, 8)
+    assert repeated_rows(states.repeat_interleave(4, dim=0)) == 4
+    assert repeated_rows(states) == 1
+    assert repeated_rows(torch.cat([states[:1]] * 2 + [states[1:2]] * 3)) == 1  # groups of unequal size
+    assert repeated_rows(torch.cat([states[:1], states[:1], states[1:2], states[2:3]])) == 1
+    model = model_with()
+    source = torch.randint(4, VOCAB, (2, 8), generator=torch.Generator().manual_seed(5))
+    out = model.generate(input_ids=source, num_beams=3, max_new_tokens=6, return_dict_in_generate=True)
+    cache = getattr(out, CACHE_FIELD).cross_attention_cache
+    encoder_output = model.get_encoder()(input_ids=source).last_hidden_state.repeat_interleave(3, dim=0)
+    attention = model.model.decoder.layers[0].encoder_attn
+    expected = attention._split_heads(attention.k_proj(encoder_output))
+    assert torch.equal(cache.layers[0].keys, expected)

@@ -146,6 +146,17 @@ def eager_attention_forward(
     return output, weights
 
 
+def repeated_rows(states: torch.Tensor) -> int:
+    """k where `states` is each of batch / k rows repeated k times in a row (beam search's expanded encoder output),
+    else 1. Two comparisons of the rows, far cheaper than the projections they save."""
+    batch, count = states.shape[0], 1
+    while count < batch and torch.equal(states[count], states[0]):
+        count += 1
+    if count == 1 or batch % count or not torch.equal(states, states[::count].repeat_interleave(count, dim=0)):
+        return 1
+    return count
+
+
 class VaswaniAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
@@ -211,8 +222,13 @@ class VaswaniAttention(nn.Module):
             value = layer_cache.layers[self.layer_idx].values
         else:
             source = key_value_states if self.is_cross_attention else hidden_states
-            key = self._split_heads(self.k_proj(source))
-            value = self._split_heads(self.v_proj(source))
+            # beam search repeats each encoder output once per beam: project each distinct one once
+            repeats = repeated_rows(source) if self.is_cross_attention and layer_cache is not None else 1
+            distinct = source[::repeats] if repeats > 1 else source
+            key = self._split_heads(self.k_proj(distinct))
+            value = self._split_heads(self.v_proj(distinct))
+            if repeats > 1:
+                key, value = key.repeat_interleave(repeats, dim=0), value.repeat_interleave(repeats, dim=0)
             if layer_cache is not None:
                 key, value = layer_cache.update(key, value, self.layer_idx)
                 if self.is_cross_attention:
