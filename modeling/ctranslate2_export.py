@@ -62,9 +62,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .exporting import check_output_dir, load_seq2seq_checkpoint
+
 
 INSTALL_HINT = "pip install 'vaswani-transformer[ctranslate2]'"
-SEQ2SEQ_ARCHITECTURE = "VaswaniForConditionalGeneration"
 # CTranslate2's weight types (`ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES`), listed here so that the script's
 # --help and its argument check do not need ctranslate2 installed
 QUANTIZATIONS = (
@@ -118,7 +119,7 @@ def export_to_ctranslate2(
         )
     import_ctranslate2()
 
-    model, tokenizer = load_checkpoint(model_dir)
+    model, tokenizer = load_seq2seq_checkpoint(model_dir, "CTranslate2")
     spec = build_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=quantization)
@@ -133,60 +134,9 @@ def export_to_ctranslate2(
     return output_dir
 
 
-def check_output_dir(output_dir: Path, model_dir: Path, overwrite_output_dir: bool) -> None:
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ValueError(f"output_dir {output_dir} is a file, not a folder.")
-    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite_output_dir:
-        raise ValueError(
-            f"output_dir {output_dir} exists and is not empty. Choose a new folder, or replace its contents with "
-            "--overwrite_output_dir (overwrite_output_dir=True)."
-        )
-    resolved = output_dir.resolve()
-    if overwrite_output_dir and (resolved == model_dir.resolve() or resolved in model_dir.resolve().parents):
-        raise ValueError(
-            f"output_dir {output_dir} holds the checkpoint {model_dir}: overwriting it would delete the model being "
-            "exported. Choose another folder."
-        )
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Reading the checkpoint
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def load_checkpoint(model_dir: Path):
-    """The seq2seq model (float32, eval mode) and tokenizer in `model_dir`; anything else is refused by name."""
-    from transformers import AutoTokenizer
-
-    from .configuration_vaswani import VaswaniConfig
-    from .modeling_vaswani import VaswaniForConditionalGeneration
-
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"The checkpoint {model_dir} is not a folder.")
-    config_file = model_dir / "config.json"
-    if not config_file.is_file():
-        raise FileNotFoundError(f"The folder {model_dir} is not a checkpoint: it has no config.json.")
-    raw = json.loads(config_file.read_text(encoding="utf-8"))
-    if raw.get("model_type") != VaswaniConfig.model_type:
-        raise ValueError(
-            f"The checkpoint {model_dir} holds a {raw.get('model_type')!r} model; only checkpoints of this project "
-            f"(model_type {VaswaniConfig.model_type!r}) can be exported."
-        )
-    architectures = raw.get("architectures") or []
-    if SEQ2SEQ_ARCHITECTURE not in architectures:
-        raise ValueError(
-            f"The checkpoint {model_dir} holds a {', '.join(architectures) or 'model of no named class'}, not a "
-            f"{SEQ2SEQ_ARCHITECTURE}: CTranslate2 runs sequence-to-sequence models (translation, summarization), "
-            "not classifiers or a bare encoder-decoder without its output layer."
-        )
-    if not (model_dir / "tokenizer.json").is_file():
-        raise FileNotFoundError(
-            f"The checkpoint {model_dir} has no tokenizer (tokenizer.json): CTranslate2 needs its vocabulary. Save it "
-            "beside the model with tokenizer.save_pretrained(folder)."
-        )
-    model = VaswaniForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return model, tokenizer
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -450,4 +400,4 @@ def translate_options(generation_config) -> dict:
     return options
 
 
-__all__ = ["export_to_ctranslate2", "build_spec", "load_checkpoint", "translate_options", "QUANTIZATIONS"]
+__all__ = ["export_to_ctranslate2", "build_spec", "translate_options", "QUANTIZATIONS"]

@@ -71,9 +71,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from .exporting import check_output_dir, load_seq2seq_checkpoint
+
 
 INSTALL_HINT = "pip install 'vaswani-transformer[onnx]'"
-SEQ2SEQ_ARCHITECTURE = "VaswaniForConditionalGeneration"
 ONNX_OPSET = 20
 ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder.onnx"
@@ -238,7 +239,9 @@ def export_to_onnx(model_dir: str | Path, output_dir: str | Path, overwrite_outp
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     check_output_dir(output_dir, model_dir, overwrite_output_dir)
     import_onnx_runtime(export=True)
-    model, tokenizer = load_checkpoint(model_dir)
+    # eager attention: the sdpa path, traced with a relative-position bias, decomposes into a reshape that the
+    # exporter cannot express (it fails with "Cannot view a tensor with shape ..."); eager computes the same function
+    model, tokenizer = load_seq2seq_checkpoint(model_dir, "the ONNX export", attn_implementation="eager")
 
     with torch.no_grad():
         encoder = EncoderForOnnx(model).eval()
@@ -257,66 +260,6 @@ def export_to_onnx(model_dir: str | Path, output_dir: str | Path, overwrite_outp
     model.config.save_pretrained(output_dir)
     model.generation_config.save_pretrained(output_dir)
     return output_dir
-
-
-def check_output_dir(output_dir: Path, model_dir: Path, overwrite_output_dir: bool) -> None:
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ValueError(f"output_dir (--output_dir) {output_dir} is a file; pass a folder (new or empty).")
-    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite_output_dir:
-        raise ValueError(
-            f"output_dir (--output_dir) {output_dir} exists and is not empty. Choose a new or empty folder, or "
-            "replace its contents with --overwrite_output_dir (overwrite_output_dir=True)."
-        )
-    resolved = output_dir.resolve()
-    if overwrite_output_dir and (resolved == model_dir.resolve() or resolved in model_dir.resolve().parents):
-        raise ValueError(
-            f"output_dir (--output_dir) {output_dir} holds the checkpoint {model_dir}: overwriting it would delete "
-            "the model being exported. Choose another folder."
-        )
-
-
-def load_checkpoint(model_dir: Path):
-    """The seq2seq model (float32, eval mode, eager attention) and tokenizer in `model_dir`; anything else is refused
-    by name."""
-    from transformers import AutoTokenizer
-
-    from .configuration_vaswani import VaswaniConfig
-    from .modeling_vaswani import VaswaniForConditionalGeneration
-
-    if not model_dir.is_dir():
-        raise FileNotFoundError(
-            f"model_dir (--model) {model_dir} is not a folder; pass a checkpoint folder (a {SEQ2SEQ_ARCHITECTURE} "
-            "saved with save_pretrained, with its tokenizer)."
-        )
-    config_file = model_dir / "config.json"
-    if not config_file.is_file():
-        raise FileNotFoundError(f"model_dir (--model) {model_dir} is not a checkpoint: it has no config.json.")
-    raw = json.loads(config_file.read_text(encoding="utf-8"))
-    if raw.get("model_type") != VaswaniConfig.model_type:
-        raise ValueError(
-            f"model_dir (--model) {model_dir} holds a model_type={raw.get('model_type')!r} model; only checkpoints of "
-            f"this project (model_type {VaswaniConfig.model_type!r}) can be exported."
-        )
-    architectures = raw.get("architectures") or []
-    if SEQ2SEQ_ARCHITECTURE not in architectures:
-        raise ValueError(
-            f"model_dir (--model) {model_dir} holds a {', '.join(architectures) or 'model of no named class'} "
-            f"(config.architectures={architectures}), not a {SEQ2SEQ_ARCHITECTURE}: the ONNX export covers "
-            "sequence-to-sequence models (translation, summarization), whose decoder generates with a cache, not "
-            "classifiers, taggers or a bare encoder-decoder without its output layer."
-        )
-    if not (model_dir / "tokenizer.json").is_file():
-        raise FileNotFoundError(
-            f"model_dir (--model) {model_dir} has no tokenizer (tokenizer.json), which the exported folder needs to "
-            "tokenize text. Save it beside the model with tokenizer.save_pretrained(folder)."
-        )
-    # eager attention: the sdpa path, traced with a relative-position bias, decomposes into a reshape that the
-    # exporter cannot express (it fails with "Cannot view a tensor with shape ..."); eager computes the same function
-    model = VaswaniForConditionalGeneration.from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation="eager"
-    ).eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return model, tokenizer
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ and nothing is written to the user's cache.
 """
 
 import atexit
+import json
 import os
 import shutil
 import subprocess
@@ -51,6 +52,16 @@ PAIRS = [
     ("An old man is selling vegetables at the market.", "Ein alter Mann verkauft Gemüse auf dem Markt."),
 ]
 OTHER_SCRIPTS = ["Привет, как дела?", "Καλημέρα κόσμε", "こんにちは世界", "مرحبا بالعالم", "नमस्ते दुनिया"]
+
+
+def english_sentences(count: int) -> list[str]:
+    """The first sentences of Multi30k's test_2016_flickr (real captions), or the conftest's own sentences where the
+    shared data are absent."""
+    test_file = SHARED_DATA / "multi30k" / "test_2016_flickr.jsonl"
+    if test_file.is_file():
+        with test_file.open(encoding="utf-8") as lines:
+            return [json.loads(line)["en"] for _, line in zip(range(count), lines)]
+    return [source for source, _ in PAIRS[:count]]
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import PAIRS, REPO, SHARED_DATA, tiny_config
+from conftest import PAIRS, REPO, english_sentences, tiny_config
 
 SKIP_REASON = (
     "is an optional dependency (pip install 'vaswani-transformer[onnx]'); the ONNX export cannot be tested without it"
@@ -47,16 +47,6 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
-
-
-def english_sentences(count: int) -> list[str]:
-    """The first sentences of Multi30k's test_2016_flickr (real captions), or the conftest's own sentences where the
-    shared data are absent."""
-    test_file = SHARED_DATA / "multi30k" / "test_2016_flickr.jsonl"
-    if test_file.is_file():
-        with test_file.open(encoding="utf-8") as lines:
-            return [json.loads(line)["en"] for _, line in zip(range(count), lines)]
-    return [source for source, _ in PAIRS[:count]]
 
 
 def assert_greedy_matches_generate(model, tokenizer, folder, texts, max_new_tokens, logit_steps):

@@ -1,0 +1,71 @@
+"""What the exports to other engines (vaswani.ctranslate2_export, vaswani.onnx_export) share: the checks of the
+checkpoint they read and of the folder they write. An error names the argument (as the scripts spell it), the value
+and what is allowed."""
+
+import json
+from pathlib import Path
+
+import torch
+
+
+SEQ2SEQ_ARCHITECTURE = "VaswaniForConditionalGeneration"
+
+
+def check_output_dir(output_dir: Path, model_dir: Path, overwrite_output_dir: bool) -> None:
+    """Refuse a file, a non-empty folder (unless overwriting) and a folder that holds the checkpoint itself."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"output_dir (--output_dir) {output_dir} is a file; pass a folder (new or empty).")
+    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite_output_dir:
+        raise ValueError(
+            f"output_dir (--output_dir) {output_dir} exists and is not empty. Choose a new or empty folder, or "
+            "replace its contents with --overwrite_output_dir (overwrite_output_dir=True)."
+        )
+    resolved = output_dir.resolve()
+    if overwrite_output_dir and (resolved == model_dir.resolve() or resolved in model_dir.resolve().parents):
+        raise ValueError(
+            f"output_dir (--output_dir) {output_dir} holds the checkpoint {model_dir}: overwriting it would delete "
+            "the model being exported. Choose another folder."
+        )
+
+
+def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwargs):
+    """The sequence-to-sequence model (float32, eval mode) and tokenizer in `model_dir`, for an export to `engine`;
+    a folder that is not such a checkpoint of this project (another model type, a classifier, no tokenizer) is
+    refused by name."""
+    from transformers import AutoTokenizer
+
+    from .configuration_vaswani import VaswaniConfig
+    from .modeling_vaswani import VaswaniForConditionalGeneration
+
+    if not model_dir.is_dir():
+        raise FileNotFoundError(
+            f"model_dir (--model) {model_dir} is not a folder; pass a checkpoint folder (a {SEQ2SEQ_ARCHITECTURE} "
+            "saved with save_pretrained, with its tokenizer)."
+        )
+    config_file = model_dir / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"model_dir (--model) {model_dir} is not a checkpoint: it has no config.json.")
+    raw = json.loads(config_file.read_text(encoding="utf-8"))
+    if raw.get("model_type") != VaswaniConfig.model_type:
+        raise ValueError(
+            f"model_dir (--model) {model_dir} holds a {raw.get('model_type')!r} model; only checkpoints of this "
+            f"project (model_type {VaswaniConfig.model_type!r}) can be exported."
+        )
+    architectures = raw.get("architectures") or []
+    if SEQ2SEQ_ARCHITECTURE not in architectures:
+        raise ValueError(
+            f"model_dir (--model) {model_dir} holds a {', '.join(architectures) or 'model of no named class'} "
+            f"(config.architectures={architectures}), not a {SEQ2SEQ_ARCHITECTURE}: {engine} runs "
+            "sequence-to-sequence models (translation, summarization), not classifiers, taggers or a bare "
+            "encoder-decoder without its output layer."
+        )
+    if not (model_dir / "tokenizer.json").is_file():
+        raise FileNotFoundError(
+            f"model_dir (--model) {model_dir} has no tokenizer (tokenizer.json), which the exported folder needs to "
+            "tokenize text. Save it beside the model with tokenizer.save_pretrained(folder)."
+        )
+    model = VaswaniForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32, **from_pretrained_kwargs)
+    return model.eval(), AutoTokenizer.from_pretrained(model_dir)
+
+
+__all__ = ["SEQ2SEQ_ARCHITECTURE", "check_output_dir", "load_seq2seq_checkpoint"]
