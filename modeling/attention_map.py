@@ -132,7 +132,12 @@ def describe_selection(attention_map: CrossAttentionMap, num_layers: int, num_he
 
 
 def plot_heatmap(attention_map: CrossAttentionMap, path: Path, selection: str) -> Path:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError(
+            "Drawing the heatmap needs matplotlib, which is not installed: pip install 'vaswani-transformer[plot]'."
+        ) from None
 
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt

@@ -10,6 +10,7 @@ The card's YAML header is what the Hub reads: license, language, datasets, metri
 The header is written by huggingface_hub's `ModelCardData`, so that it follows the Hub's format exactly.
 """
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -204,6 +205,8 @@ def render_model_card(
 ) -> str:
     """The model card's text (README.md of the Hub repo) for a checkpoint with `config` and `num_parameters`: its own
     results only; with `project_card`, also the table of every recipe of the project (model_card.md's block)."""
+    if importlib.util.find_spec("jinja2") is None:
+        raise ImportError("Rendering a model card needs Jinja2: pip install 'vaswani-transformer[hub]'.")
     results = list(results)
     pipeline_tag = pipeline_tag_for(config, results)
     architecture = (config.architectures or ["VaswaniForConditionalGeneration"])[0]

@@ -969,3 +969,19 @@ def test_deepspeed_gets_a_micro_batch_size_and_the_runs_accumulation():
     assert plugin.get_value("gradient_accumulation_steps") == 3
     assert plugin.get_value("zero_optimization.stage") == 2
     fit_deepspeed_config(SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=None)), accumulation=3)  # no engine
+
+
+def test_without_the_plot_and_tensorboard_extras_a_run_still_finishes(tmp_path, monkeypatch, capsys):
+    """matplotlib and tensorboard are extras: without them --report_to auto logs nowhere, the curves are skipped with
+    a line saying why, and --report_to tensorboard is refused before the run starts."""
+    from vaswani.training import loop
+
+    monkeypatch.setattr(loop, "installed", lambda package: package not in ("matplotlib", "tensorboard"))
+    with pytest.raises(TrainingError, match=r"--report_to tensorboard: tensorboard is not installed"):
+        run_in_process(tiny_argv(tmp_path / "refused", report_to="tensorboard"))
+    assert not (tmp_path / "refused").exists()
+    outcome = run_in_process(tiny_argv(tmp_path / "run", report_to="auto", max_steps=2, eval_steps=2, save_steps=2))
+    assert outcome.summary["curves_file"] is None and not (tmp_path / "run" / "training_curves.png").exists()
+    assert not (tmp_path / "run" / "tensorboard").exists()
+    assert "No training_curves.png: matplotlib is not installed" in capsys.readouterr().out
+    assert json.loads((tmp_path / "run" / "arguments.json").read_text())["report_to"] == "none"

@@ -152,7 +152,9 @@ class TrainArguments:
     early_stopping_patience: int | None = field(
         default=None, metadata={"help": "Stop after N evaluations without a better best_metric."}
     )
-    report_to: Literal["tensorboard", "none"] = field(default="tensorboard")
+    report_to: Literal["auto", "tensorboard", "none"] = field(
+        default="auto", metadata={"help": "Where to log: tensorboard, none, or auto (tensorboard where installed)."}
+    )
     cpu_threads: int | None = field(
         default=None,
         metadata={"help": "Threads for CPU math (torch.set_num_threads); unset: PyTorch's default. On a CPU that "

@@ -7,6 +7,7 @@ weighted by its number of target tokens (so that the update's gradient is the me
 processes, as with one big batch), gradients are clipped, and Adam steps with the inverse-square-root schedule.
 """
 
+import importlib.util
 import json
 import math
 import os
@@ -166,6 +167,11 @@ def set_up(data: DataArguments, model_args: ModelArguments, args: TrainArguments
     output_dir = Path(args.output_dir)
     if args.cpu_threads is not None:
         torch.set_num_threads(args.cpu_threads)
+    if args.report_to == "auto":
+        args.report_to = "tensorboard" if installed("tensorboard") else "none"
+    elif args.report_to == "tensorboard" and not installed("tensorboard"):
+        raise TrainingError("--report_to tensorboard: tensorboard is not installed (pip install "
+                            "'vaswani-transformer[tensorboard]'); or pass --report_to none.")
     accelerator = Accelerator(
         mixed_precision=args.mixed_precision,
         log_with=None if args.report_to == "none" else args.report_to,
@@ -190,6 +196,11 @@ def set_up(data: DataArguments, model_args: ModelArguments, args: TrainArguments
         if lock is not None:
             release_output_dir(lock)
         raise
+
+
+def installed(package: str) -> bool:
+    """Whether an optional package (the `plot` and `tensorboard` extras) is there to be imported."""
+    return importlib.util.find_spec(package) is not None
 
 
 # what `accelerate launch --config_file ...` asks for, through the environment of the processes it starts
@@ -528,8 +539,13 @@ def finish(run: Run, stopped_because: str) -> dict:
         "curves_file": str(output_dir / "training_curves.png"),
     }
     if accelerator.is_main_process:
-        plot_training_curves(run.metrics.read(), "val_loss" if run.score_name == "loss" else run.score_name,
-                             Path(summary["curves_file"]))
+        if installed("matplotlib"):
+            plot_training_curves(run.metrics.read(), "val_loss" if run.score_name == "loss" else run.score_name,
+                                 Path(summary["curves_file"]))
+        else:  # a picture is not worth failing a finished run for
+            summary["curves_file"] = None
+            accelerator.print("No training_curves.png: matplotlib is not installed (pip install "
+                              "'vaswani-transformer[plot]'); metrics.jsonl holds the same numbers.")
         (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         accelerator.print(format_summary(summary))
     for tracker in accelerator.trackers:

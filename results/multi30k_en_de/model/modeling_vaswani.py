@@ -52,6 +52,8 @@ logger = logging.get_logger(__name__)
 CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
 
 
+# Adapted from transformers.models.bart.modeling_bart.shift_tokens_right (same behaviour; errors that say which
+# config field is missing).
 def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Teacher forcing (section 3.1): the decoder reads the target shifted one position to the right, starting
     from `decoder_start_token_id`, so that position i predicts token i having seen only tokens before it."""
@@ -119,6 +121,8 @@ class VaswaniRelativePositionBias(nn.Module):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+# Adapted from transformers.models.bart.modeling_bart.eager_attention_forward: the same signature, so that sdpa and
+# flash attention plug in through ALL_ATTENTION_FUNCTIONS; new here is the relative-position bias.
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -157,6 +161,8 @@ def repeated_rows(states: torch.Tensor) -> int:
     return count
 
 
+# Follows the structure of transformers.models.bart.modeling_bart.BartAttention (projections, cache update,
+# attention interface); new here are the relative-position bias and the single projection of repeated encoder rows.
 class VaswaniAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
@@ -915,6 +921,8 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         return past_key_values
 
 
+# Copied from transformers.models.bart.modeling_bart.BartClassificationHead (its pooler_dropout is
+# config.classifier_dropout here).
 class VaswaniClassificationHead(nn.Module):
     """dropout -> dense -> tanh -> dropout -> projection to the labels."""
 
@@ -962,6 +970,8 @@ def last_token_index(input_ids: torch.Tensor | None, attention_mask: torch.Tenso
     return (attention_mask.long() * (positions + 1)).argmax(-1)
 
 
+# Follows transformers.models.bart.modeling_bart.BartForSequenceClassification: the decoder's state at the last
+# token feeds the head; classification_loss picks the loss by config.problem_type as BART does.
 class VaswaniForSequenceClassification(VaswaniPreTrainedModel):
     """Sentence classification and regression with the whole encoder-decoder, as BART does it: the encoder reads the
     text, the decoder reads it again (shifted), and the decoder's state at the last token feeds a small head."""
