@@ -38,7 +38,7 @@ from huggingface_hub.utils import validate_repo_id
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
 import vaswani
-from model_card import TEMPLATE, load_results, render_model_card, training_from_record
+from vaswani.model_card import TEMPLATE, load_results, render_model_card, training_from_record
 
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
-from model_card import TASKS, load_results
+from vaswani.model_card import TASKS, load_results
 from vaswani.training.reporting import format_duration
 
 

@@ -7,12 +7,12 @@ import pytest
 
 from conftest import REPO, SHARED_DATA, needs_shared_data
 from finetune_helpers import load_script, write_jsonl
+from vaswani import model_card
 from vaswani.extractive import extract, first_lines, longest_lines
 from vaswani.metrics import rouge_percent
 
 
 script = load_script("extractive_baseline")
-model_card = load_script("model_card")
 
 DIALOGUE = "Anna: Hi!\n\nBen: Are you coming to the party tonight at eight?\nAnna: Yes.\nBen: Great, bring Tom and Kim!\n"
 

@@ -14,8 +14,9 @@ import yaml
 from conftest import REPO, tiny_config
 
 
+from vaswani import model_card
+
 sys.path.insert(0, str(REPO / "scripts"))
-import model_card  # noqa: E402
 import results_table  # noqa: E402
 from results_table import END, START  # noqa: E402
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "model_card.md"
+TEMPLATE = Path(__file__).resolve().parents[1] / "model_card.md"  # the repository's (modeling/ sits beside it)
 
 TASKS = ("translation", "summarization", "text-classification", "token-classification")
 # what each model class is for, when no results file says otherwise
