@@ -15,7 +15,7 @@ from pathlib import Path
 
 from transformers import Pipeline
 
-from .label_sets import LabelSet
+from .finetuning.label_sets import LabelSet
 from .metrics import load_metric, rouge_percent
 
 

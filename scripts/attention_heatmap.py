@@ -20,7 +20,7 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArg
 
 import vaswani  # noqa: F401  (registers the project's classes with the Auto classes)
 from vaswani.attention_map import PICTURE_FORMATS, CrossAttentionMap, cross_attention_map, save_heatmap
-from vaswani.head_loading import require_trained_head
+from vaswani.finetuning.head_loading import require_trained_head
 
 
 

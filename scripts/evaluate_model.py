@@ -53,8 +53,8 @@ from vaswani.evaluation import (
     write_results,
 )
 from vaswani.finetuning import load_checked_split
-from vaswani.head_loading import require_trained_head
-from vaswani.label_sets import LabelSet
+from vaswani.finetuning.head_loading import require_trained_head
+from vaswani.finetuning.label_sets import LabelSet
 from vaswani.training.checkpoints import weights_provenance
 
 

@@ -10,7 +10,7 @@ From scratch: `--preset small --tokenizer_name tokenizers/sst2` instead of `--mo
 On two processes: `torchrun --nproc_per_node 2 scripts/finetune_classification.py ...` (or `accelerate launch`).
 
 Labels may be ids or names; their names come from `--label_set`, a `labels.json` beside the training file, the
-dataset's `ClassLabel` feature, or the values in the data (see vaswani.label_sets). Any `TrainingArguments` option
+dataset's `ClassLabel` feature, or the values in the data (see vaswani.finetuning.label_sets). Any `TrainingArguments` option
 works: `--activation_checkpointing`, `--bf16`, `--resume_from_checkpoint last`, ...
 """
 
@@ -29,7 +29,7 @@ from vaswani.finetuning import (
     start_run,
     train_and_evaluate,
 )
-from vaswani.label_sets import encode_labels
+from vaswani.finetuning.label_sets import encode_labels
 from vaswani.metrics import load_metric
 
 

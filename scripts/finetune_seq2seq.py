@@ -35,7 +35,7 @@ from vaswani.finetuning import (
     train_and_evaluate,
     usable_length,
 )
-from vaswani.head_loading import load_head
+from vaswani.finetuning.head_loading import load_head
 from vaswani.metrics import load_metric, rouge_percent
 
 

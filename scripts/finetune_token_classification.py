@@ -30,9 +30,9 @@ from vaswani.finetuning import (
     train_and_evaluate,
 )
 from vaswani.data import require_same_lengths
-from vaswani.label_sets import encode_labels
+from vaswani.finetuning.label_sets import encode_labels
 from vaswani.metrics import load_metric
-from vaswani.token_alignment import WordStarts, inside_label_ids, tokenize_and_align, word_level_tags
+from vaswani.finetuning.token_alignment import WordStarts, inside_label_ids, tokenize_and_align, word_level_tags
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""scripts/finetune_token_classification.py and vaswani.token_alignment: NER fine-tuning with entity-level F1, the
+"""scripts/finetune_token_classification.py and vaswani.finetuning.token_alignment: NER fine-tuning with entity-level F1, the
 built-in token-classification pipeline with every aggregation strategy, tag checks, and a 2-process evaluation."""
 
 import json
@@ -20,8 +20,8 @@ from finetune_helpers import (  # noqa: F401  (one_thread is a fixture)
     write_jsonl,
 )
 from vaswani import VaswaniTokenizer
-from vaswani.label_sets import LabelSet
-from vaswani.token_alignment import IGNORED, align_word_labels, inside_label_ids, tokenize_and_align
+from vaswani.finetuning.label_sets import LabelSet
+from vaswani.finetuning.token_alignment import IGNORED, align_word_labels, inside_label_ids, tokenize_and_align
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -19,7 +19,7 @@ import transformers
 from transformers import AutoTokenizer, HfArgumentParser, PreTrainedModel, Trainer, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
-from .data import is_local, load_split, require_columns, require_values
+from ..data import is_local, load_split, require_columns, require_values
 from .head_loading import LoadingReport, ModelArguments, label_names_of_fine_tuned, load_head
 from .label_sets import LabelSet, resolve_label_set
 
@@ -178,7 +178,7 @@ ROLE_VERBS = {"training": "train on", "evaluation": "evaluate"}
 def load_labelled_head(
     auto_class, model_args: ModelArguments, tokenizer, splits: Splits, column: str, label_set: list[str] | None
 ) -> tuple[LabelSet, PreTrainedModel, LoadingReport | None]:
-    """The label set of `column` (see vaswani.label_sets) and a classification head (`auto_class`) sized to it."""
+    """The label set of `column` (see vaswani.finetuning.label_sets) and a classification head (`auto_class`) sized to it."""
     reference, reference_source = splits.reference
     # a checkpoint already fine-tuned with this kind of head keeps its label ids
     head_suffix = auto_class.__name__.removeprefix("AutoModel")  # e.g. "ForTokenClassification"

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from .configuration_vaswani import PRESETS, VaswaniConfig
+from ..configuration_vaswani import PRESETS, VaswaniConfig
 
 
 logger = logging.getLogger(__name__)
