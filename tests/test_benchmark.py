@@ -6,7 +6,7 @@ import torch
 
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "scripts" / "tools"))
 import benchmark  # noqa: E402
 
 

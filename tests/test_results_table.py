@@ -1,4 +1,4 @@
-"""scripts/results_table.py: the recipe-results table is built from the results files and nothing else, replaces only
+"""scripts/tools/results_table.py: the recipe-results table is built from the results files and nothing else, replaces only
 the block between its markers, `--check` finds a stale block, bad files are named with the field, and model_card.md
 still renders with the block."""
 
@@ -16,7 +16,7 @@ from conftest import REPO, tiny_config
 
 from vaswani import model_card
 
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "scripts" / "tools"))
 import results_table  # noqa: E402
 from results_table import END, START  # noqa: E402
 
@@ -259,7 +259,7 @@ def test_check_finds_a_stale_block_and_writes_nothing(project):
 
 
 def test_check_fails_the_command_line(project):
-    command = [sys.executable, str(REPO / "scripts/results_table.py"), "--root", str(project),
+    command = [sys.executable, str(REPO / "scripts/tools/results_table.py"), "--root", str(project),
                "--recipes", "recipes.yaml", "--files", "README.md", "--check"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert result.returncode == 1 and "Out of date: README.md" in result.stderr

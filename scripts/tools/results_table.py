@@ -1,8 +1,8 @@
 """Fill the project's results table, in README.md and model_card.md, from the files its runs wrote: the evaluation
 results of scripts/evaluate_model.py and the training summaries, for each recipe of scripts/configs/recipes.yaml.
 
-    python scripts/results_table.py            # rewrite the table in both files
-    python scripts/results_table.py --check    # exit 1 if a file's table is out of date; writes nothing
+    python scripts/tools/results_table.py            # rewrite the table in both files
+    python scripts/tools/results_table.py --check    # exit 1 if a file's table is out of date; writes nothing
 
 Only the text between `<!-- recipe-results:start -->` and `<!-- recipe-results:end -->` is rewritten. A recipe whose
 results file does not exist yet says "not run yet": no number in the table is typed by hand. Below the table, each
@@ -23,7 +23,7 @@ from vaswani.model_card import TASKS, load_results
 from vaswani.training.reporting import format_duration
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 START = "<!-- recipe-results:start -->"
 END = "<!-- recipe-results:end -->"
 # optional, in any of the files: the table of the models the project ships (the recipes with a `model`)
@@ -321,7 +321,7 @@ def details(row: Row, root: Path) -> str:
 
 def render_block(rows: list[Row], recipes_file: str, root: Path) -> str:
     header = [
-        f"<!-- Written by scripts/results_table.py from {recipes_file} and the files its recipes name: edit those "
+        f"<!-- Written by scripts/tools/results_table.py from {recipes_file} and the files its recipes name: edit those "
         "and run the script, not this block. -->",
         "",
         "| recipe | data, split | result | model | reference | target | met? | training time | hardware |",
@@ -338,7 +338,7 @@ def render_block(rows: list[Row], recipes_file: str, root: Path) -> str:
 def render_shipped_block(rows: list[Row], recipes_file: str) -> str:
     """A table of the shipped models: folder, task, what they score (from their results files), recipe."""
     lines = [
-        f"<!-- Written by scripts/results_table.py from {recipes_file}: the recipes with a `model`. -->",
+        f"<!-- Written by scripts/tools/results_table.py from {recipes_file}: the recipes with a `model`. -->",
         "",
         "| folder | task | data, split | result | made by the recipe |",
         "|---|---|---|---|---|",
@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.check:
                 path.write_text(updated, encoding="utf-8")
     if args.check and stale:
-        print(f"Out of date: {', '.join(stale)}. Run: python scripts/results_table.py", file=sys.stderr)
+        print(f"Out of date: {', '.join(stale)}. Run: python scripts/tools/results_table.py", file=sys.stderr)
         return 1
     print(("Up to date: " if not stale else "Rewrote the results table in: ") + ", ".join(stale or args.files))
     return 0

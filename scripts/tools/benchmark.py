@@ -1,7 +1,7 @@
 """Speed of this project's model against transformers' Marian built with the identical architecture.
 
-    python scripts/benchmark.py                       # tiny, small, base; fp32 and bf16; training and generation
-    python scripts/benchmark.py --presets base --json results.json
+    python scripts/tools/benchmark.py                       # tiny, small, base; fp32 and bf16; training and generation
+    python scripts/tools/benchmark.py --presets base --json results.json
 
 What is measured, in one process, the two models alternately (round after round, so that a change in the machine's
 load hits both alike), on the same random batch:
@@ -17,7 +17,7 @@ load hits both alike), on the same random batch:
     Marian ("speedup_ceiling").
 Runs on CPU by default and on the GPU when one is present (bf16 there, with a larger batch).
 
-    python scripts/benchmark.py --engines --threads 1 2    # generation in every engine (needs the ctranslate2 extra)
+    python scripts/tools/benchmark.py --engines --threads 1 2    # generation in every engine (needs the ctranslate2 extra)
 
 With --engines, only generation is timed, on the CPU, fp32 weights unless named: this model's `generate` as it is
 (`vaswani`), with its Linear layers through oneDNN (`vaswani_onednn`) or in int8 (`vaswani_int8`), both from
