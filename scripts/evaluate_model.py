@@ -44,7 +44,7 @@ from transformers import (
 from vaswani import pipelines as vaswani_pipelines
 from vaswani.cpu_inference import for_cpu_inference
 from vaswani.diagnostics import encoder_collapse, format_encoder_collapse, input_independence_warning, output_diversity
-from vaswani.evaluation import (
+from vaswani.scoring import (
     GROUPED_AGGREGATIONS,
     score_summarization,
     score_text_classification,
@@ -162,7 +162,7 @@ def columns_for(args: EvaluationArguments, config) -> dict[str, str]:
     return {"source": source, "target": target}
 
 
-def evaluate(args: EvaluationArguments, model, tokenizer, dataset, columns: dict[str, str], where: str):
+def score_split(args: EvaluationArguments, model, tokenizer, dataset, columns: dict[str, str], where: str):
     """(metrics, decoding settings ({} where nothing is generated), conventions text, diagnostics ({} where nothing
     is generated)) for the task, through its pipeline."""
     config = model.config
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
 
     started = time.perf_counter()
-    metrics, decoding, conventions, diagnostics = evaluate(args, model, tokenizer, dataset, columns, where)
+    metrics, decoding, conventions, diagnostics = score_split(args, model, tokenizer, dataset, columns, where)
     results = write_results(
         output_file, model=args.model, task=args.task,
         dataset={"name": args.dataset_name or args.dataset, "config": args.dataset_config, "split": args.split,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
-from vaswani.evaluation import rouge_metrics, write_results
+from vaswani.scoring import rouge_metrics, write_results
 from vaswani.extractive import METHODS, extract
 from vaswani.finetuning import load_checked_split
 

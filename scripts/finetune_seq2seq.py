@@ -77,11 +77,6 @@ def resolve_columns(task_args: Seq2SeqTaskArguments) -> tuple[str, str]:
     return source, target
 
 
-def language_tag(tokenizer, target_lang: str | None) -> str | None:
-    """The tokenizer's tag for the target language (`>>de<<`), if it has tags."""
-    return (getattr(tokenizer, "language_tags", None) or {}).get(target_lang)
-
-
 def encode_pairs(batch, tokenizer, source_column, target_column, max_source_length, max_target_length, tgt_lang=None):
     """Token ids of a batch of sources and their targets (`labels`), truncated. With `tgt_lang` (for a tokenizer with
     language tags), each source starts with that language's tag, as the project's translation pipeline gives it: the
@@ -149,7 +144,8 @@ def main(argv: list[str] | None = None) -> dict:
     target_lang = task_args.target_lang or getattr(model.config, "target_lang", None)
     max_source_length = input_length(model, tokenizer, task_args.max_source_length)
     max_target_length = usable_length(model, task_args.max_target_length)
-    tagged = task_args.task == "translation" and language_tag(tokenizer, target_lang) is not None
+    # a tokenizer with language tags (`>>de<<`) puts the target's first in every source
+    tagged = task_args.task == "translation" and target_lang in (getattr(tokenizer, "language_tags", None) or {})
 
     def prepare(dataset, source):
         dataset = drop_empty_pairs(dataset, source_column, target_column, source)
