@@ -30,7 +30,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedTokeniz
 from conftest import REPO, needs_shared_data, tiny_config
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.training import checkpoints as checkpoints_module
-from vaswani.training.arguments import DataArguments, load_config_file, parse_arguments
+from vaswani.training.arguments import TrainDataArguments, load_config_file, parse_arguments
 from vaswani.training.batching import TokenBudgetBatches, collate
 from vaswani.training.checkpoints import latest_checkpoint, list_checkpoints, remove_leftovers
 from vaswani.training.errors import CheckpointError, TrainingDiverged, TrainingError
@@ -148,7 +148,7 @@ def test_local_pairs_are_mapped_tokenized_and_filtered_with_counts(tmp_path, tok
     rows += [{"document": "word " * 60, "summary": "Zu lang."}]
     train_file = write_jsonl(tmp_path / "train.jsonl", rows)
     validation_file = write_jsonl(tmp_path / "validation.jsonl", rows[:4])
-    data = DataArguments(dataset=str(train_file), validation_dataset=str(validation_file), source_column="document",
+    data = TrainDataArguments(dataset=str(train_file), validation_dataset=str(validation_file), source_column="document",
                          target_column="summary", max_source_length=40, max_target_length=40)
     prepared = prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data)
 
@@ -161,7 +161,7 @@ def test_local_pairs_are_mapped_tokenized_and_filtered_with_counts(tmp_path, tok
     assert first["source_length"] == len(first["input_ids"])
     assert prepared.validation[0]["target_text"] == rows[0]["summary"]  # the references for BLEU/ROUGE
 
-    truncating = DataArguments(**{**data.__dict__, "too_long": "truncate"})
+    truncating = TrainDataArguments(**{**data.__dict__, "too_long": "truncate"})
     prepared = prepare_data(*load_raw_splits(truncating, tmp_path, seed=0), tokenizer, truncating)
     report = prepared.reports[0]
     assert (report.empty, report.truncated, report.kept) == (2, 1, 11)
@@ -171,7 +171,7 @@ def test_local_pairs_are_mapped_tokenized_and_filtered_with_counts(tmp_path, tok
 
 def test_tokenization_is_cached_between_runs(tmp_path, tokenizer):
     train_file = write_jsonl(tmp_path / "train.jsonl", [{"en": f"Sentence {i}.", "de": f"Satz {i}."} for i in range(20)])
-    data = DataArguments(dataset=str(train_file), validation_dataset=str(train_file))
+    data = TrainDataArguments(dataset=str(train_file), validation_dataset=str(train_file))
     first = prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data).train
     cache = Path(first.cache_files[0]["filename"])
     written = cache.stat().st_mtime_ns
@@ -183,7 +183,7 @@ def test_tokenization_is_cached_between_runs(tmp_path, tokenizer):
 def test_a_dotted_column_reads_inside_a_dict_column(tmp_path, tokenizer):
     rows = [{"translation": {"en": f"A dog {i}.", "de": f"Ein Hund {i}."}} for i in range(6)]
     train_file = write_jsonl(tmp_path / "wmt.jsonl", rows)
-    data = DataArguments(dataset=str(train_file), validation_dataset=str(train_file),
+    data = TrainDataArguments(dataset=str(train_file), validation_dataset=str(train_file),
                          source_column="translation.en", target_column="translation.de")
     prepared = prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data)
     assert prepared.validation["target_text"][:2] == ["Ein Hund 0.", "Ein Hund 1."]
@@ -199,7 +199,7 @@ def test_a_hub_dataset_is_asked_for_by_name_config_and_split(tmp_path, monkeypat
         return datasets.Dataset.from_list([{"en": "A dog.", "de": "Ein Hund."}] * 3)
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    data = DataArguments(dataset="someone/parallel-corpus", dataset_config="en-de", validation_split="dev")
+    data = TrainDataArguments(dataset="someone/parallel-corpus", dataset_config="en-de", validation_split="dev")
     train, validation = load_raw_splits(data, tmp_path, seed=0)
     assert asked == [("someone/parallel-corpus", "en-de", "train"), ("someone/parallel-corpus", "en-de", "dev")]
     assert len(train) == len(validation) == 3
@@ -207,7 +207,7 @@ def test_a_hub_dataset_is_asked_for_by_name_config_and_split(tmp_path, monkeypat
 
 def test_a_local_file_without_validation_holds_out_pairs(tmp_path):
     train_file = write_jsonl(tmp_path / "train.jsonl", [{"en": f"s {i}", "de": f"t {i}"} for i in range(300)])
-    train, validation = load_raw_splits(DataArguments(dataset=str(train_file)), tmp_path, seed=0)
+    train, validation = load_raw_splits(TrainDataArguments(dataset=str(train_file)), tmp_path, seed=0)
     assert (len(train), len(validation)) == (297, 3)
     assert not set(train["en"]) & set(validation["en"])
 
@@ -215,16 +215,16 @@ def test_a_local_file_without_validation_holds_out_pairs(tmp_path):
 def test_missing_column_error_names_it_and_lists_the_columns(tmp_path):
     train_file = write_jsonl(tmp_path / "train.jsonl", [{"english": "a", "german": "b"}] * 3)
     with pytest.raises(ValueError, match=r"Column 'en' is not in .*train.jsonl.*\['english', 'german'\]"):
-        load_raw_splits(DataArguments(dataset=str(train_file), validation_dataset=str(train_file)), tmp_path, 0)
+        load_raw_splits(TrainDataArguments(dataset=str(train_file), validation_dataset=str(train_file)), tmp_path, 0)
 
 
 def test_an_empty_dataset_is_an_error(tmp_path, tokenizer):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(ValueError, match=r"empty\.jsonl is empty"):
-        load_raw_splits(DataArguments(dataset=str(empty)), tmp_path, 0)
+        load_raw_splits(TrainDataArguments(dataset=str(empty)), tmp_path, 0)
     blank = write_jsonl(tmp_path / "blank.jsonl", [{"en": "", "de": "x"}, {"en": "y", "de": " "}])
-    data = DataArguments(dataset=str(blank), validation_dataset=str(blank))
+    data = TrainDataArguments(dataset=str(blank), validation_dataset=str(blank))
     with pytest.raises(ValueError, match=r"No usable pair is left in the train: 2 pairs -> 0 kept \(2 empty"):
         prepare_data(*load_raw_splits(data, tmp_path, 0), tokenizer, data)
 
@@ -238,7 +238,7 @@ def test_a_broken_file_is_reported_with_its_file_and_line(tmp_path):
     not_json = tmp_path / "broken.jsonl"
     not_json.write_text('{"en": "a", "de": "b"}\n{"en": "a", "de": "b"}\n{"en": "a" "de": "b"}\n')
     with pytest.raises(ValueError, match=r"broken\.jsonl, line 3: not valid JSON"):
-        load_raw_splits(DataArguments(dataset=str(not_json)), tmp_path, 0)
+        load_raw_splits(TrainDataArguments(dataset=str(not_json)), tmp_path, 0)
 
 
 @needs_shared_data
@@ -321,7 +321,7 @@ def bpe_dropout_pairs(tmp_path, tokenizer, **options):
              "de": f"Ein {words[(7 * i) % 13]} ist {words[i % 13]} am {words[(2 * i) % 13]} Nummer {i}."}
             for i in range(40)]
     train_file = write_jsonl(tmp_path / "train.jsonl", rows)
-    data = DataArguments(dataset=str(train_file), validation_dataset=str(train_file), bpe_dropout=0.1, **options)
+    data = TrainDataArguments(dataset=str(train_file), validation_dataset=str(train_file), bpe_dropout=0.1, **options)
     return data, prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data).train
 
 

@@ -23,7 +23,7 @@ SYNTHETIC_DATASET = "synthetic"
 
 
 @dataclass
-class DataArguments:
+class TrainDataArguments:
     dataset: str = field(
         default=SYNTHETIC_DATASET,
         metadata={
@@ -67,7 +67,7 @@ class DataArguments:
 
 
 @dataclass
-class ModelArguments:
+class TrainModelArguments:
     preset: Literal["tiny", "small", "base", "big"] = field(
         default="small", metadata={"help": "Model size (VaswaniConfig.from_preset)."}
     )
@@ -168,7 +168,7 @@ class TrainArguments:
     )
 
 
-ARGUMENT_CLASSES = (DataArguments, ModelArguments, TrainArguments)
+ARGUMENT_CLASSES = (TrainDataArguments, TrainModelArguments, TrainArguments)
 
 # Options a resumed run may change: they take effect from the update it resumes at (a new learning rate, warmup or
 # cooldown reshapes the schedule from there; a new max_steps lengthens or shortens the run). Every other option is
@@ -192,7 +192,7 @@ def options_changed_on_resume(saved: dict, current: dict) -> list[str]:
     ]
 
 
-def check_arguments(data: DataArguments, model: ModelArguments, train: TrainArguments) -> None:
+def check_arguments(data: TrainDataArguments, model: TrainModelArguments, train: TrainArguments) -> None:
     """Values that parse but make no sense, reported with the option's name, its value and what is allowed."""
     positive = {
         "max_source_length": data.max_source_length,
@@ -255,7 +255,7 @@ def parse_model_overrides(text: str) -> dict:
     return overrides
 
 
-def best_metric_name(data: DataArguments, train: TrainArguments) -> str:
+def best_metric_name(data: TrainDataArguments, train: TrainArguments) -> str:
     if train.best_metric != "auto":
         return train.best_metric
     return "bleu" if data.task == "translation" else "rougeL"
@@ -286,7 +286,7 @@ def load_config_file(path: str) -> dict:
     return values
 
 
-def parse_arguments(argv: list[str] | None = None) -> tuple[DataArguments, ModelArguments, TrainArguments]:
+def parse_arguments(argv: list[str] | None = None) -> tuple[TrainDataArguments, TrainModelArguments, TrainArguments]:
     """Defaults < values of `--config FILE` < the rest of the command line."""
     config_parser = argparse.ArgumentParser(add_help=False)
     config_parser.add_argument("--config", default=None)

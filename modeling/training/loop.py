@@ -24,8 +24,8 @@ from tqdm.auto import tqdm
 
 from .arguments import (
     CHANGEABLE_ON_RESUME,
-    DataArguments,
-    ModelArguments,
+    TrainDataArguments,
+    TrainModelArguments,
     TrainArguments,
     arguments_as_dict,
     best_metric_name,
@@ -91,8 +91,8 @@ class TrainingOutcome:
 class Run:
     """Everything a training run works with, built once by `set_up`."""
 
-    data: DataArguments
-    model_args: ModelArguments
+    data: TrainDataArguments
+    model_args: TrainModelArguments
     args: TrainArguments
     accelerator: Accelerator
     model: torch.nn.Module  # as prepared by Accelerate (wrapped for DDP / FSDP)
@@ -137,7 +137,7 @@ class LoggingWindow:
         return self.tokens / max(self.seconds, 1e-9)
 
 
-def train(data: DataArguments, model_args: ModelArguments, args: TrainArguments) -> TrainingOutcome:
+def train(data: TrainDataArguments, model_args: TrainModelArguments, args: TrainArguments) -> TrainingOutcome:
     started = time.perf_counter()
     die_with_the_launcher()
     run = set_up(data, model_args, args)
@@ -161,7 +161,7 @@ def train(data: DataArguments, model_args: ModelArguments, args: TrainArguments)
     return TrainingOutcome(summary=summary, model=run.accelerator.unwrap_model(run.model), accelerator=run.accelerator)
 
 
-def set_up(data: DataArguments, model_args: ModelArguments, args: TrainArguments) -> Run:
+def set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: TrainArguments) -> Run:
     """Data, tokenizer, model, optimizer and schedule, prepared by Accelerate; the state of the latest checkpoint
     with --resume."""
     output_dir = Path(args.output_dir)
@@ -233,7 +233,7 @@ def fit_deepspeed_config(accelerator, accumulation: int) -> None:
     plugin.deepspeed_config["gradient_accumulation_steps"] = accumulation
 
 
-def prepare_run(accelerator, lock: int | None, data: DataArguments, model_args: ModelArguments,
+def prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_args: TrainModelArguments,
                 args: TrainArguments) -> Run:
     output_dir = Path(args.output_dir)
     set_seed(args.seed)

@@ -7,7 +7,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from .. import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
-from .arguments import DataArguments, ModelArguments, TrainArguments, parse_model_overrides
+from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments, parse_model_overrides
 from .checkpoints import remove_leftovers
 from .errors import TrainingError
 from .ownership import release_output_dir, take_output_dir
@@ -72,7 +72,7 @@ def is_within(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def obtain_tokenizer(accelerator, model_args: ModelArguments, train_raw, data: DataArguments, output_dir: Path):
+def obtain_tokenizer(accelerator, model_args: TrainModelArguments, train_raw, data: TrainDataArguments, output_dir: Path):
     """The tokenizer given with --tokenizer, or the one this run learned from its training data (learned once, by
     the main process, and saved in output_dir/tokenizer; every process, and a resumed run, loads that copy)."""
     if model_args.tokenizer is not None:
@@ -91,7 +91,7 @@ def obtain_tokenizer(accelerator, model_args: ModelArguments, train_raw, data: D
     return AutoTokenizer.from_pretrained(folder)
 
 
-def build_model(model_args: ModelArguments, data: DataArguments, args: TrainArguments, tokenizer):
+def build_model(model_args: TrainModelArguments, data: TrainDataArguments, args: TrainArguments, tokenizer):
     overrides = parse_model_overrides(model_args.model_overrides) if model_args.model_overrides else {}
     config = VaswaniConfig.from_preset(
         model_args.preset,

@@ -15,7 +15,7 @@ from accelerate.utils import broadcast_object_list
 from tokenizers.models import BPE
 
 from ..data import is_local, load_split, require_columns
-from .arguments import SYNTHETIC_DATASET, DataArguments
+from .arguments import SYNTHETIC_DATASET, TrainDataArguments
 from .synthetic import write_synthetic_translation
 
 
@@ -34,7 +34,7 @@ class SplitReport:
     truncated: int
     kept: int
 
-    def describe(self, data: DataArguments) -> str:
+    def describe(self, data: TrainDataArguments) -> str:
         over = f"longer than {data.max_source_length}/{data.max_target_length} source/target tokens"
         handled = f"{self.too_long} dropped as {over}" if data.too_long == "drop" else f"{self.truncated} truncated"
         return f"{self.name}: {self.rows} pairs -> {self.kept} kept ({self.empty} empty dropped, {handled})"
@@ -47,7 +47,7 @@ class PreparedData:
     reports: list[SplitReport]
 
 
-def load_raw_splits(data: DataArguments, output_dir: Path, seed: int) -> tuple[datasets.Dataset, datasets.Dataset]:
+def load_raw_splits(data: TrainDataArguments, output_dir: Path, seed: int) -> tuple[datasets.Dataset, datasets.Dataset]:
     """The training and validation splits as they come, before tokenization."""
     dataset, validation = data.dataset, data.validation_dataset
     if dataset == SYNTHETIC_DATASET:
@@ -76,7 +76,7 @@ def load_raw_splits(data: DataArguments, output_dir: Path, seed: int) -> tuple[d
     return train, valid
 
 
-def check_columns(split: datasets.Dataset, data: DataArguments, where: str) -> None:
+def check_columns(split: datasets.Dataset, data: TrainDataArguments, where: str) -> None:
     if len(split) == 0:
         raise ValueError(f"The dataset {where} is empty: it holds no rows to train or validate on.")
     require_columns(split, [c.split(".")[0] for c in (data.source_column, data.target_column)], where=where)
@@ -128,7 +128,7 @@ def tokenize_pairs(
 
 
 def tokenize_split(
-    raw: datasets.Dataset, tokenizer, data: DataArguments, name: str, keep_text: bool
+    raw: datasets.Dataset, tokenizer, data: TrainDataArguments, name: str, keep_text: bool
 ) -> tuple[datasets.Dataset, SplitReport]:
     truncate = data.too_long == "truncate"
     tokenized = raw.map(
@@ -165,7 +165,7 @@ def tokenize_split(
 
 
 def prepare_data(
-    train_raw: datasets.Dataset, validation_raw: datasets.Dataset, tokenizer, data: DataArguments
+    train_raw: datasets.Dataset, validation_raw: datasets.Dataset, tokenizer, data: TrainDataArguments
 ) -> PreparedData:
     # with BPE-dropout, the training pairs are segmented anew from their text every epoch (BpeDropoutEpochs)
     train, train_report = tokenize_split(train_raw, tokenizer, data, "train", keep_text=data.bpe_dropout > 0)
@@ -194,7 +194,7 @@ class BpeDropoutEpochs:
     trained 1.6x slower (Multi30k, p=0.1). The main process draws the segmentation and sends it to the others, so that
     all processes batch the same pieces; a run resumed in the middle of an epoch draws that epoch anew."""
 
-    def __init__(self, train: datasets.Dataset, tokenizer, data: DataArguments, accelerator):
+    def __init__(self, train: datasets.Dataset, tokenizer, data: TrainDataArguments, accelerator):
         self.texts = train.select_columns(["source_text", "target_text"])[:]  # read once: {column: [str, ...]}
         self.tokenizer = bpe_dropout_tokenizer(tokenizer, data.bpe_dropout)
         self.data, self.accelerator = data, accelerator
@@ -226,7 +226,7 @@ class BpeDropoutEpochs:
         return {column: [pairs[column][i] for i in indices] for column in ("input_ids", "labels")}
 
 
-def training_texts(train_raw: datasets.Dataset, data: DataArguments):
+def training_texts(train_raw: datasets.Dataset, data: TrainDataArguments):
     """Source and target strings of the training split, to learn a tokenizer from."""
     for batch in train_raw.iter(batch_size=1000):
         for column in (data.source_column, data.target_column):
