@@ -12,7 +12,6 @@ the average of the heads).
 Beside the picture, `x.png` gets `x.json`: the source and target tokens (and ids) and the matrix, to check or reuse.
 """
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArg
 
 import vaswani  # noqa: F401  (registers the project's classes with the Auto classes)
 from vaswani.attention_map import PICTURE_FORMATS, CrossAttentionMap, cross_attention_map, save_heatmap
+from vaswani.cli import run_command
 from vaswani.finetuning.head_loading import require_trained_head
 
 
@@ -84,9 +84,4 @@ def main(argv: list[str] | None = None) -> CrossAttentionMap:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ValueError, OSError) as error:
-        # a problem with the arguments or the checkpoint: its message says what to do; a traceback would hide it
-        print(f"attention_heatmap.py: error: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_command(main)

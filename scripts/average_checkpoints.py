@@ -13,7 +13,6 @@ of this project (Auto classes, pipelines). `checkpoint_averaging.json` beside it
 `scripts/evaluate_model.py` states them in the conventions of the model's scores.
 """
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
 import vaswani  # noqa: F401  (registers the Vaswani classes with the Auto classes)
+from vaswani.cli import run_command
 from vaswani.training.checkpoints import list_checkpoints, write_averaging_record
 
 
@@ -87,8 +87,4 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ValueError, FileNotFoundError) as error:
-        print(f"average_checkpoints.py: error: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_command(main)

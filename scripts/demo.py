@@ -11,12 +11,12 @@ of a scene. The picture is the cross-attention of its last decoder layer, averag
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 from transformers import pipeline
 
 from vaswani.attention_map import PICTURE_FORMATS, cross_attention_map, save_heatmap
+from vaswani.cli import run_command
 
 
 MODEL = Path(__file__).resolve().parents[1] / "results" / "multi30k_en_de" / "model"
@@ -63,8 +63,4 @@ def main(argv: list[str] | None = None) -> list[str]:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ValueError, OSError) as error:
-        print(f"demo.py: error: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_command(main)

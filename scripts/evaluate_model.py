@@ -42,6 +42,7 @@ from transformers import (
 )
 
 from vaswani import pipelines as vaswani_pipelines
+from vaswani.cli import run_command
 from vaswani.cpu_inference import for_cpu_inference
 from vaswani.diagnostics import encoder_collapse, format_encoder_collapse, input_independence_warning, output_diversity
 from vaswani.scoring import (
@@ -293,4 +294,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_command(main)

@@ -27,13 +27,13 @@ itself is `vaswani.ctranslate2_export`. Needs the optional extra: pip install 'v
 """
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import HfArgumentParser
 from transformers.utils import logging as transformers_logging
 
+from vaswani.cli import run_command
 from vaswani.ctranslate2_export import OPTIONS_FILE, QUANTIZATIONS, export_to_ctranslate2
 
 
@@ -73,9 +73,4 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ValueError, FileNotFoundError, ImportError) as error:
-        # a problem with the input or the environment: its message says what to do; a traceback would hide it
-        print(f"export_ctranslate2.py: error: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_command(main)

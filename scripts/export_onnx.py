@@ -15,12 +15,12 @@ is written. What cannot be exported (a classifier, a folder of another model) is
 optional extra: pip install 'vaswani-transformer[onnx]'.
 """
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import HfArgumentParser
 
+from vaswani.cli import run_command
 from vaswani.onnx_export import OnnxExportError, export_to_onnx
 
 
@@ -48,9 +48,4 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ValueError, FileNotFoundError, ImportError, OnnxExportError) as error:
-        # a problem with the input or the environment: its message says what to do; a traceback would hide it
-        print(f"export_onnx.py: error: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_command(main, OnnxExportError)

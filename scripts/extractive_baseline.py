@@ -14,12 +14,12 @@ Methods (vaswani.extractive): `first_lines` (the first N lines: a dialogue's fir
 `--min_sentence_words` words, cut to `--max_words` words). ROUGE as evaluate_model.py scores a model.
 """
 
-import sys
 import time
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
+from vaswani.cli import run_command
 from vaswani.scoring import rouge_metrics, write_results
 from vaswani.extractive import METHODS, extract
 from vaswani.finetuning import load_checked_split
@@ -89,7 +89,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except ValueError as error:
-        sys.exit(f"extractive_baseline.py: error: {error}")
+    run_command(main)

@@ -14,11 +14,11 @@ dataset's `ClassLabel` feature, or the values in the data (see vaswani.finetunin
 works: `--activation_checkpointing`, `--bf16`, `--resume_from_checkpoint last`, ...
 """
 
-import sys
 from dataclasses import dataclass, field
 
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer
 
+from vaswani.cli import run_command
 from vaswani.finetuning import (
     argmax_logits,
     input_length,
@@ -90,4 +90,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_command(main)

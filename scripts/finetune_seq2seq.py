@@ -17,13 +17,13 @@ ROUGE-1/2/L/Lsum. `--preset NAME --tokenizer_name DIR` trains from scratch inste
 """
 
 import logging
-import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
+from vaswani.cli import run_command
 from vaswani.diagnostics import input_independence_warning, output_diversity
 from vaswani.finetuning import (
     drop_empty_pairs,
@@ -185,4 +185,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_command(main)

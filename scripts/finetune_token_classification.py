@@ -14,11 +14,11 @@ here has one), the dataset's `ClassLabel` feature, or the values in the data. On
 `torchrun --nproc_per_node 2 scripts/finetune_token_classification.py ...`.
 """
 
-import sys
 from dataclasses import dataclass, field
 
 from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
 
+from vaswani.cli import run_command
 from vaswani.finetuning import (
     argmax_logits,
     input_length,
@@ -109,4 +109,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_command(main)

@@ -20,11 +20,11 @@ fewer than `--min_words` words are dropped, and repeated pieces kept once. Write
 
 import math
 import random
-import sys
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
+from vaswani.cli import run_command
 from vaswani.data import load_split, require_columns, write_train_validation
 
 
@@ -124,7 +124,4 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as error:
-        sys.exit(f"make_denoising_pairs.py: error: {error}")
+    run_command(main)

@@ -25,11 +25,11 @@ utterances instead, speaker names included, in the dialogue's order (the SAMSum 
 with its first lines (vaswani.extractive).
 """
 
-import sys
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
+from vaswani.cli import run_command
 from vaswani.data import load_split, require_columns, write_train_validation
 from vaswani.extractive import METHODS, extract
 from vaswani.metrics import rouge_percent
@@ -95,7 +95,4 @@ def main(argv: list[str] | None = None) -> dict[str, int | float]:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as error:
-        sys.exit(f"make_pseudo_summaries.py: error: {error}")
+    run_command(main)

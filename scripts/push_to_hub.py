@@ -25,7 +25,6 @@ commit, so that the repository holds exactly the folder.
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from huggingface_hub.utils import validate_repo_id
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
 import vaswani
+from vaswani.cli import run_command
 from vaswani.model_card import TEMPLATE, load_results, render_model_card, training_from_record
 
 
@@ -274,8 +274,4 @@ def main(argv: list[str] | None = None) -> Path | str:
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (ValueError, FileNotFoundError, HfHubHTTPError) as error:
-        print(f"push_to_hub.py: error: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_command(main, HfHubHTTPError)

@@ -18,10 +18,10 @@ JSON) sets any of them, and the command line overrides the file. The output fold
 `tensorboard/`, `training_curves.png` and `summary.json`.
 """
 
-import sys
 
 from transformers.utils import logging as transformers_logging
 
+from vaswani.cli import run_command
 from vaswani.training.arguments import parse_arguments
 from vaswani.training.errors import TrainingError
 from vaswani.training.loop import train
@@ -36,9 +36,4 @@ def main(argv: list[str] | None = None):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except (TrainingError, ValueError, FileNotFoundError, NotADirectoryError) as error:
-        # a problem with the input or the environment: its message says what to do; a traceback would hide it
-        print(f"train.py: error: {error}", file=sys.stderr)
-        sys.exit(1)
+    run_command(main, TrainingError)

@@ -7,12 +7,12 @@
 (with `--dataset_config` and `--split`) for users who are online.
 """
 
-import sys
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
 from vaswani import VaswaniTokenizer
+from vaswani.cli import run_command
 from vaswani.data import iter_texts, load_split, require_columns
 
 
@@ -61,4 +61,4 @@ def main(argv: list[str] | None = None) -> VaswaniTokenizer:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_command(main)

@@ -1,0 +1,39 @@
+"""Every command ends on a bad input with one line `script.py: error: ...` and exit status 1 (vaswani.cli)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+
+@pytest.mark.parametrize("script, arguments, message", [
+    ("evaluate_model.py", ["--model", "no/such/folder", "--task", "translation", "--dataset", "x.jsonl"],
+     "is not a local folder"),
+    ("train_tokenizer.py", ["--dataset", "no/such/file.jsonl", "--columns", "en", "--output_dir", "unused"],
+     "Couldn't find any data file"),
+    ("finetune_classification.py", ["--model_name_or_path", "no/such/folder", "--output_dir", "unused"],
+     "Nothing to do: pass --do_train and/or --do_eval"),
+])
+def test_a_bad_input_is_one_line_on_stderr_and_status_1(script, arguments, message, tmp_path):
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / script), *arguments], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{script}: error: ") and message in last, last
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch, capsys):
+    from vaswani.cli import run_command
+
+    def broken(argv):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(sys, "argv", ["tool.py"])
+    with pytest.raises(KeyError):
+        run_command(broken)
+    with pytest.raises(SystemExit) as exit_info:
+        run_command(lambda argv: (_ for _ in ()).throw(FileNotFoundError("x.jsonl does not exist")))
+    assert exit_info.value.code == 1 and capsys.readouterr().err == "tool.py: error: x.jsonl does not exist\n"
