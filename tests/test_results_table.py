@@ -362,3 +362,31 @@ def test_the_repository_recipes_name_files_that_exist():
         # the numbers are kept in the repository (results/), the weights are not (outputs/ is git-ignored)
         assert recipe.results.endswith("evaluation_results.json") and recipe.results.startswith("results/")
         assert recipe.results in recipe.command and (recipe.training_summary or "") in recipe.command
+
+
+def test_the_readme_gets_the_table_alone_and_a_file_in_a_subfolder_links_through_the_root(project):
+    """README.md holds only the table (recipe-table markers); results/README.md the table and every recipe's details,
+    its links reaching the repository root through ../."""
+    from results_table import TABLE_END, TABLE_START
+
+    recipes = json.loads(json.dumps(RECIPES))
+    recipes["recipes"][0]["model"] = "results/en_de/model"
+    (project / "recipes.yaml").write_text(yaml.safe_dump(recipes, sort_keys=False), encoding="utf-8")
+    write_json(project / "results/en_de/model/config.json", {"model_type": "vaswani"})
+    (project / "README.md").write_text(f"{BEFORE}{TABLE_START}\nOLD\n{TABLE_END}{AFTER}", encoding="utf-8")
+    (project / "results" / "README.md").write_text(f"# results\n\n{START}\n{END}\n", encoding="utf-8")
+    assert run(project, files=("README.md", "results/README.md")) == 0
+    readme = (project / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index(TABLE_START): readme.index(TABLE_END)]
+    full = block_of(project / "results" / "README.md")
+    assert table_rows(table) and table_rows(table).keys() == table_rows(full).keys()
+    assert "```bash" not in table and "```bash" in full  # the commands are in the details only
+    assert "[results/en_de/model](results/en_de/model)" in table  # README.md sits at the root
+    assert "[results/en_de/model](../results/en_de/model)" in full
+    assert run(project, "--check", files=("README.md", "results/README.md")) == 0
+
+
+def test_a_file_without_either_marker_pair_is_named(project):
+    (project / "NOTES.md").write_text("no markers here\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"NOTES.md needs the markers .*recipe-results:start.* or .*recipe-table:start"):
+        run(project, files=("NOTES.md",))

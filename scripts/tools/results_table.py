@@ -1,10 +1,13 @@
-"""Fill the project's results table, in README.md and model_card.md, from the files its runs wrote: the evaluation
-results of scripts/evaluate_model.py and the training summaries, for each recipe of scripts/configs/recipes.yaml.
+"""Fill the project's results table, in README.md, model_card.md and results/README.md, from the files its runs
+wrote: the evaluation results of scripts/evaluate_model.py and the training summaries, for each recipe of
+scripts/configs/recipes.yaml.
 
-    python scripts/tools/results_table.py            # rewrite the table in both files
+    python scripts/tools/results_table.py            # rewrite the tables
     python scripts/tools/results_table.py --check    # exit 1 if a file's table is out of date; writes nothing
 
-Only the text between `<!-- recipe-results:start -->` and `<!-- recipe-results:end -->` is rewritten. A recipe whose
+Only the text between markers is rewritten: `<!-- recipe-results:start -->` / `<!-- recipe-results:end -->` get the
+table and each recipe's details (results/README.md, model_card.md), `<!-- recipe-table:start -->` /
+`<!-- recipe-table:end -->` the table alone (README.md), `<!-- shipped-models:start -->` / `end` the shipped models. A recipe whose
 results file does not exist yet says "not run yet": no number in the table is typed by hand. Below the table, each
 recipe gets its commands and the evaluation conventions from its results file (decoding settings, metric
 signatures), so that every number stands next to how it was measured, the picture the run made, if any, and a
@@ -12,6 +15,7 @@ table of the recipe's other runs (`experiments`: what each changed, with which o
 """
 
 import json
+import os
 import sys
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -26,6 +30,9 @@ from vaswani.training.reporting import format_duration
 REPO = Path(__file__).resolve().parents[2]
 START = "<!-- recipe-results:start -->"
 END = "<!-- recipe-results:end -->"
+# the table alone, without each recipe's commands, conventions and notes (the README: they are in results/README.md)
+TABLE_START = "<!-- recipe-table:start -->"
+TABLE_END = "<!-- recipe-table:end -->"
 # optional, in any of the files: the table of the models the project ships (the recipes with a `model`)
 SHIPPED_START = "<!-- shipped-models:start -->"
 SHIPPED_END = "<!-- shipped-models:end -->"
@@ -40,7 +47,7 @@ class TableArguments:
         default="scripts/configs/recipes.yaml", metadata={"help": "The recipes file (YAML), one entry per row."}
     )
     files: list[str] = field(
-        default_factory=lambda: ["README.md", "model_card.md"],
+        default_factory=lambda: ["README.md", "model_card.md", "results/README.md"],
         metadata={"help": "The files whose block between the recipe-results markers is rewritten."},
     )
     root: str = field(
@@ -235,8 +242,9 @@ def metric_values(row: Row) -> str:
     return "; ".join(f"{metric['name']} {number(metric['value'])}" for metric in row.metrics)
 
 
-def model_link(recipe: Recipe) -> str:
-    return f"[{recipe.model}]({recipe.model})"
+def model_link(recipe: Recipe, prefix: str = "") -> str:
+    """A link to the shipped folder; `prefix` leads from the file the link is written in to the repository root."""
+    return f"[{recipe.model}]({prefix}{recipe.model})"
 
 
 def goal_cell(row: Row) -> str:
@@ -250,7 +258,7 @@ def goal_cell(row: Row) -> str:
     return f"{verdict} ({goal.metric} {number(value)} {sign} {number(goal.at_least)})"
 
 
-def table_line(row: Row) -> str:
+def table_line(row: Row, prefix: str = "") -> str:
     recipe, results = row.recipe, row.results
     if results is None:
         data, values = recipe.data, NOT_RUN
@@ -263,13 +271,13 @@ def table_line(row: Row) -> str:
         duration = "—"
     else:
         duration = NOT_RUN if row.seconds is None else f"{format_duration(row.seconds)} (wall)"
-    shipped = model_link(recipe) if recipe.model else "—"
+    shipped = model_link(recipe, prefix) if recipe.model else "—"
     cells = [recipe.name, data, values, shipped, recipe.reference, recipe.target, goal_cell(row), duration,
              recipe.hardware]
     return table_row(cells)
 
 
-def details(row: Row, root: Path) -> str:
+def details(row: Row, root: Path, prefix: str = "") -> str:
     """The commands of a recipe and the conventions of its numbers."""
     recipe, results = row.recipe, row.results
     lines = [f"**{recipe.name}** ({recipe.task})", "", "```bash", recipe.command, "```", ""]
@@ -315,11 +323,11 @@ def details(row: Row, root: Path) -> str:
             cells = [run.change, run.options, run.training_time, run.evaluations, run.validation, run.test]
             lines.append(table_row([text or "—" for text in cells]))
     if recipe.picture and (root / recipe.picture).is_file():
-        lines += ["", f"![{recipe.name}: the picture its run made]({recipe.picture})"]
+        lines += ["", f"![{recipe.name}: the picture its run made]({prefix}{recipe.picture})"]
     return "\n".join(lines)
 
 
-def render_block(rows: list[Row], recipes_file: str, root: Path) -> str:
+def render_table(rows: list[Row], recipes_file: str, prefix: str = "") -> str:
     header = [
         f"<!-- Written by scripts/tools/results_table.py from {recipes_file} and the files its recipes name: edit those "
         "and run the script, not this block. -->",
@@ -327,15 +335,19 @@ def render_block(rows: list[Row], recipes_file: str, root: Path) -> str:
         "| recipe | data, split | result | model | reference | target | met? | training time | hardware |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    table = "\n".join(header + [table_line(row) for row in rows])
-    block = table + "\n\n" + "\n\n".join(details(row, root) for row in rows)
+    return "\n".join(header + [table_line(row, prefix) for row in rows])
+
+
+def render_block(rows: list[Row], recipes_file: str, root: Path, prefix: str = "") -> str:
+    """The table, then each recipe's commands, conventions, notes and other runs."""
+    block = render_table(rows, recipes_file, prefix) + "\n\n" + "\n\n".join(details(row, root, prefix) for row in rows)
     # model_card.md is a Jinja2 template whose block sits inside {% raw %}: only an endraw tag could break out of it
     if "endraw" in block:
         raise ValueError("The table would contain the text `endraw`, which would break model_card.md's {% raw %}.")
     return block
 
 
-def render_shipped_block(rows: list[Row], recipes_file: str) -> str:
+def render_shipped_block(rows: list[Row], recipes_file: str, prefix: str = "") -> str:
     """A table of the shipped models: folder, task, what they score (from their results files), recipe."""
     lines = [
         f"<!-- Written by scripts/tools/results_table.py from {recipes_file}: the recipes with a `model`. -->",
@@ -350,7 +362,7 @@ def render_shipped_block(rows: list[Row], recipes_file: str) -> str:
             data, values = row.recipe.data, NOT_RUN
         else:
             data, values = f"{row.results['dataset']['name']}, {row.results['dataset']['split']}", metric_values(row)
-        lines.append(table_row([model_link(row.recipe), row.recipe.task, data, values, row.recipe.name]))
+        lines.append(table_row([model_link(row.recipe, prefix), row.recipe.task, data, values, row.recipe.name]))
     return "\n".join(lines)
 
 
@@ -372,17 +384,27 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root)
     recipes = load_recipes(root / args.recipes)
     rows = [read_row(recipe, root) for recipe in recipes]
-    block = render_block(rows, args.recipes, root)
-    shipped = render_shipped_block(rows, args.recipes)
     stale = []
     for name in args.files:
         path = root / name
         if not path.is_file():
             raise FileNotFoundError(f"--files: {path} does not exist.")
-        text = path.read_text(encoding="utf-8")
-        updated = replace_block(text, block, str(path))
-        if SHIPPED_START in updated or SHIPPED_END in updated:
-            updated = replace_block(updated, shipped, str(path), SHIPPED_START, SHIPPED_END)
+        # links are written relative to the file (results/README.md reaches the repository root through ../)
+        prefix = "" if path.parent.resolve() == root.resolve() else os.path.relpath(root, path.parent) + "/"
+        blocks = {
+            (START, END): render_block(rows, args.recipes, root, prefix),
+            (TABLE_START, TABLE_END): render_table(rows, args.recipes, prefix),
+            (SHIPPED_START, SHIPPED_END): render_shipped_block(rows, args.recipes, prefix),
+        }
+        text = updated = path.read_text(encoding="utf-8")
+        if not any(start in text or end in text for start, end in list(blocks)[:2]):
+            raise ValueError(
+                f"{path} needs the markers {START} and {END} (the table and each recipe's details) or {TABLE_START} "
+                f"and {TABLE_END} (the table alone), around the place of the table."
+            )
+        for (start, end), block in blocks.items():
+            if start in updated or end in updated:
+                updated = replace_block(updated, block, str(path), start, end)
         if updated != text:
             stale.append(name)
             if not args.check:
