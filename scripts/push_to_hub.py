@@ -29,7 +29,6 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError
@@ -39,6 +38,7 @@ from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 import vaswani
 from vaswani.cli import run_command
 from vaswani.model_card import TEMPLATE, load_results, render_model_card, training_from_record
+from vaswani.recipes import Recipe, find_recipe, load_recipes
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,16 +123,6 @@ def check_arguments(args: PushArguments) -> None:
             raise ValueError(f"--output_dir {output_dir} with --overwrite_output_dir would delete the checkpoint itself.")
 
 
-def load_recipe(name: str, path: Path = RECIPES_FILE) -> dict:
-    """The entry of the recipes file whose `name` is `name`; an error lists the names there are."""
-    recipes = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("recipes") or []
-    names = [entry.get("name") for entry in recipes if isinstance(entry, dict)]
-    for entry in recipes:
-        if isinstance(entry, dict) and entry.get("name") == name:
-            return entry
-    raise ValueError(f"--recipe {name!r} is not a recipe of {path}; the recipes are {names}.")
-
-
 def git(*arguments: str) -> str | None:
     try:
         result = subprocess.run(["git", *arguments], cwd=REPO, capture_output=True, text=True, timeout=30)
@@ -141,14 +131,14 @@ def git(*arguments: str) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
-def training_data_of(recipe: dict) -> str:
+def training_data_of(recipe: Recipe) -> str:
     return (
-        f"The files the recipe's commands name (under Training procedure); it is evaluated on {recipe['data']}, "
+        f"The files the recipe's commands name (under Training procedure); it is evaluated on {recipe.data}, "
         "so its training data are that dataset's training split."
     )
 
 
-def provenance(recipe: dict) -> str:
+def provenance(recipe: Recipe) -> str:
     """The card's training procedure for a recipe's checkpoint: the recipe, the commit of the code, its commands."""
     commit = git("rev-parse", "HEAD")
     changed = git("diff", "--name-only", "HEAD", "--", "modeling", "pipelines", "scripts")
@@ -162,21 +152,21 @@ def provenance(recipe: dict) -> str:
             code += f" and {len(paths) - 12} more" if len(paths) > 12 else ""
         code += "."
     return "\n".join([
-        f"Made by the recipe **{recipe['name']}** of `{RECIPES_FILE.relative_to(REPO)}` (hardware: {recipe.get('hardware', 'not recorded')}). {code}",
+        f"Made by the recipe **{recipe.name}** of `{RECIPES_FILE.relative_to(REPO)}` (hardware: {recipe.hardware}). {code}",
         "",
         "Its commands, run from the repository root (training, evaluation, and the copy into this folder):",
         "",
         "```bash",
-        recipe["command"].strip(),
+        recipe.command,
         "```",
     ])
 
 
-def results_files(args: PushArguments, recipe: dict | None = None) -> list[Path]:
+def results_files(args: PushArguments, recipe: Recipe | None = None) -> list[Path]:
     if args.results:
         return [Path(path) for path in args.results]
-    if recipe is not None and recipe.get("results"):
-        return [REPO / recipe["results"]]
+    if recipe is not None:
+        return [REPO / recipe.results]
     default = Path(args.model_dir) / RESULTS_FILE
     return [default] if default.is_file() else []
 
@@ -197,7 +187,7 @@ def load_model(model_dir: Path):
 def stage(args: PushArguments, folder: Path) -> list[Path]:
     """Write into `folder` everything the repository will hold; return the files."""
     model_dir = Path(args.model_dir)
-    recipe = load_recipe(args.recipe) if args.recipe else None
+    recipe = find_recipe(load_recipes(RECIPES_FILE), args.recipe, RECIPES_FILE) if args.recipe else None
     # read first: a bad file stops before any work
     results = [load_results(path) for path in results_files(args, recipe)]
     recorded_data, recorded_procedure = training_from_record(model_dir)

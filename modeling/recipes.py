@@ -1,0 +1,130 @@
+"""The project's recipes (scripts/configs/recipes.yaml): what each one trains and evaluates, with which commands,
+and what it aims at. Read by scripts/tools/results_table.py (the results tables) and scripts/push_to_hub.py (the card
+of a shipped model); an error names the file, the recipe and the field."""
+
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+
+import yaml
+
+from .model_card import TASKS
+
+
+@dataclass
+class Goal:
+    """The target as a check: the results' metric `metric` (its `type`) is at least `at_least`."""
+
+    metric: str
+    at_least: float
+
+
+@dataclass
+class Experiment:
+    """Another run of a recipe: what it changed, the options it added to the recipe's training command, and what it
+    measured, as text (each number written next to how it was measured, as in `notes`)."""
+
+    change: str
+    options: str
+    training_time: str | None = None
+    evaluations: str | None = None  # the run's own evaluations during training
+    validation: str | None = None  # the evaluate command's scores on the validation split
+    test: str | None = None
+
+
+@dataclass
+class Recipe:
+    name: str
+    task: str
+    data: str
+    command: str
+    results: str
+    hardware: str
+    reference: str
+    target: str
+    training_summary: str | None = None
+    metrics: list[str] | None = None
+    goal: Goal | None = None
+    notes: str | None = None
+    picture: str | None = None
+    model: str | None = None  # the folder of the trained model the project ships (results/<recipe>/model)
+    experiments: list[Experiment] | None = None
+
+
+def load_recipes(path: Path) -> list[Recipe]:
+    """The recipes of a YAML file `{recipes: [...]}`; an error names the file, the recipe and the field."""
+    try:
+        content = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Recipes file {path} does not exist.") from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"Recipes file {path} is not valid YAML: {error}") from None
+    if not isinstance(content, dict) or not isinstance(content.get("recipes"), list) or not content["recipes"]:
+        raise ValueError(f"Recipes file {path}: expected `recipes:` with a list of recipes.")
+    recipes = []
+    for number, entry in enumerate(content["recipes"], start=1):
+        if not isinstance(entry, dict):
+            raise ValueError(f"Recipes file {path}: recipe {number} is not a mapping of fields.")
+        where = f"Recipes file {path}, recipe {number} ({entry.get('name', 'no name')})"
+        check_fields(entry, Recipe, where, optional_text=("training_summary", "notes", "picture", "model"))
+        if entry["task"] not in TASKS:
+            raise ValueError(f"{where}: `task` is {entry['task']!r}; expected one of {list(TASKS)}.")
+        metrics = entry.get("metrics")
+        types_listed = isinstance(metrics, list) and metrics and all(isinstance(kind, str) for kind in metrics)
+        if metrics is not None and not types_listed:
+            raise ValueError(f"{where}: `metrics` must be a list of metric types (e.g. [bleu, sacrebleu]).")
+        goal = None if entry.get("goal") is None else parse_goal(entry["goal"], where)
+        experiments = None if entry.get("experiments") is None else parse_experiments(entry["experiments"], where)
+        recipes.append(
+            Recipe(**{**entry, "command": entry["command"].strip(), "goal": goal, "experiments": experiments})
+        )
+    return recipes
+
+
+def check_fields(entry: dict, kind: type, where: str, optional_text: tuple[str, ...]) -> None:
+    """`entry` has only the fields of the dataclass `kind`, its required ones as text, and `optional_text` as text
+    where given; the error says where, which field and what is allowed."""
+    known = [f.name for f in fields(kind)]
+    if unknown := sorted(set(entry) - set(known)):
+        raise ValueError(f"{where}: unknown field(s) {unknown}; the fields are {known}.")
+    for f in fields(kind):
+        value = entry.get(f.name)
+        if f.default is MISSING and (not isinstance(value, str) or not value.strip()):
+            raise ValueError(f"{where}: `{f.name}` is missing or not text.")
+        if f.name in optional_text and value is not None and not isinstance(value, str):
+            raise ValueError(f"{where}: `{f.name}` must be text.")
+
+
+def parse_goal(goal, where: str) -> Goal:
+    if (
+        not isinstance(goal, dict)
+        or set(goal) != {"metric", "at_least"}
+        or not isinstance(goal["metric"], str)
+        or isinstance(goal["at_least"], bool)
+        or not isinstance(goal["at_least"], (int, float))
+    ):
+        raise ValueError(f"{where}: `goal` must be {{metric: TYPE, at_least: NUMBER}}, got {goal!r}.")
+    return Goal(goal["metric"], goal["at_least"])
+
+
+def parse_experiments(experiments, where: str) -> list[Experiment]:
+    if not isinstance(experiments, list) or not experiments:
+        raise ValueError(f"{where}: `experiments` must be a list of runs, each a mapping of fields.")
+    every_field = tuple(f.name for f in fields(Experiment))
+    parsed = []
+    for number, experiment in enumerate(experiments, start=1):
+        if not isinstance(experiment, dict):
+            raise ValueError(f"{where}, experiment {number}: not a mapping of fields.")
+        check_fields(experiment, Experiment, f"{where}, experiment {number}", optional_text=every_field)
+        parsed.append(Experiment(**experiment))
+    return parsed
+
+
+def find_recipe(recipes: list[Recipe], name: str, path: Path) -> Recipe:
+    """The recipe called `name`; an error lists the names there are."""
+    for recipe in recipes:
+        if recipe.name == name:
+            return recipe
+    raise ValueError(f"--recipe {name!r} is not a recipe of {path}; the recipes are {[r.name for r in recipes]}.")
+
+
+__all__ = ["Experiment", "Goal", "Recipe", "find_recipe", "load_recipes"]
