@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import datasets
+import torch
 import transformers
 from transformers import AutoTokenizer, HfArgumentParser, PreTrainedModel, Trainer, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
@@ -288,6 +289,10 @@ def train_and_evaluate(
         trainer.log_metrics("eval", metrics)
         trainer.save_metrics("eval", metrics)
         results.update(metrics)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        # the Trainer leaves the process group up; left to the interpreter's exit, gloo's threads sometimes abort the
+        # process after the run is done ("terminate called without an active exception", exit -6 under torchrun)
+        torch.distributed.destroy_process_group()
     return results
 
 
