@@ -382,7 +382,8 @@ def translate_options(generation_config) -> dict:
     beams = generation_config.num_beams or 1
     options = {"beam_size": beams}
     if beams > 1:
-        options["length_penalty"] = float(generation_config.length_penalty)
+        penalty = generation_config.length_penalty
+        options["length_penalty"] = 1.0 if penalty is None else float(penalty)  # unset: transformers' default
     if generation_config.max_new_tokens is not None:
         options["max_decoding_length"] = generation_config.max_new_tokens
     elif generation_config.max_length is not None:

@@ -105,6 +105,13 @@ def test_shipped_model_decodes_to_the_tokens_of_generate(shipped, num_beams):
     assert got == expected
 
 
+def test_translate_options_fill_what_a_generation_config_leaves_unset():
+    from transformers import GenerationConfig
+
+    options = ctranslate2_export.translate_options(GenerationConfig(num_beams=5, max_new_tokens=80))
+    assert options == {"beam_size": 5, "length_penalty": 1.0, "max_decoding_length": 80, "min_decoding_length": 0}
+
+
 @needs_shipped_model
 def test_translate_options_reproduce_the_generation_config(shipped):
     """`translate_options.json` is the model's generation config (beam 5, at most 80 new tokens, length penalty 1)
