@@ -27,7 +27,7 @@ class CTranslate2Pipeline:
         if task not in OUTPUT_KEYS:
             raise ValueError(f"task={task!r}: a CTranslate2 export translates or summarizes; use one of {list(OUTPUT_KEYS)}.")
         ctranslate2 = import_ctranslate2()
-        self.task, self.output_key = task, OUTPUT_KEYS[task]
+        self.output_key = OUTPUT_KEYS[task]
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         if tgt_lang is not None:
             self.tokenizer.tgt_lang = tgt_lang  # a multilingual model reads the target's tag first

@@ -100,7 +100,7 @@ def dataset_label(name: str) -> str:
 
 # What a run leaves beside its model: train.py's options (in the run folder, above best/ and last/) or the fine-tuning
 # scripts' (in --output_dir), and the Trainer's state. JSON only: transformers' training_args.bin is a pickle.
-ARGUMENTS_FILE = "arguments.json"
+ARGUMENTS_FILE = "arguments.json"  # written by train.py (its run folder and every checkpoint) and the fine-tuning scripts
 TRAINER_STATE_FILE = "trainer_state.json"
 MAX_RECORD_BYTES = 1_000_000
 TRAIN_PY_DATA_OPTIONS = (

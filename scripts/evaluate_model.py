@@ -229,12 +229,14 @@ def generation_pipeline(args: EvaluationArguments, model, tokenizer):
         from vaswani.ctranslate2_export import export_to_ctranslate2
         from vaswani.ctranslate2_generation import CTranslate2Pipeline
 
-        folder = Path(tempfile.mkdtemp(prefix="vaswani-ct2-"))
-        export_to_ctranslate2(
-            args.model, folder, quantization="int8" if args.quantization == "int8" else None, overwrite_output_dir=True
-        )
         tgt_lang = getattr(model.config, "target_lang", None) if getattr(tokenizer, "language_tags", None) else None
-        return CTranslate2Pipeline(folder, args.task, tgt_lang=tgt_lang)
+        # the translator and the tokenizer are in memory once built: the exported folder is not needed after that
+        with tempfile.TemporaryDirectory(prefix="vaswani-ct2-") as folder:
+            export_to_ctranslate2(
+                args.model, folder, quantization="int8" if args.quantization == "int8" else None,
+                overwrite_output_dir=True,
+            )
+            return CTranslate2Pipeline(folder, args.task, tgt_lang=tgt_lang)
     if args.quantization == "int8":
         model = for_cpu_inference(model, quantization="int8")
     return vaswani_pipelines.pipeline(args.task, model=model, tokenizer=tokenizer)

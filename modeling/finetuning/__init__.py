@@ -21,6 +21,7 @@ from transformers import AutoTokenizer, HfArgumentParser, PreTrainedModel, Train
 from transformers.trainer_utils import get_last_checkpoint
 
 from ..data import is_local, load_split, require_columns, require_values
+from ..model_card import ARGUMENTS_FILE
 from .head_loading import LoadingReport, ModelArguments, label_names_of_fine_tuned, load_head
 from .label_sets import LabelSet, resolve_label_set
 
@@ -28,7 +29,6 @@ from .label_sets import LabelSet, resolve_label_set
 logger = logging.getLogger(__name__)
 
 RESUME_LATEST = ("last", "latest", "true", "True")
-ARGUMENTS_FILE = "arguments.json"  # the run's options, beside the model (as train.py writes them)
 
 
 @dataclass

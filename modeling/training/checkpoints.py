@@ -34,6 +34,7 @@ import torch
 from accelerate.utils import load as load_weights_only  # torch.load(weights_only=True), numpy's arrays allowed
 from safetensors import SafetensorError, safe_open
 
+from ..model_card import ARGUMENTS_FILE  # the options of the run that wrote the checkpoint
 from .errors import CheckpointError
 
 
@@ -42,7 +43,6 @@ TEMPORARY_PREFIX = ".tmp-"
 RETIRED_PREFIX = ".old-"
 AVERAGING_RECORD = "checkpoint_averaging.json"
 PROGRESS_FILE = "training_progress.json"  # {"num_processes": N, "progress": {...}}: where the run is
-OPTIONS_FILE = "arguments.json"  # the options of the run that wrote the checkpoint
 LEGACY_PROGRESS_FILE = "custom_checkpoint_0.pkl"  # where earlier versions kept the progress, as a pickle
 
 
@@ -121,7 +121,7 @@ def checkpoint_problem(folder: Path, num_processes: int) -> str | None:
         return f"{PROGRESS_FILE} is missing"
     try:
         record = read_json_record(folder / PROGRESS_FILE)
-        read_json_record(folder / OPTIONS_FILE)
+        read_json_record(folder / ARGUMENTS_FILE)
     except ValueError as error:
         return str(error)
     written_by = record.get("num_processes")

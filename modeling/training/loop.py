@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedType, set_seed
+from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
 from tqdm.auto import tqdm
 
 from .arguments import (
@@ -33,7 +33,7 @@ from .arguments import (
 )
 from .batching import TokenBudgetBatches, collate
 from .checkpoints import (
-    OPTIONS_FILE,
+    ARGUMENTS_FILE,
     PROGRESS_FILE,
     describe_load_error,
     latest_checkpoint,
@@ -212,7 +212,7 @@ def check_engine(accelerator) -> None:
     without GPUs it falls back to plain multi-process training (DDP) without a word, and the run would not be what
     the config says."""
     for variable, engine in REQUESTED_ENGINES.items():
-        if os.environ.get(variable, "false").lower() in ("1", "true", "yes") and accelerator.distributed_type != engine:
+        if parse_flag_from_env(variable) and accelerator.distributed_type != engine:
             raise TrainingError(
                 f"The Accelerate config asks for {engine.value} ({variable}=true), but Accelerate set up "
                 f"{accelerator.distributed_type.value} on {accelerator.device}: {engine.value} shards the model "
@@ -264,7 +264,7 @@ def prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_a
         resume(accelerator, output_dir / "checkpoints", progress, options, schedule, peak_learning_rate)
         metrics.drop_after(progress.step)
     if accelerator.is_main_process:
-        (output_dir / "arguments.json").write_text(json.dumps(options, indent=2))
+        (output_dir / ARGUMENTS_FILE).write_text(json.dumps(options, indent=2))
     if args.report_to != "none":
         accelerator.init_trackers("tensorboard", config={k: v for k, v in options.items() if v is not None})
 
@@ -300,7 +300,7 @@ def resume(accelerator, root: Path, progress: TrainingProgress, options: dict, s
         accelerator.print(f"WARNING: --resume does not use {reason}.")
     if skipped:
         accelerator.print(f"WARNING: resuming from the newest checkpoint that is complete: {folder}.")
-    changed = options_changed_on_resume(read_json_record(folder / OPTIONS_FILE), options)
+    changed = options_changed_on_resume(read_json_record(folder / ARGUMENTS_FILE), options)
     if changed:
         raise TrainingError(
             f"--resume from {folder}: these options differ from the run's, and its checkpoint fixes them: "
@@ -512,7 +512,7 @@ def save_full_checkpoint(run: Run, kill_halfway: bool = False) -> None:
     run.progress.wall_seconds = run.wall_seconds()
     records = {
         PROGRESS_FILE: {"num_processes": run.accelerator.num_processes, "progress": run.progress.state_dict()},
-        OPTIONS_FILE: run.options,
+        ARGUMENTS_FILE: run.options,
     }
     save_checkpoint(run.accelerator, run.model, run.tokenizer, run.output_dir / "checkpoints", run.progress.step,
                     run.args.keep_checkpoints, records=records, kill_halfway=kill_halfway)

@@ -8,7 +8,7 @@ from transformers import AutoTokenizer
 
 from .. import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments, parse_model_overrides
-from .checkpoints import remove_leftovers
+from .checkpoints import ARGUMENTS_FILE, remove_leftovers
 from .errors import TrainingError
 from .ownership import release_output_dir, take_output_dir
 from .seq2seq_data import training_texts
@@ -16,7 +16,7 @@ from .seq2seq_data import training_texts
 
 # What a run writes into its output folder; finding any of them means a run was there before.
 RUN_FILES = ("checkpoints", "best", "last", "tokenizer", "tensorboard", "metrics.jsonl", "summary.json",
-             "training_curves.png", "arguments.json")
+             "training_curves.png", ARGUMENTS_FILE)
 
 
 def prepare_output_dir(accelerator, output_dir: Path, args: TrainArguments, tokenizer: str | None = None) -> int | None:
