@@ -1,6 +1,10 @@
 """Loading text datasets for the scripts (local JSON Lines / JSON / CSV files, or a Hub dataset by name), and writing
 the JSON Lines training and validation files of the scripts that make self-supervised pairs.
 
+Every script names its data as transformers' example scripts do: local files with `--train_file`, `--validation_file`
+or `--test_file`, a dataset on the Hub with `--dataset_name` (and `--dataset_config_name`). `data_source` checks that
+each split comes from exactly one of them, and that each is what its option says, before anything is loaded.
+
 Errors name what is wrong: the file and line of a broken record, the missing column and the columns there are.
 """
 
@@ -21,6 +25,74 @@ def is_local(dataset: str) -> bool:
 def split_paths(dataset: str) -> list[str]:
     """Several local files may be given at once, separated by commas."""
     return [part.strip() for part in dataset.split(",") if part.strip()]
+
+
+def looks_like_hub_dataset(name: str) -> bool:
+    """A Hub dataset id ("multi30k", "bentrevett/multi30k") rather than a path to local files."""
+    return (
+        not Path(name).exists()
+        and name.count("/") <= 1
+        and not name.startswith((".", "/", "~"))
+        and not name.lower().endswith(tuple(LOCAL_FORMATS))
+        and "," not in name
+    )
+
+
+HUB_OPTION = "--dataset_name"
+
+
+def data_source(
+    file: str | None, dataset_name: str | None, file_option: str = "--train_file", needed_by: str | None = None
+) -> str | None:
+    """The one source of a split: the local file(s) given with `file_option`, or the Hub dataset of --dataset_name
+    (None where neither is given, or an error naming `needed_by`, what needs them). Checked before any loading: a
+    file that is not there is not looked for on the Hub, and a local file is not taken for a Hub id."""
+    if file is not None and dataset_name is not None:
+        raise ValueError(
+            f"{file_option} {file} and {HUB_OPTION} {dataset_name} both give the data of one split: give local "
+            f"files with {file_option} or a dataset on the Hub with {HUB_OPTION}, not both."
+        )
+    if file is not None:
+        check_files_exist(file, file_option)
+        return file
+    if dataset_name is not None:
+        if not looks_like_hub_dataset(dataset_name):
+            kind = "a local file" if is_local(dataset_name) else "a file path"
+            raise ValueError(
+                f"{HUB_OPTION} {dataset_name} is {kind}, not a dataset on the Hub: give local files with {file_option}."
+            )
+        return dataset_name
+    if needed_by is not None:
+        raise ValueError(f"{needed_by} needs data: local files with {file_option}, or a dataset on the Hub with "
+                         f"{HUB_OPTION}.")
+    return None
+
+
+def evaluated_source(
+    validation_file: str | None, test_file: str | None, dataset_name: str | None, split: str | None
+) -> tuple[str, str]:
+    """(the data, the split recorded) of an evaluation script: --validation_file or --test_file, or the --split of
+    --dataset_name. Without --split the split is `test` for --test_file, else `validation`."""
+    if validation_file is not None and test_file is not None:
+        raise ValueError(
+            f"--validation_file {validation_file} and --test_file {test_file}: give the one split to evaluate."
+        )
+    if validation_file is None and test_file is None and dataset_name is None:
+        raise ValueError("Give the data to evaluate: local files with --validation_file or --test_file, or a "
+                         f"dataset on the Hub with {HUB_OPTION} (and --split).")
+    file_option = "--test_file" if test_file is not None else "--validation_file"
+    source = data_source(test_file if test_file is not None else validation_file, dataset_name, file_option)
+    return source, split or ("test" if test_file is not None else "validation")
+
+
+def check_files_exist(files: str, option: str) -> None:
+    """Every file of a file option is there (comma-separated files each)."""
+    if not split_paths(files):
+        raise ValueError(f"{option} {files!r} names no file.")
+    for part in split_paths(files):
+        if not Path(part).exists():
+            hint = f" (a dataset on the Hub is given with {HUB_OPTION})" if looks_like_hub_dataset(part) else ""
+            raise FileNotFoundError(f"{option} {part}: no such file{hint}.")
 
 
 def check_local_file(path: Path) -> None:
@@ -92,7 +164,8 @@ def _is_json_lines(path: Path) -> bool:
 
 def load_split(dataset: str, split: str = "train", config_name: str | None = None) -> datasets.Dataset:
     """One split of a dataset: `dataset` is a local file (or comma-separated files of one format), or else the name
-    of a dataset on the Hub (with `config_name` where it has several)."""
+    of a dataset on the Hub (with `config_name` where it has several). The scripts check which with `data_source`
+    first, from the option it was given with."""
     if is_local(dataset):
         paths = [Path(part) for part in split_paths(dataset)]
         for path in paths:

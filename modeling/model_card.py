@@ -16,6 +16,9 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .cli import OLD_OPTIONS, modern_options
+from .data import looks_like_hub_dataset
+
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "model_card.md"  # the repository's (modeling/ sits beside it)
 
@@ -79,17 +82,6 @@ def load_results(path: str | Path) -> dict:
     return results
 
 
-def looks_like_hub_dataset(name: str) -> bool:
-    """A Hub dataset id ("multi30k", "bentrevett/multi30k") rather than a path to local files."""
-    return (
-        not Path(name).exists()
-        and name.count("/") <= 1
-        and not name.startswith((".", "/", "~"))
-        and not name.lower().endswith((".jsonl", ".json", ".csv"))
-        and "," not in name
-    )
-
-
 def dataset_label(name: str) -> str:
     """How a dataset is named in the model-index: its Hub id, or for local files the folder they are in."""
     if looks_like_hub_dataset(name):
@@ -104,8 +96,8 @@ ARGUMENTS_FILE = "arguments.json"  # written by train.py (its run folder and eve
 TRAINER_STATE_FILE = "trainer_state.json"
 MAX_RECORD_BYTES = 1_000_000
 TRAIN_PY_DATA_OPTIONS = (
-    "dataset", "dataset_config", "train_split", "validation_dataset", "validation_split", "task", "source_column",
-    "target_column", "source_lang", "target_lang", "max_train_examples", "synthetic_train_size",
+    "train_file", "dataset_name", "dataset_config_name", "train_split", "validation_file", "validation_split", "task",
+    "source_column", "target_column", "source_lang", "target_lang", "max_train_samples", "synthetic_train_size",
 )
 RUN_BOOKKEEPING = ("output_dir", "overwrite_output_dir", "resume", "logging_dir", "report_to", "push_to_hub",
                    "hub_token", "hub_model_id", "hub_strategy", "hub_private_repo")
@@ -136,7 +128,8 @@ def json_block(options: dict) -> str:
 
 def training_from_record(model_dir: str | Path) -> tuple[str | None, str | None]:
     """(training data, training procedure) of the card, from the record the run left beside the checkpoint
-    (`arguments.json` in the folder or the run folder above it); (None, None) where there is none."""
+    (`arguments.json` in the folder or the run folder above it); (None, None) where there is none. A record of the
+    last release names some options as they were then: the card names them as they are now."""
     model_dir = Path(model_dir)
     path = next((folder / ARGUMENTS_FILE for folder in (model_dir, model_dir.parent)
                  if (folder / ARGUMENTS_FILE).is_file()), None)
@@ -144,7 +137,8 @@ def training_from_record(model_dir: str | Path) -> tuple[str | None, str | None]
     if record is None:
         return None, None
     if "training" in record and "data" in record:  # a fine-tuning script's record
-        script, model, data = record.get("script", "a fine-tuning script"), record.get("model") or {}, record["data"]
+        script, model = record.get("script", "a fine-tuning script"), record.get("model") or {}
+        data = modern_options(record["data"], OLD_OPTIONS["fine-tuning"]) if isinstance(record["data"], dict) else {}
         training = record["training"] if isinstance(record["training"], dict) else {}
         state = read_record(path.parent / TRAINER_STATE_FILE) or {}
         start = model.get("model_name_or_path") or f"preset {model.get('preset')!r} (from scratch)"
@@ -154,6 +148,7 @@ def training_from_record(model_dir: str | Path) -> tuple[str | None, str | None]
         procedure = (f"Fine-tuned from {start} with `scripts/{script}` (the transformers Trainer){steps}. Its "
                      f"settings, from `{ARGUMENTS_FILE}`:\n\n" + json_block({**settings, "task": record.get("task")}))
         return json_block({key: value for key, value in data.items() if value is not None}), procedure
+    record = modern_options(record, OLD_OPTIONS["train.py"])
     data = {key: record[key] for key in TRAIN_PY_DATA_OPTIONS if record.get(key) is not None}
     options = {key: value for key, value in record.items() if value is not None and key not in RUN_BOOKKEEPING}
     procedure = (f"Trained from scratch with `scripts/train.py`. The run's options, from `{ARGUMENTS_FILE}`:\n\n"

@@ -3,21 +3,26 @@ and `push_to_hub` read: the metrics with their signatures, the decoding settings
 time taken.
 
     python scripts/evaluate_model.py --model runs/multi30k --task translation \
-        --dataset ../shared/data/multi30k/test_2016_flickr.jsonl --dataset_name bentrevett/multi30k --split test \
+        --test_file ../shared/data/multi30k/test_2016_flickr.jsonl --dataset_label bentrevett/multi30k \
         --source_column en --target_column de --num_beams 4 --length_penalty 0.6
 
     python scripts/evaluate_model.py --model runs/aeslc --task summarization \
-        --dataset ../shared/data/aeslc/validation.jsonl --dataset_name Yale-LILY/aeslc
+        --validation_file ../shared/data/aeslc/validation.jsonl --dataset_label Yale-LILY/aeslc
 
     python scripts/evaluate_model.py --model runs/sst2 --task text-classification \
-        --dataset ../shared/data/sst2/validation.jsonl --dataset_name stanfordnlp/sst2
+        --validation_file ../shared/data/sst2/validation.jsonl --dataset_label stanfordnlp/sst2
 
     python scripts/evaluate_model.py --model runs/conll2003 --task token-classification \
-        --dataset ../shared/data/conll2003/validation.jsonl --dataset_name eriktks/conll2003
+        --validation_file ../shared/data/conll2003/validation.jsonl --dataset_label eriktks/conll2003
 
     python scripts/evaluate_model.py --model results/multi30k_en_de/model --task translation \
-        --dataset ../shared/data/multi30k/test_2016_flickr.jsonl --split test_2016_flickr \
+        --test_file ../shared/data/multi30k/test_2016_flickr.jsonl --split test_2016_flickr \
         --engine ctranslate2 --quantization int8 --output_file ct2_int8.json
+
+The data are a local file (`--validation_file` or `--test_file`) or a split of a dataset on the Hub (`--dataset_name`,
+`--dataset_config_name`, `--split`). The results file records the split (`--split`; default: validation, or test with
+`--test_file`) and the dataset by `--dataset_label` (default: `--dataset_name`, else the file as given), so that a
+local copy of a Hub dataset is named as the dataset.
 
 The results go to `--output_file` (default: `evaluation_results.json` in the checkpoint folder). The checkpoint must
 be fine-tuned for the task: one whose task head would be new (random) is refused. `--quantization int8` runs the
@@ -42,8 +47,9 @@ from transformers import (
 )
 
 from vaswani import pipelines as vaswani_pipelines
-from vaswani.cli import run_command
+from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
 from vaswani.cpu_inference import for_cpu_inference
+from vaswani.data import evaluated_source
 from vaswani.diagnostics import encoder_collapse, format_encoder_collapse, input_independence_warning, output_diversity
 from vaswani.scoring import (
     GROUPED_AGGREGATIONS,
@@ -74,16 +80,28 @@ class EvaluationArguments:
     task: Literal["translation", "summarization", "text-classification", "token-classification"] = field(
         metadata={"help": "What the checkpoint was fine-tuned for; decides the pipeline and the metrics."}
     )
-    dataset: str = field(metadata={"help": "Local .jsonl/.json/.csv file(s), comma-separated, or a Hub dataset name."})
-    split: str = field(default="validation", metadata={"help": "The split (for a Hub dataset; recorded either way)."})
-    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
-    dataset_name: str | None = field(
-        default=None, metadata={"help": "The name recorded in the results (e.g. the Hub id); default: --dataset."}
+    validation_file: str | None = field(
+        default=None, metadata={"help": "Local .jsonl/.json/.csv file(s) of a validation split, comma-separated."}
+    )
+    test_file: str | None = field(
+        default=None, metadata={"help": "Local file(s) of a test split, as --validation_file."}
+    )
+    dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the Hub (its --split)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    split: str | None = field(
+        default=None,
+        metadata={"help": "The split: of the Hub dataset, and recorded in the results either way (default: "
+                  "validation; test with --test_file)."},
+    )
+    dataset_label: str | None = field(
+        default=None,
+        metadata={"help": "The dataset's name in the results (e.g. the Hub id of a local copy); default: "
+                  "--dataset_name, else the file as given."},
     )
     output_file: str | None = field(
         default=None, metadata={"help": f"Where to write the results; default: {RESULTS_FILE} in the checkpoint."}
     )
-    max_examples: int | None = field(default=None, metadata={"help": "Evaluate on the first N rows only."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N rows only."})
     batch_size: int = field(default=16, metadata={"help": "Inputs per pipeline batch."})
     # translation / summarization
     source_column: str | None = field(
@@ -139,8 +157,8 @@ def check_arguments(args: EvaluationArguments) -> None:
     for name in ("batch_size", "num_beams", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
-    if args.max_examples is not None and args.max_examples < 1:
-        raise ValueError(f"--max_examples must be at least 1, got {args.max_examples}.")
+    if args.max_eval_samples is not None and args.max_eval_samples < 1:
+        raise ValueError(f"--max_eval_samples must be at least 1, got {args.max_eval_samples}.")
     if args.engine == "ctranslate2" and args.task not in ("translation", "summarization"):
         raise ValueError(f"--engine ctranslate2 translates and summarizes; --task {args.task} runs with transformers.")
 
@@ -258,11 +276,13 @@ def generation_diagnostics(args: EvaluationArguments, model, tokenizer, sources,
 
 
 def main(argv: list[str] | None = None) -> dict:
+    argv = modern_argv(argv, OLD_OPTIONS["evaluation"], program=Path(__file__).name)
     (args,) = HfArgumentParser(EvaluationArguments).parse_args_into_dataclasses(args=argv)
     check_arguments(args)
     output_file = Path(args.output_file) if args.output_file else Path(args.model) / RESULTS_FILE
     if args.output_file is None and not Path(args.model).is_dir():
         raise ValueError(f"--model {args.model} is not a local folder: give --output_file for the results.")
+    source, split = evaluated_source(args.validation_file, args.test_file, args.dataset_name, args.split)
 
     model = require_trained_head(AUTO_CLASSES[args.task], args.model, args.task, args.trust_remote_code).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
@@ -272,14 +292,14 @@ def main(argv: list[str] | None = None) -> dict:
         tokenizer.model_max_length = min(tokenizer.model_max_length, max_positions)
     columns = columns_for(args, model.config)
     dataset, where = load_checked_split(
-        args.dataset, args.split, args.dataset_config, list(columns.values()), args.max_examples, "evaluation"
+        source, split, args.dataset_config_name, list(columns.values()), args.max_eval_samples, "evaluation"
     )
 
     started = time.perf_counter()
     metrics, decoding, conventions, diagnostics = score_split(args, model, tokenizer, dataset, columns, where)
     results = write_results(
         output_file, model=args.model, task=args.task,
-        dataset={"name": args.dataset_name or args.dataset, "config": args.dataset_config, "split": args.split,
+        dataset={"name": args.dataset_label or source, "config": args.dataset_config_name, "split": split,
                  "columns": columns, "num_examples": len(dataset)},
         decoding=decoding, metrics=metrics, conventions=conventions, seconds=time.perf_counter() - started,
         **({"diagnostics": diagnostics} if diagnostics else {}),

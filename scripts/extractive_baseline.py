@@ -2,12 +2,15 @@
 beat, written as a results file of the same form as scripts/evaluate_model.py's, so the results table shows it as a
 row of its own beside the models.
 
-    python scripts/extractive_baseline.py --dataset ../shared/data/samsum/validation.jsonl \
-        --dataset_name knkarthick/samsum --method first_lines --count 3 \
+    python scripts/extractive_baseline.py --validation_file ../shared/data/samsum/validation.jsonl \
+        --dataset_label knkarthick/samsum --method first_lines --count 3 \
         --output_file results/samsum_first_3/evaluation_results.json
 
-    python scripts/extractive_baseline.py --dataset ../shared/data/aeslc/validation.jsonl \
-        --dataset_name Yale-LILY/aeslc --method lead_sentence --max_words 20 --output_file results/aeslc_lead/...
+    python scripts/extractive_baseline.py --validation_file ../shared/data/aeslc/validation.jsonl \
+        --dataset_label Yale-LILY/aeslc --method lead_sentence --max_words 20 --output_file results/aeslc_lead/...
+
+The data and their name in the results file are given as to scripts/evaluate_model.py (`--validation_file`,
+`--test_file` or `--dataset_name` with `--split`; `--dataset_label`).
 
 Methods (vaswani.extractive): `first_lines` (the first N lines: a dialogue's first N utterances), `longest_lines`
 (the N longest lines, in the document's order), `lead_sentence` (the first sentence of at least
@@ -16,10 +19,12 @@ Methods (vaswani.extractive): `first_lines` (the first N lines: a dialogue's fir
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from vaswani.cli import run_command
+from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
+from vaswani.data import evaluated_source
 from vaswani.scoring import rouge_metrics, write_results
 from vaswani.extractive import METHODS, extract
 from vaswani.finetuning import load_checked_split
@@ -35,20 +40,32 @@ DESCRIPTIONS = {
 
 @dataclass
 class BaselineArguments:
-    dataset: str = field(metadata={"help": "Local .jsonl/.json/.csv file(s), comma-separated, or a Hub dataset name."})
     method: str = field(metadata={"help": f"How the summary is taken from the document: {list(METHODS)}."})
     output_file: str = field(metadata={"help": "Where to write the results (the form of evaluate_model.py's)."})
-    split: str = field(default="validation", metadata={"help": "The split (for a Hub dataset; recorded either way)."})
-    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
-    dataset_name: str | None = field(
-        default=None, metadata={"help": "The name recorded in the results (e.g. the Hub id); default: --dataset."}
+    validation_file: str | None = field(
+        default=None, metadata={"help": "Local .jsonl/.json/.csv file(s) of a validation split, comma-separated."}
+    )
+    test_file: str | None = field(
+        default=None, metadata={"help": "Local file(s) of a test split, as --validation_file."}
+    )
+    dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the Hub (its --split)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    split: str | None = field(
+        default=None,
+        metadata={"help": "The split: of the Hub dataset, and recorded in the results either way (default: "
+                  "validation; test with --test_file)."},
+    )
+    dataset_label: str | None = field(
+        default=None,
+        metadata={"help": "The dataset's name in the results (e.g. the Hub id of a local copy); default: "
+                  "--dataset_name, else the file as given."},
     )
     source_column: str = field(default="document", metadata={"help": "The documents."})
     target_column: str = field(default="summary", metadata={"help": "The reference summaries."})
     count: int = field(default=3, metadata={"help": "first_lines / longest_lines: how many lines."})
     min_sentence_words: int = field(default=4, metadata={"help": "lead_sentence: shorter sentences are skipped."})
     max_words: int = field(default=20, metadata={"help": "lead_sentence: the sentence is cut to N words."})
-    max_examples: int | None = field(default=None, metadata={"help": "Score the first N rows only."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Score the first N rows only."})
 
 
 def check_arguments(args: BaselineArguments) -> None:
@@ -60,11 +77,13 @@ def check_arguments(args: BaselineArguments) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    argv = modern_argv(argv, OLD_OPTIONS["evaluation"], program=Path(__file__).name)
     (args,) = HfArgumentParser(BaselineArguments).parse_args_into_dataclasses(args=argv)
     check_arguments(args)
+    source, split = evaluated_source(args.validation_file, args.test_file, args.dataset_name, args.split)
     columns = {"source": args.source_column, "target": args.target_column}
     dataset, _ = load_checked_split(
-        args.dataset, args.split, args.dataset_config, list(columns.values()), args.max_examples, "evaluation"
+        source, split, args.dataset_config_name, list(columns.values()), args.max_eval_samples, "evaluation"
     )
     started = time.perf_counter()
     settings = {"count": args.count, "min_sentence_words": args.min_sentence_words, "max_words": args.max_words}
@@ -75,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     description = DESCRIPTIONS[args.method].format(**settings)
     results = write_results(
         args.output_file, model=f"none: extractive baseline ({description})", task="summarization",
-        dataset={"name": args.dataset_name or args.dataset, "config": args.dataset_config, "split": args.split,
+        dataset={"name": args.dataset_label or source, "config": args.dataset_config_name, "split": split,
                  "columns": columns, "num_examples": len(dataset)},
         decoding={}, metrics=rouge_metrics(summaries, dataset[args.target_column]),
         conventions=f"No model: the summary is {description} (scripts/extractive_baseline.py --method {args.method})."

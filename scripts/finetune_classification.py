@@ -3,7 +3,7 @@
 From a trained seq2seq checkpoint (its encoder-decoder weights are reused, the classification head is new):
 
     python scripts/finetune_classification.py --model_name_or_path runs/multi30k \
-        --train_data ../shared/data/sst2/train.jsonl --validation_data ../shared/data/sst2/validation.jsonl \
+        --train_file ../shared/data/sst2/train.jsonl --validation_file ../shared/data/sst2/validation.jsonl \
         --output_dir runs/sst2 --do_train --do_eval --num_train_epochs 1
 
 From scratch: `--preset small --tokenizer_name tokenizers/sst2` instead of `--model_name_or_path`.
@@ -15,6 +15,7 @@ works: `--activation_checkpointing`, `--bf16`, `--resume_from_checkpoint last`, 
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer
 
@@ -57,7 +58,9 @@ def classification_metrics(num_labels: int):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, task_args, training_args = start_run(ClassificationArguments, argv)
+    model_args, data_args, task_args, training_args = start_run(
+        ClassificationArguments, argv, program=Path(__file__).name
+    )
     tokenizer = load_tokenizer(model_args)
     splits = load_splits(data_args, training_args, [task_args.text_column, task_args.label_column])
     labels, model, report = load_labelled_head(

@@ -2,12 +2,12 @@
 (for example a model trained on Multi30k, fine-tuned on AESLC), scoring generated text (`--predict_with_generate`).
 
     python scripts/finetune_seq2seq.py --task summarization --model_name_or_path runs/multi30k \
-        --train_data ../shared/data/aeslc/train.jsonl --validation_data ../shared/data/aeslc/validation.jsonl \
+        --train_file ../shared/data/aeslc/train.jsonl --validation_file ../shared/data/aeslc/validation.jsonl \
         --source_column document --target_column summary --output_dir runs/aeslc \
         --do_train --do_eval --predict_with_generate --generation_num_beams 4
 
     python scripts/finetune_seq2seq.py --task translation --model_name_or_path runs/multi30k \
-        --train_data ../shared/data/multi30k/train.jsonl --validation_data ../shared/data/multi30k/validation.jsonl \
+        --train_file ../shared/data/multi30k/train.jsonl --validation_file ../shared/data/multi30k/validation.jsonl \
         --source_column en --target_column de --output_dir runs/multi30k-ft --do_train --do_eval --predict_with_generate
 
 Translation is scored with sacreBLEU and with tokenized, lowercased BLEU (as papers report it); summarization with
@@ -18,6 +18,7 @@ ROUGE-1/2/L/Lsum. `--preset NAME --tokenizer_name DIR` trains from scratch inste
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -128,7 +129,9 @@ def generation_metrics(task: str, tokenizer, target_lang: str | None):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, task_args, training_args = start_run(Seq2SeqTaskArguments, argv, Seq2SeqTrainingArguments)
+    model_args, data_args, task_args, training_args = start_run(
+        Seq2SeqTaskArguments, argv, Seq2SeqTrainingArguments, program=Path(__file__).name
+    )
     source_column, target_column = resolve_columns(task_args)
 
     tokenizer = load_tokenizer(model_args)

@@ -2,7 +2,7 @@
 column of BIO tags) with `Trainer`, scored with entity-level F1 (seqeval-style).
 
     python scripts/finetune_token_classification.py --preset small --tokenizer_name tokenizers/conll2003 \
-        --train_data ../shared/data/conll2003/train.jsonl --validation_data ../shared/data/conll2003/validation.jsonl \
+        --train_file ../shared/data/conll2003/train.jsonl --validation_file ../shared/data/conll2003/validation.jsonl \
         --output_dir runs/conll2003 --do_train --do_eval --num_train_epochs 5
 
 `--model_name_or_path CHECKPOINT` starts from a checkpoint instead; a seq2seq checkpoint gives its shared embedding
@@ -15,6 +15,7 @@ here has one), the dataset's `ClassLabel` feature, or the values in the data. On
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
 
@@ -63,7 +64,9 @@ def entity_metrics(id2label: dict[int, str], word_starts: WordStarts):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, task_args, training_args = start_run(TokenClassificationArguments, argv)
+    model_args, data_args, task_args, training_args = start_run(
+        TokenClassificationArguments, argv, program=Path(__file__).name
+    )
     tokenizer = load_tokenizer(model_args)
     splits = load_splits(data_args, training_args, [task_args.tokens_column, task_args.tags_column])
     labels, model, report = load_labelled_head(

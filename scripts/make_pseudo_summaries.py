@@ -1,7 +1,7 @@
 """Self-supervised pretraining pairs for summarization: each document paired with its own lead sentence, or with
 some of its own lines (`--method`).
 
-    python scripts/make_pseudo_summaries.py --dataset ../shared/data/aeslc/train.jsonl --column document \
+    python scripts/make_pseudo_summaries.py --train_file ../shared/data/aeslc/train.jsonl --column document \
         --output_dir outputs/aeslc_lead_data
 
 A small summarization set (AESLC: 14,436 e-mails, ~120,000 subject-line tokens) is too little signal for a model
@@ -17,8 +17,11 @@ Writes `train.jsonl` and `validation.jsonl` (the last `--validation_size` usable
 `--min_sentence_words` words are left out, and counted. With `--reference_column summary` it also scores the lead
 sentences against the real summaries with ROUGE, as `scripts/evaluate_model.py` scores a model (the lead baseline):
 
-    python scripts/make_pseudo_summaries.py --dataset ../shared/data/aeslc/validation.jsonl --validation_size 0 \
+    python scripts/make_pseudo_summaries.py --train_file ../shared/data/aeslc/validation.jsonl --validation_size 0 \
         --reference_column summary --output_dir outputs/aeslc_lead_baseline
+
+The documents come from `--train_file` (local files), or from a dataset on the Hub (`--dataset_name`, with
+`--dataset_config_name` and `--split`).
 
 A dialogue has no lead sentence that sums it up; `--method longest_lines --count 2` pairs it with its two longest
 utterances instead, speaker names included, in the dialogue's order (the SAMSum recipe), and `--method first_lines`
@@ -26,22 +29,25 @@ with its first lines (vaswani.extractive).
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from vaswani.cli import run_command
-from vaswani.data import load_split, require_columns, write_train_validation
+from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
+from vaswani.data import data_source, load_split, require_columns, write_train_validation
 from vaswani.extractive import METHODS, extract
 from vaswani.metrics import rouge_percent
 
 
 @dataclass
 class PseudoSummaryArguments:
-    dataset: str = field(metadata={"help": "Local data file(s), comma-separated, or a Hub dataset name."})
     output_dir: str = field(metadata={"help": "Folder for train.jsonl and validation.jsonl."})
-    column: str = field(default="document", metadata={"help": "The column holding the documents."})
-    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    train_file: str | None = field(default=None, metadata={"help": "Local data file(s), comma-separated."})
+    dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the Hub, instead."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
     split: str = field(default="train", metadata={"help": "Hub dataset split."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use the first N documents only."})
+    column: str = field(default="document", metadata={"help": "The column holding the documents."})
     method: str = field(default="lead_sentence", metadata={"help": f"What the target is: {list(METHODS)}."})
     count: int = field(default=2, metadata={"help": "first_lines / longest_lines: how many lines."})
     min_sentence_words: int = field(default=4, metadata={"help": "lead_sentence: shorter sentences are not chosen."})
@@ -53,6 +59,7 @@ class PseudoSummaryArguments:
 
 
 def main(argv: list[str] | None = None) -> dict[str, int | float]:
+    argv = modern_argv(argv, OLD_OPTIONS["make_pseudo_summaries.py"], program=Path(__file__).name)
     (args,) = HfArgumentParser(PseudoSummaryArguments).parse_args_into_dataclasses(args=argv)
     if args.method not in METHODS:
         raise ValueError(f"--method {args.method!r} is not one of {list(METHODS)}.")
@@ -61,9 +68,14 @@ def main(argv: list[str] | None = None) -> dict[str, int | float]:
             raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
     if args.validation_size < 0:
         raise ValueError(f"--validation_size must be 0 or more, got {args.validation_size}.")
-    dataset = load_split(args.dataset, args.split, args.dataset_config)
+    if args.max_train_samples is not None and args.max_train_samples < 1:
+        raise ValueError(f"--max_train_samples must be at least 1, got {args.max_train_samples}.")
+    source = data_source(args.train_file, args.dataset_name, needed_by="Making pairs")
+    dataset = load_split(source, args.split, args.dataset_config_name)
     columns = [args.column] + ([args.reference_column] if args.reference_column else [])
-    require_columns(dataset, columns, where=args.dataset)
+    require_columns(dataset, columns, where=source)
+    if args.max_train_samples is not None:
+        dataset = dataset.select(range(min(args.max_train_samples, len(dataset))))
     pairs, extracts = [], []
     for document in dataset[args.column]:
         summary = ""
@@ -74,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict[str, int | float]:
             pairs.append({"document": document, "summary": summary})
     if len(pairs) <= args.validation_size:
         raise ValueError(
-            f"{args.dataset}: only {len(pairs)} of {len(dataset)} documents have a usable sentence or line, not more "
+            f"{source}: only {len(pairs)} of {len(dataset)} documents have a usable sentence or line, not more "
             f"than --validation_size {args.validation_size}; lower it, or --min_sentence_words."
         )
     cut = write_train_validation(pairs, args.output_dir, args.validation_size)

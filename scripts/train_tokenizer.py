@@ -1,33 +1,35 @@
 """Train the project's tokenizer (joint BPE with byte fallback) from dataset columns and save it.
 
-    python scripts/train_tokenizer.py --dataset ../shared/data/multi30k/train.jsonl --columns en de \
+    python scripts/train_tokenizer.py --train_file ../shared/data/multi30k/train.jsonl --columns en de \
         --vocab_size 8000 --output_dir tokenizers/multi30k
 
-`--dataset` is a local JSON Lines / JSON / CSV file (or several, comma-separated), or a dataset name on the Hub
-(with `--dataset_config` and `--split`) for users who are online.
+The texts come from `--train_file`, a local JSON Lines / JSON / CSV file (or several, comma-separated), or from a
+dataset on the Hub (`--dataset_name`, with `--dataset_config_name` and `--split`) for users who are online.
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from transformers import HfArgumentParser
 
 from vaswani import VaswaniTokenizer
-from vaswani.cli import run_command
-from vaswani.data import iter_texts, load_split, require_columns
+from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
+from vaswani.data import data_source, iter_texts, load_split, require_columns
 
 
 @dataclass
 class TokenizerTrainingArguments:
-    dataset: str = field(metadata={"help": "Local data file(s), comma-separated, or a Hub dataset name."})
     columns: list[str] = field(metadata={"help": "Text columns to learn from (source and target for translation)."})
     output_dir: str = field(metadata={"help": "Folder to save the tokenizer in."})
-    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    train_file: str | None = field(default=None, metadata={"help": "Local data file(s), comma-separated."})
+    dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the Hub, instead."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
     split: str = field(default="train", metadata={"help": "Hub dataset split."})
     vocab_size: int = field(default=8000, metadata={"help": "Size of the vocabulary, special and byte tokens included."})
     min_frequency: int = field(default=2, metadata={"help": "Merges seen fewer times than this are not learned."})
     language_codes: list[str] = field(default_factory=list, metadata={"help": "Add a >>xx<< tag token per code."})
     model_max_length: int = field(default=1024, metadata={"help": "Longest input the tokenizer truncates to."})
-    max_examples: int | None = field(default=None, metadata={"help": "Learn from the first N rows only."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Learn from the first N rows only."})
     split_punctuation: bool = field(
         default=False, metadata={"help": "Make every punctuation mark a piece of its own (no pieces like 'house.')."}
     )
@@ -39,13 +41,17 @@ class TokenizerTrainingArguments:
 
 
 def main(argv: list[str] | None = None) -> VaswaniTokenizer:
+    argv = modern_argv(argv, OLD_OPTIONS["train_tokenizer.py"], program=Path(__file__).name)
     (args,) = HfArgumentParser(TokenizerTrainingArguments).parse_args_into_dataclasses(args=argv)
-    dataset = load_split(args.dataset, args.split, args.dataset_config)
-    require_columns(dataset, args.columns, where=args.dataset)
-    if args.max_examples is not None:
-        dataset = dataset.select(range(min(args.max_examples, len(dataset))))
+    if args.max_train_samples is not None and args.max_train_samples < 1:
+        raise ValueError(f"--max_train_samples must be at least 1, got {args.max_train_samples}.")
+    source = data_source(args.train_file, args.dataset_name, needed_by="Learning a vocabulary")
+    dataset = load_split(source, args.split, args.dataset_config_name)
+    require_columns(dataset, args.columns, where=source)
+    if args.max_train_samples is not None:
+        dataset = dataset.select(range(min(args.max_train_samples, len(dataset))))
     if len(dataset) == 0:
-        raise ValueError(f"{args.dataset} has no rows to learn a vocabulary from.")
+        raise ValueError(f"{source} has no rows to learn a vocabulary from.")
     tokenizer = VaswaniTokenizer.train_from_texts(
         iter_texts(dataset, args.columns),
         vocab_size=args.vocab_size,

@@ -67,8 +67,8 @@ def test_translation_results_come_from_the_pipeline_with_the_given_decoding(seq2
     references = outputs_one_by_one("translation", seq2seq, sources)
     data = write_jsonl(tmp_path / "test.jsonl", [{"en": s, "de": r} for s, r in zip(sources, references)])
     results = evaluate_model.main([
-        "--model", str(seq2seq), "--task", "translation", "--dataset", str(data), "--split", "test",
-        "--dataset_name", "bentrevett/multi30k", "--batch_size", "3", *DECODING,
+        "--model", str(seq2seq), "--task", "translation", "--test_file", str(data),
+        "--dataset_label", "bentrevett/multi30k", "--batch_size", "3", *DECODING,
     ])
     written = json.loads((seq2seq / "evaluation_results.json").read_text())
     assert written == results
@@ -85,9 +85,33 @@ def test_translation_results_come_from_the_pipeline_with_the_given_decoding(seq2
     assert "weights: the checkpoint as given (no checkpoint averaging recorded in it)" in results["conventions"]
 
 
+def test_a_call_of_the_last_release_records_the_same_results_with_a_warning_per_option(seq2seq, tmp_path, capsys):
+    data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:4]])
+    common = ["--model", str(seq2seq), "--task", "translation", "--split", "test_2016_flickr", *DECODING]
+    old = evaluate_model.main([*common, "--dataset", str(data), "--dataset_name", "bentrevett/multi30k",
+                               "--max_examples", "3", "--output_file", str(tmp_path / "old.json")])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if ": warning: " in line]
+    new = evaluate_model.main([*common, "--test_file", str(data), "--dataset_label", "bentrevett/multi30k",
+                               "--max_eval_samples", "3", "--output_file", str(tmp_path / "new.json")])
+    assert old["dataset"] == new["dataset"] == {
+        "name": "bentrevett/multi30k", "config": None, "split": "test_2016_flickr",
+        "columns": {"source": "en", "target": "de"}, "num_examples": 3}
+    assert old["metrics"] == new["metrics"] and old["decoding"] == new["decoding"]
+    deprecated = "is deprecated (removed in the next release); use"
+    assert warnings == [f"evaluate_model.py: warning: --dataset {deprecated} --validation_file",
+                        f"evaluate_model.py: warning: --dataset_name beside --dataset {deprecated} --dataset_label",
+                        f"evaluate_model.py: warning: --max_examples {deprecated} --max_eval_samples"]
+    # without a label the file is named as given; a local file is not a Hub dataset
+    unlabelled = evaluate_model.main([*common, "--test_file", str(data), "--output_file", str(tmp_path / "u.json")])
+    assert unlabelled["dataset"]["name"] == str(data)
+    with pytest.raises(ValueError, match=r"--dataset_name .*test\.jsonl is a local file, not a dataset on the Hub: "
+                                         r"give local files with --validation_file\."):
+        evaluate_model.main([*common, "--dataset_name", str(data), "--output_file", str(tmp_path / "x.json")])
+
+
 def test_int8_weights_are_used_and_recorded(seq2seq, tmp_path):
     data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:3]])
-    arguments = ["--model", str(seq2seq), "--task", "translation", "--dataset", str(data), *DECODING]
+    arguments = ["--model", str(seq2seq), "--task", "translation", "--validation_file", str(data), *DECODING]
     plain = evaluate_model.main([*arguments, "--output_file", str(tmp_path / "plain.json")])
     int8 = evaluate_model.main([*arguments, "--quantization", "int8", "--output_file", str(tmp_path / "int8.json")])
     assert "engine" not in plain["decoding"] and "decoded with" not in plain["conventions"]
@@ -100,7 +124,7 @@ def test_the_ctranslate2_engine_decodes_as_generate_does(seq2seq, tmp_path):
     sources = [en for en, _ in PAIRS]
     references = outputs_one_by_one("translation", seq2seq, sources)  # BLEU 100 only for the same outputs
     data = write_jsonl(tmp_path / "test.jsonl", [{"en": s, "de": r} for s, r in zip(sources, references)])
-    results = evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--dataset", str(data),
+    results = evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--validation_file", str(data),
                                    "--engine", "ctranslate2", "--output_file", str(tmp_path / "ct2.json"), *DECODING])
     assert results["decoding"] == {"num_beams": 2, "length_penalty": 1.0, "max_new_tokens": 12,
                                    "engine": "ctranslate2", "quantization": "none"}
@@ -112,7 +136,7 @@ def test_the_conventions_name_the_checkpoints_an_averaged_model_was_made_of(seq2
     shutil.copytree(seq2seq, averaged)
     write_averaging_record(averaged, [tmp_path / "run" / "checkpoints" / f"step-0000{s}00" / "model" for s in (98, 99)])
     data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:2]])
-    results = evaluate_model.main(["--model", str(averaged), "--task", "translation", "--dataset", str(data),
+    results = evaluate_model.main(["--model", str(averaged), "--task", "translation", "--validation_file", str(data),
                                    "--output_file", str(tmp_path / "results.json"), *DECODING])
     assert results["conventions"].endswith(
         "weights: the mean of 2 checkpoints (updates 9,800, 9,900; scripts/average_checkpoints.py).")
@@ -123,7 +147,7 @@ def test_summarization_results_are_rouge_of_the_pipeline_outputs(seq2seq, tmp_pa
     summaries = [" ".join(document.split()[:3]) for document in documents]
     rows = [{"document": d, "summary": s} for d, s in zip(documents, summaries)]
     data = write_jsonl(tmp_path / "validation.jsonl", rows)
-    results = evaluate_model.main(["--model", str(seq2seq), "--task", "summarization", "--dataset", str(data),
+    results = evaluate_model.main(["--model", str(seq2seq), "--task", "summarization", "--validation_file", str(data),
                                    "--output_file", str(tmp_path / "results.json"), "--batch_size", "4", *DECODING])
     check_schema(results, "summarization", len(PAIRS))
     expected = rouge_percent(outputs_one_by_one("summarization", seq2seq, documents), summaries)
@@ -136,7 +160,7 @@ def test_no_repeat_ngram_size_reaches_generate_and_the_results(seq2seq, tmp_path
     documents = [en for en, _ in PAIRS]
     references = [" ".join(document.split()[:3]) for document in documents]
     data = write_jsonl(tmp_path / "validation.jsonl", [{"document": d, "summary": r} for d, r in zip(documents, references)])
-    results = evaluate_model.main(["--model", str(seq2seq), "--task", "summarization", "--dataset", str(data),
+    results = evaluate_model.main(["--model", str(seq2seq), "--task", "summarization", "--validation_file", str(data),
                                    "--output_file", str(tmp_path / "results.json"), "--no_repeat_ngram_size", "1",
                                    *DECODING])
     assert results["decoding"]["no_repeat_ngram_size"] == 1 and "no repeated 1-grams" in results["conventions"]
@@ -153,7 +177,7 @@ def test_no_repeat_ngram_size_reaches_generate_and_the_results(seq2seq, tmp_path
 def test_outputs_that_do_not_depend_on_the_input_are_reported_with_a_warning(seq2seq, tmp_path, capsys):
     rows = [{"document": en, "summary": de} for en, de in PAIRS]
     data = write_jsonl(tmp_path / "validation.jsonl", rows)
-    options = ["--task", "summarization", "--dataset", str(data), "--diagnostic_examples", "4", *DECODING]
+    options = ["--task", "summarization", "--validation_file", str(data), "--diagnostic_examples", "4", *DECODING]
     reads = evaluate_model.main(["--model", str(seq2seq), "--output_file", str(tmp_path / "reads.json"), *options])
     assert reads["diagnostics"]["output_diversity"]["distinct_outputs"] >= 5
     assert "warning" not in reads["diagnostics"] and "WARNING" not in capsys.readouterr().err
@@ -196,7 +220,8 @@ def test_text_classification_accuracy_through_the_pipeline(classifier, tmp_path)
     # the first 14 gold labels agree with the model, the last 6 do not; labels given as names
     gold = predicted[:14] + [{"english": "german", "german": "english"}[label] for label in predicted[14:]]
     data = write_jsonl(tmp_path / "validation.jsonl", [{"text": t, "label": g} for t, g in zip(texts, gold)])
-    results = evaluate_model.main(["--model", str(classifier), "--task", "text-classification", "--dataset", str(data),
+    results = evaluate_model.main(["--model", str(classifier), "--task", "text-classification",
+                                   "--validation_file", str(data),
                                    "--output_file", str(tmp_path / "results.json")])
     check_schema(results, "text-classification", 20)
     accuracy = results["metrics"][0]
@@ -210,13 +235,14 @@ def test_token_classification_entity_f1_through_the_pipeline(tokenizer, tmp_path
     write_jsonl(tmp_path / "data" / "train.jsonl", ner_rows())
     (tmp_path / "data" / "labels.json").write_text(json.dumps(NER_LABELS))
     checkpoint = save_seq2seq_checkpoint(tmp_path / "seq2seq", tokenizer)
-    finetune.main(["--model_name_or_path", str(checkpoint), "--train_data", str(tmp_path / "data" / "train.jsonl"),
+    finetune.main(["--model_name_or_path", str(checkpoint), "--train_file", str(tmp_path / "data" / "train.jsonl"),
                    "--output_dir", str(folder), "--do_train", "--max_steps", "80", "--learning_rate", "5e-3",
                    "--per_device_train_batch_size", "5", "--save_strategy", "no", *QUIET])
     # gold tags as ids this time: they are mapped through the checkpoint's labels
     rows = [{**row, "ner_tags": [NER_LABELS.index(tag) for tag in row["ner_tags"]]} for row in ner_rows()]
     data = write_jsonl(tmp_path / "validation.jsonl", rows)
-    results = evaluate_model.main(["--model", str(folder), "--task", "token-classification", "--dataset", str(data),
+    results = evaluate_model.main(["--model", str(folder), "--task", "token-classification",
+                                   "--validation_file", str(data),
                                    "--aggregation_strategy", "average"])
     check_schema(results, "token-classification", len(rows))
     assert results["decoding"] == {"aggregation_strategy": "average"}
@@ -227,7 +253,7 @@ def test_token_classification_entity_f1_through_the_pipeline(tokenizer, tmp_path
 def test_checkpoint_not_fine_tuned_for_the_task_is_refused(seq2seq, tmp_path):
     data = write_jsonl(tmp_path / "validation.jsonl", ner_rows())
     with pytest.raises(ValueError, match=r"not fine-tuned for token-classification: it has no weights for classifier"):
-        evaluate_model.main(["--model", str(seq2seq), "--task", "token-classification", "--dataset", str(data),
+        evaluate_model.main(["--model", str(seq2seq), "--task", "token-classification", "--validation_file", str(data),
                              "--output_file", str(tmp_path / "results.json")])
     assert not (tmp_path / "results.json").exists()
 
@@ -235,7 +261,8 @@ def test_checkpoint_not_fine_tuned_for_the_task_is_refused(seq2seq, tmp_path):
 def test_empty_evaluation_split_is_an_error(seq2seq, tmp_path):
     (tmp_path / "test.csv").write_text("en,de\n")
     with pytest.raises(ValueError, match=r"The evaluation split .*test.csv has no rows"):
-        evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--dataset", str(tmp_path / "test.csv"),
+        evaluate_model.main(["--model", str(seq2seq), "--task", "translation",
+                             "--validation_file", str(tmp_path / "test.csv"),
                              "--output_file", str(tmp_path / "results.json")])
 
 
@@ -243,26 +270,28 @@ def test_label_outside_the_checkpoint_labels_is_an_error(classifier, tmp_path):
     data = write_jsonl(tmp_path / "validation.jsonl", [{"text": "Ein Mann.", "label": "german"},
                                                         {"text": "A man.", "label": "french"}])
     with pytest.raises(ValueError, match=r"Label 'french' at row 1 of .*validation.jsonl is not in the label set"):
-        evaluate_model.main(["--model", str(classifier), "--task", "text-classification", "--dataset", str(data),
+        evaluate_model.main(["--model", str(classifier), "--task", "text-classification",
+                             "--validation_file", str(data),
                              "--output_file", str(tmp_path / "results.json")])
 
 
 def test_ctranslate2_is_for_generation_tasks_only(seq2seq):
     with pytest.raises(ValueError, match="--engine ctranslate2 translates and summarizes; --task text-classification"):
-        evaluate_model.main(["--model", str(seq2seq), "--task", "text-classification", "--dataset", "unused.jsonl",
+        evaluate_model.main(["--model", str(seq2seq), "--task", "text-classification",
+                             "--validation_file", "unused.jsonl",
                              "--engine", "ctranslate2"])
 
 
 @pytest.mark.parametrize("option, value, message", [
     ("--aggregation_strategy", "none", "scoring needs grouped entities"),
     ("--num_beams", "0", "--num_beams must be at least 1"),
-    ("--max_examples", "0", "--max_examples must be at least 1"),
+    ("--max_eval_samples", "0", "--max_eval_samples must be at least 1"),
     ("--no_repeat_ngram_size", "0", "--no_repeat_ngram_size must be at least 1"),
     ("--diagnostic_examples", "-1", "--diagnostic_examples must be 0 \\(skip\\) or more"),
 ])
 def test_bad_settings_are_errors(seq2seq, tmp_path, option, value, message):
     with pytest.raises(ValueError, match=message):
-        evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--dataset", "unused.jsonl",
+        evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--validation_file", "unused.jsonl",
                              option, value])
 
 
@@ -270,5 +299,6 @@ def test_a_folder_given_as_the_data_file_is_called_a_folder(seq2seq, tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "test.jsonl").write_text('{"en": "A man.", "de": "Ein Mann."}\n')
     with pytest.raises(ValueError, match=r"Data file .*data is a folder; give the file itself \(it holds test.jsonl\)"):
-        evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--dataset", str(tmp_path / "data"),
+        evaluate_model.main(["--model", str(seq2seq), "--task", "translation",
+                             "--validation_file", str(tmp_path / "data"),
                              "--source_column", "en", "--target_column", "de", "--output_file", str(tmp_path / "r.json")])

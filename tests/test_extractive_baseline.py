@@ -33,8 +33,8 @@ def test_the_results_file_has_the_form_of_a_models_and_the_rouge_of_the_extracts
             {"document": "Kim: Lunch?\nTom: Sure, at noon.", "summary": "Kim and Tom will have lunch at noon."}]
     data = write_jsonl(tmp_path / "validation.jsonl", rows)
     output = tmp_path / "results" / "evaluation_results.json"
-    results = script.main(["--dataset", str(data), "--dataset_name", "knkarthick/samsum", "--method", "first_lines",
-                           "--count", "2", "--output_file", str(output)])
+    results = script.main(["--validation_file", str(data), "--dataset_label", "knkarthick/samsum",
+                           "--method", "first_lines", "--count", "2", "--output_file", str(output)])
     assert json.loads(output.read_text()) == results
     expected = rouge_percent([first_lines(r["document"], 2) for r in rows], [r["summary"] for r in rows])
     assert [m["value"] for m in results["metrics"]] == [round(expected[m["type"]], 2) for m in results["metrics"]]
@@ -47,11 +47,11 @@ def test_the_results_file_has_the_form_of_a_models_and_the_rouge_of_the_extracts
 @pytest.mark.parametrize("option, value, message", [
     ("--method", "middle", "--method 'middle' is not one of"),
     ("--count", "0", "--count must be at least 1"),
-    ("--max_examples", "0", "evaluation rows to use must be at least 1"),
+    ("--max_eval_samples", "0", "evaluation rows to use must be at least 1"),
 ])
 def test_bad_settings_are_errors(tmp_path, option, value, message):
     data = write_jsonl(tmp_path / "validation.jsonl", [{"document": DIALOGUE, "summary": "A party."}])
-    argv = ["--dataset", str(data), "--method", "first_lines", "--output_file", str(tmp_path / "r.json")]
+    argv = ["--validation_file", str(data), "--method", "first_lines", "--output_file", str(tmp_path / "r.json")]
     with pytest.raises(ValueError, match=message):
         script.main(argv + [option, value])
 
@@ -65,7 +65,7 @@ def test_bad_settings_are_errors(tmp_path, option, value, message):
 def test_the_committed_floors_are_what_the_command_gives(tmp_path, folder, data, options, floor):
     """The baselines of the results table, as the issue measured them (SAMSum's first 3 utterances 32.53 / 10.07 /
     25.35, longest 3 33.0 / 11.1 / 25.3; AESLC's first sentence 17.16 / 7.76 / 15.76), and as committed."""
-    results = script.main(["--dataset", str(SHARED_DATA / data / "validation.jsonl"), *options,
+    results = script.main(["--validation_file", str(SHARED_DATA / data / "validation.jsonl"), *options,
                            "--output_file", str(tmp_path / "results.json")])
     values = [m["value"] for m in results["metrics"]]
     assert values[:3] == pytest.approx(floor, abs=0.05)

@@ -45,7 +45,7 @@ def data(tmp_path_factory):
 def scratch_args(tokenizer_dir, data, output_dir, *extra):
     return [
         "--preset", "tiny", "--tokenizer_name", str(tokenizer_dir), "--config_overrides", "dropout=0.0",
-        "--train_data", str(data / "train.jsonl"), "--validation_data", str(data / "validation.jsonl"),
+        "--train_file", str(data / "train.jsonl"), "--validation_file", str(data / "validation.jsonl"),
         "--output_dir", str(output_dir), "--per_device_train_batch_size", "4", *QUIET, *extra,
     ]
 
@@ -65,12 +65,35 @@ def test_from_scratch_learns_the_task_and_saves_a_usable_classifier(tokenizer_di
     assert saved["eval_accuracy"] == results["eval_accuracy"]
 
 
+def test_the_data_options_of_the_last_release_still_work_with_a_warning(tokenizer_dir, data, tmp_path, capsys):
+    """--train_data / --validation_data (local files or a Hub name) are --train_file / --validation_file or
+    --dataset_name now; the run's record holds today's names (vaswani.cli.OLD_OPTIONS)."""
+    arguments = scratch_args(tokenizer_dir, data, tmp_path, "--do_train", "--do_eval", "--max_steps", "1",
+                             "--save_strategy", "no")
+    old = [{"--train_file": "--train_data", "--validation_file": "--validation_data"}.get(a, a) for a in arguments]
+    results = script.main([*old, "--dataset_config", "unused"])
+    assert "eval_accuracy" in results
+    deprecated = "is deprecated (removed in the next release); use"
+    assert [line for line in capsys.readouterr().err.splitlines() if ": warning: " in line] == [
+        f"finetune_classification.py: warning: --train_data {deprecated} --train_file",
+        f"finetune_classification.py: warning: --validation_data {deprecated} --validation_file",
+        f"finetune_classification.py: warning: --dataset_config {deprecated} --dataset_config_name",
+    ]
+    record = json.loads((tmp_path / "arguments.json").read_text())["data"]
+    assert record["train_file"] == str(data / "train.jsonl") and record["validation_file"] == str(
+        data / "validation.jsonl")
+    assert record["dataset_config_name"] == "unused" and "train_data" not in record
+    with pytest.raises(ValueError, match=r"--train_file .*train\.jsonl and --dataset_name someone/sst2 both give the "
+                                         r"data of one split"):
+        script.main([*arguments, "--dataset_name", "someone/sst2"])
+
+
 def test_seq2seq_checkpoint_gives_its_encoder_decoder_and_a_new_head(tokenizer, data, tmp_path, caplog):
     checkpoint = save_seq2seq_checkpoint(tmp_path / "seq2seq", tokenizer)
     output = tmp_path / "out"
     # a learning rate of 0 leaves the weights as loaded, so the saved model shows what was reused
     results = script.main([
-        "--model_name_or_path", str(checkpoint), "--train_data", str(data / "train.jsonl"), "--output_dir", str(output),
+        "--model_name_or_path", str(checkpoint), "--train_file", str(data / "train.jsonl"), "--output_dir", str(output),
         "--do_train", "--max_steps", "1", "--learning_rate", "0", "--save_strategy", "no", *QUIET,
     ])
     report = results["loading_report"]
@@ -88,7 +111,7 @@ def test_string_labels_are_mapped_through_label2id(tokenizer_dir, tmp_path):
     write_jsonl(tmp_path / "data" / "train.jsonl", language_rows(english="english", german="german"))
     (tmp_path / "data" / "labels.json").write_text(json.dumps(["german", "english"]))
     results = script.main(scratch_args(
-        tokenizer_dir, tmp_path / "data", tmp_path / "out", "--validation_data", str(tmp_path / "data" / "train.jsonl"),
+        tokenizer_dir, tmp_path / "data", tmp_path / "out", "--validation_file", str(tmp_path / "data" / "train.jsonl"),
         "--do_train", "--do_eval", "--max_steps", "40", "--learning_rate", "3e-3", "--save_strategy", "no",
     ))
     model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out")
@@ -125,7 +148,7 @@ def test_empty_evaluation_split_is_an_error(tokenizer_dir, data, tmp_path, conte
     empty = tmp_path / f"validation{suffix}"
     empty.write_text(content)
     with pytest.raises(ValueError, match=r"(is empty|has no rows)"):
-        script.main(scratch_args(tokenizer_dir, data, tmp_path / "out", "--validation_data", str(empty), "--do_eval"))
+        script.main(scratch_args(tokenizer_dir, data, tmp_path / "out", "--validation_file", str(empty), "--do_eval"))
 
 
 def test_nothing_to_do_and_missing_checkpoint_to_resume_are_errors(tokenizer_dir, data, tmp_path):

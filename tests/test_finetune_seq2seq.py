@@ -45,7 +45,7 @@ def data(tmp_path_factory):
 def translation_args(checkpoint, data, output_dir, *extra):
     return [
         "--task", "translation", "--model_name_or_path", str(checkpoint), "--source_column", "en",
-        "--target_column", "de", "--train_data", str(data), "--validation_data", str(data),
+        "--target_column", "de", "--train_file", str(data), "--validation_file", str(data),
         "--output_dir", str(output_dir), "--per_device_train_batch_size", "5", "--generation_max_length", "24",
         *QUIET, *extra,
     ]
@@ -86,8 +86,8 @@ def test_sources_carry_the_target_language_tag_as_the_pipeline_writes_them(tmp_p
 
 def test_summarization_reports_rouge(checkpoint, data, tmp_path):
     results = script.main([
-        "--task", "summarization", "--model_name_or_path", str(checkpoint), "--train_data", str(data),
-        "--validation_data", str(data), "--output_dir", str(tmp_path), "--do_train", "--do_eval",
+        "--task", "summarization", "--model_name_or_path", str(checkpoint), "--train_file", str(data),
+        "--validation_file", str(data), "--output_dir", str(tmp_path), "--do_train", "--do_eval",
         "--predict_with_generate", "--max_steps", "60", "--learning_rate", "3e-3", "--save_strategy", "no",
         "--per_device_train_batch_size", "5", "--max_target_length", "8", "--max_source_length", "16", *QUIET,
     ])
@@ -99,7 +99,7 @@ def test_summarization_reports_rouge(checkpoint, data, tmp_path):
     assert AutoTokenizer.from_pretrained(tmp_path).model_max_length == 16
     # the run's options as JSON beside the model, for its card
     record = json.loads((tmp_path / "arguments.json").read_text())
-    assert record["script"] and record["data"]["train_data"] == str(data) and record["task"]["task"] == "summarization"
+    assert record["script"] and record["data"]["train_file"] == str(data) and record["task"]["task"] == "summarization"
     assert record["model"]["model_name_or_path"] == str(checkpoint) and record["training"]["max_steps"] == 60
     assert "eval_sacrebleu" not in results
     assert results["eval_distinct_inputs"] == len(PAIRS) and results["eval_distinct_outputs"] >= 5
@@ -111,8 +111,8 @@ def test_outputs_that_do_not_depend_on_the_input_are_counted_and_warned_about(ch
     data = write_jsonl(tmp_path / "same.jsonl", rows)
     with caplog.at_level(logging.WARNING):
         results = script.main([
-            "--task", "summarization", "--model_name_or_path", str(checkpoint), "--train_data", str(data),
-            "--validation_data", str(data), "--output_dir", str(tmp_path / "out"), "--do_train", "--do_eval",
+            "--task", "summarization", "--model_name_or_path", str(checkpoint), "--train_file", str(data),
+            "--validation_file", str(data), "--output_dir", str(tmp_path / "out"), "--do_train", "--do_eval",
             "--predict_with_generate", "--max_steps", "30", "--learning_rate", "3e-3", "--save_strategy", "no",
             "--per_device_train_batch_size", "5", "--max_target_length", "8", *QUIET,
         ])
@@ -158,7 +158,7 @@ def test_encoder_only_checkpoint_reports_the_new_decoder(tokenizer, data, tmp_pa
 
 def test_translation_without_columns_is_an_error(checkpoint, data, tmp_path):
     with pytest.raises(ValueError, match="--source_column and --target_column"):
-        script.main(["--task", "translation", "--model_name_or_path", str(checkpoint), "--train_data", str(data),
+        script.main(["--task", "translation", "--model_name_or_path", str(checkpoint), "--train_file", str(data),
                      "--output_dir", str(tmp_path), "--do_train"])
 
 

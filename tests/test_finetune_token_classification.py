@@ -50,8 +50,8 @@ def data(tmp_path_factory):
 
 def args(checkpoint, data, output_dir, *extra):
     return [
-        "--model_name_or_path", str(checkpoint), "--train_data", str(data / "train.jsonl"),
-        "--validation_data", str(data / "train.jsonl"), "--output_dir", str(output_dir),
+        "--model_name_or_path", str(checkpoint), "--train_file", str(data / "train.jsonl"),
+        "--validation_file", str(data / "train.jsonl"), "--output_dir", str(output_dir),
         "--per_device_train_batch_size", "5", *QUIET, *extra,
     ]
 
@@ -152,7 +152,7 @@ def test_tag_names_come_from_the_data_without_labels_json(checkpoint, tmp_path):
 def test_empty_evaluation_split_is_an_error(checkpoint, data, tmp_path):
     (tmp_path / "validation.csv").write_text("tokens,ner_tags\n")
     with pytest.raises(ValueError, match=r"The evaluation split .*validation.csv has no rows"):
-        script.main(args(checkpoint, data, tmp_path / "out", "--validation_data", str(tmp_path / "validation.csv"),
+        script.main(args(checkpoint, data, tmp_path / "out", "--validation_file", str(tmp_path / "validation.csv"),
                          "--do_eval"))
 
 
@@ -168,7 +168,7 @@ def test_two_process_evaluation_scores_every_sentence_in_order(tagger, data, tmp
     folder, results = tagger
     # the fine-tuned tagger is perfect on its sentences; on 2 processes a score read at the wrong words would not be
     output = run_two_processes("finetune_token_classification", [
-        "--model_name_or_path", str(folder), "--validation_data", str(data / "train.jsonl"),
+        "--model_name_or_path", str(folder), "--validation_file", str(data / "train.jsonl"),
         "--output_dir", str(tmp_path), "--do_eval", "--per_device_eval_batch_size", "2", *QUIET,
     ])
     evaluation = json.loads((tmp_path / "eval_results.json").read_text())

@@ -28,12 +28,15 @@ def test_lead_sentence_skips_greetings_and_cuts_to_length():
 
 def test_writes_train_and_held_out_validation(tmp_path):
     data = write_jsonl(tmp_path / "emails.jsonl", [{"document": text, "summary": "unused"} for text in EMAILS])
-    counts = script.main(["--dataset", str(data), "--output_dir", str(tmp_path / "out"), "--validation_size", "1"])
+    counts = script.main(["--train_file", str(data), "--output_dir", str(tmp_path / "out"), "--validation_size", "1"])
     assert counts == {"documents": 4, "train": 2, "validation": 1, "left_out": 1}
     train, validation = read_jsonl(tmp_path / "out" / "train.jsonl"), read_jsonl(tmp_path / "out" / "validation.jsonl")
     assert [row["document"] for row in train + validation] == EMAILS[:3]
     assert validation[0]["summary"] == "The meeting moves to room 3267 on Tuesday at nine."
     assert all(row["summary"] in row["document"].replace("  ", " ") for row in train)
+    counts = script.main(["--train_file", str(data), "--max_train_samples", "2", "--output_dir", str(tmp_path / "two"),
+                          "--validation_size", "1"])
+    assert counts == {"documents": 2, "train": 1, "validation": 1, "left_out": 0}
 
 
 @pytest.mark.parametrize(
@@ -42,6 +45,7 @@ def test_writes_train_and_held_out_validation(tmp_path):
         (["--validation_size", "3"], "only 3 of 4 documents have a usable sentence or line"),
         (["--validation_size", "-1"], "--validation_size must be 0 or more"),
         (["--max_target_words", "0"], "--max_target_words must be at least 1"),
+        (["--max_train_samples", "0"], "--max_train_samples must be at least 1"),
         (["--column", "body"], "body"),
         (["--reference_column", "subject"], "subject"),
     ],
@@ -49,7 +53,7 @@ def test_writes_train_and_held_out_validation(tmp_path):
 def test_bad_arguments_name_the_argument(tmp_path, extra, message):
     data = write_jsonl(tmp_path / "emails.jsonl", [{"document": text} for text in EMAILS])
     with pytest.raises(ValueError, match=message):
-        script.main(["--dataset", str(data), "--output_dir", str(tmp_path / "out"), *extra])
+        script.main(["--train_file", str(data), "--output_dir", str(tmp_path / "out"), *extra])
 
 
 def test_reference_column_scores_the_lead_baseline(tmp_path):
@@ -62,7 +66,7 @@ def test_reference_column_scores_the_lead_baseline(tmp_path):
     ]
     data = write_jsonl(tmp_path / "emails.jsonl", rows)
     counts = script.main(
-        ["--dataset", str(data), "--output_dir", str(tmp_path / "out"), "--validation_size", "0",
+        ["--train_file", str(data), "--output_dir", str(tmp_path / "out"), "--validation_size", "0",
          "--reference_column", "summary"]
     )
     assert counts["rouge1"] == pytest.approx(100 / 3, abs=0.01)

@@ -217,7 +217,7 @@ def test_other_runs_of_a_recipe_are_a_table_under_its_notes(project):
     recipes["recipes"][0]["experiments"] = [
         {"change": "a larger\nvocabulary", "options": "`--vocab_size 12000`", "training_time": "1h33m",
          "evaluations": "39.64 at 9000", "validation": "last 39.79 | average 39.57", "test": "not run"},
-        {"change": "sinusoids", "options": "`--model_overrides '{...}'`", "evaluations": "30.38 at 2400"},
+        {"change": "sinusoids", "options": "`--config_overrides d_model=256`", "evaluations": "30.38 at 2400"},
     ]
     (project / "recipes.yaml").write_text(yaml.safe_dump(recipes, sort_keys=False), encoding="utf-8")
     run(project)
@@ -231,7 +231,7 @@ def test_other_runs_of_a_recipe_are_a_table_under_its_notes(project):
         # one line a run, pipes escaped; a field not given is a dash
         "| a larger vocabulary | `--vocab_size 12000` | 1h33m | 39.64 at 9000 | last 39.79 \\| average 39.57 "
         "| not run |",
-        "| sinusoids | `--model_overrides '{...}'` | — | 30.38 at 2400 | — | — |",
+        "| sinusoids | `--config_overrides d_model=256` | — | 30.38 at 2400 | — | — |",
         "",
     ]
 

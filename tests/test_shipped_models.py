@@ -40,23 +40,25 @@ BLEU_TOLERANCE = 0.5
 # with the data read from ../shared/data, and the results file that line wrote from the committed folder.
 EN_DE = REPO / "results" / "multi30k_en_de"
 TRANSLATION_SLICE = [
-    "--task", "translation", "--dataset_name", "bentrevett/multi30k", "--split", "test_2016_flickr",
-    "--max_examples", "100", "--num_beams", "5", "--length_penalty", "1.0", "--max_new_tokens", "80",
+    "--task", "translation", "--dataset_label", "bentrevett/multi30k", "--split", "test_2016_flickr",
+    "--max_eval_samples", "100", "--num_beams", "5", "--length_penalty", "1.0", "--max_new_tokens", "80",
     "--batch_size", "32",
 ]
 SLICES = {
     "Multi30k en->de": (
-        "multi30k/test_2016_flickr.jsonl", [*TRANSLATION_SLICE, "--source_column", "en", "--target_column", "de"],
+        ("--test_file", "multi30k/test_2016_flickr.jsonl"),
+        [*TRANSLATION_SLICE, "--source_column", "en", "--target_column", "de"],
         EN_DE / "evaluation_results_first100.json",
     ),
     "Multi30k de->en": (
-        "multi30k/test_2016_flickr.jsonl", [*TRANSLATION_SLICE, "--source_column", "de", "--target_column", "en"],
+        ("--test_file", "multi30k/test_2016_flickr.jsonl"),
+        [*TRANSLATION_SLICE, "--source_column", "de", "--target_column", "en"],
         REPO / "results" / "multi30k_de_en" / "evaluation_results_first100.json",
     ),
     "SAMSum": (
-        "samsum/validation.jsonl",
-        ["--task", "summarization", "--dataset_name", "knkarthick/samsum", "--split", "validation",
-         "--max_examples", "50", "--num_beams", "4", "--length_penalty", "0.6", "--max_new_tokens", "64",
+        ("--validation_file", "samsum/validation.jsonl"),
+        ["--task", "summarization", "--dataset_label", "knkarthick/samsum", "--split", "validation",
+         "--max_eval_samples", "50", "--num_beams", "4", "--length_penalty", "0.6", "--max_new_tokens", "64",
          "--batch_size", "16"],
         REPO / "results" / "samsum" / "evaluation_results_first50.json",
     ),
@@ -124,10 +126,10 @@ def test_the_shipped_models_fit_the_size_budget():
 @needs_shared_data
 @pytest.mark.parametrize("name", sorted(SLICES))
 def test_evaluate_model_reproduces_the_committed_slice_results_exactly(name, tmp_path):
-    data, arguments, expected_file = SLICES[name]
+    (data_option, data), arguments, expected_file = SLICES[name]
     output_file = tmp_path / "results.json"
     evaluate_model.main([
-        "--model", str(SHIPPED[name]), "--dataset", str(SHARED_DATA / data), *arguments,
+        "--model", str(SHIPPED[name]), data_option, str(SHARED_DATA / data), *arguments,
         "--output_file", str(output_file),
     ])
     produced, expected = (json.loads(path.read_text(encoding="utf-8")) for path in (output_file, expected_file))

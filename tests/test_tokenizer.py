@@ -183,7 +183,7 @@ def test_train_tokenizer_script_from_local_json_lines(tmp_path):
     data = write_jsonl(tmp_path / "pairs.jsonl", [{"en": en, "de": de} for en, de in PAIRS] * 5)
     out = tmp_path / "tok"
     train_tokenizer.main(
-        ["--dataset", str(data), "--columns", "en", "de", "--vocab_size", "500", "--min_frequency", "1",
+        ["--train_file", str(data), "--columns", "en", "de", "--vocab_size", "500", "--min_frequency", "1",
          "--output_dir", str(out)]
     )
     loaded = AutoTokenizer.from_pretrained(out)
@@ -230,7 +230,7 @@ def test_split_newlines_survives_save_and_auto_reload(newline_tokenizer, tmp_pat
 
 def test_train_tokenizer_script_splits_punctuation_on_request(tmp_path):
     data = write_jsonl(tmp_path / "pairs.jsonl", [{"en": en, "de": de} for en, de in PAIRS] * 5)
-    options = ["--dataset", str(data), "--columns", "en", "de", "--vocab_size", "500", "--min_frequency", "1"]
+    options = ["--train_file", str(data), "--columns", "en", "de", "--vocab_size", "500", "--min_frequency", "1"]
     glued = train_tokenizer.main(options + ["--output_dir", str(tmp_path / "glued")])
     split = train_tokenizer.main(options + ["--output_dir", str(tmp_path / "split"), "--split_punctuation"])
     assert glued_to_punctuation(glued) and glued_to_punctuation(split) == []
@@ -243,7 +243,7 @@ def test_train_tokenizer_script_from_csv(tmp_path):
     data = tmp_path / "pairs.csv"
     data.write_text("document,summary\n" + "".join(f'"{en}","{de}"\n' for en, de in PAIRS * 5), encoding="utf-8")
     tokenizer = train_tokenizer.main(
-        ["--dataset", str(data), "--columns", "document", "summary", "--vocab_size", "450", "--min_frequency", "1",
+        ["--train_file", str(data), "--columns", "document", "summary", "--vocab_size", "450", "--min_frequency", "1",
          "--output_dir", str(tmp_path / "tok")]
     )
     assert len(tokenizer) == 450
@@ -252,8 +252,8 @@ def test_train_tokenizer_script_from_csv(tmp_path):
 @needs_shared_data
 def test_train_tokenizer_script_on_multi30k(tmp_path):
     tokenizer = train_tokenizer.main(
-        ["--dataset", str(SHARED_DATA / "multi30k" / "train.jsonl"), "--columns", "en", "de", "--vocab_size", "2000",
-         "--max_examples", "2000", "--output_dir", str(tmp_path / "tok")]
+        ["--train_file", str(SHARED_DATA / "multi30k" / "train.jsonl"), "--columns", "en", "de", "--vocab_size", "2000",
+         "--max_train_samples", "2000", "--output_dir", str(tmp_path / "tok")]
     )
     sentence = "Zwei junge Männer spielen Fußball auf einer Wiese."
     assert tokenizer.decode(tokenizer(sentence)["input_ids"], skip_special_tokens=True) == sentence
@@ -262,19 +262,19 @@ def test_train_tokenizer_script_on_multi30k(tmp_path):
 def test_train_tokenizer_script_bad_input(tmp_path):
     data = write_jsonl(tmp_path / "pairs.jsonl", [{"en": en, "de": de} for en, de in PAIRS])
     with pytest.raises(ValueError, match=r"Column 'fr' is not in .*\['en', 'de'\]"):
-        train_tokenizer.main(["--dataset", str(data), "--columns", "en", "fr", "--output_dir", str(tmp_path / "t")])
+        train_tokenizer.main(["--train_file", str(data), "--columns", "en", "fr", "--output_dir", str(tmp_path / "t")])
 
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"en": "fine"}\n{"en": "not closed\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"broken.jsonl, line 2: not valid JSON"):
-        train_tokenizer.main(["--dataset", str(broken), "--columns", "en", "--output_dir", str(tmp_path / "t")])
+        train_tokenizer.main(["--train_file", str(broken), "--columns", "en", "--output_dir", str(tmp_path / "t")])
 
     latin1 = tmp_path / "latin1.jsonl"
     latin1.write_bytes('{"en": "ok"}\n{"en": "caf\u00e9"}\n'.encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin1.jsonl, line 2: not valid UTF-8"):
-        train_tokenizer.main(["--dataset", str(latin1), "--columns", "en", "--output_dir", str(tmp_path / "t")])
+        train_tokenizer.main(["--train_file", str(latin1), "--columns", "en", "--output_dir", str(tmp_path / "t")])
 
     empty = tmp_path / "empty.jsonl"
     empty.write_text("", encoding="utf-8")
     with pytest.raises(ValueError):
-        train_tokenizer.main(["--dataset", str(empty), "--columns", "en", "--output_dir", str(tmp_path / "t")])
+        train_tokenizer.main(["--train_file", str(empty), "--columns", "en", "--output_dir", str(tmp_path / "t")])

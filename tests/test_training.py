@@ -29,6 +29,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedTokeniz
 
 from conftest import REPO, needs_shared_data, tiny_config
 from vaswani import VaswaniForConditionalGeneration
+from vaswani.cli import parse_config_overrides
 from vaswani.training import checkpoints as checkpoints_module
 from vaswani.training.arguments import TrainDataArguments, load_config_file, parse_arguments
 from vaswani.training.batching import TokenBudgetBatches, collate
@@ -45,11 +46,11 @@ import average_checkpoints  # noqa: E402
 
 # --- helpers ------------------------------------------------------------------------------------------------------
 
-TINY_RUN = dict(
-    dataset="synthetic", synthetic_train_size=240, synthetic_validation_size=12, max_source_length=32,
+TINY_RUN = dict(  # on the synthetic task, the default data
+    synthetic_train_size=240, synthetic_validation_size=12, max_source_length=32,
     max_target_length=32, preset="tiny", vocab_size=400, dropout=0.1, max_steps=8, max_tokens_per_batch=256,
     tokens_per_update=512, learning_rate=3e-3, warmup_steps=4, logging_steps=1, eval_steps=4, save_steps=2,
-    keep_checkpoints=3, eval_num_beams=2, eval_max_new_tokens=12, max_eval_examples=6, eval_batch_size=4,
+    keep_checkpoints=3, eval_num_beams=2, eval_max_new_tokens=12, max_eval_samples=6, eval_batch_size=4,
     report_to="none", seed=0,
 )
 
@@ -148,8 +149,9 @@ def test_local_pairs_are_mapped_tokenized_and_filtered_with_counts(tmp_path, tok
     rows += [{"document": "word " * 60, "summary": "Zu lang."}]
     train_file = write_jsonl(tmp_path / "train.jsonl", rows)
     validation_file = write_jsonl(tmp_path / "validation.jsonl", rows[:4])
-    data = TrainDataArguments(dataset=str(train_file), validation_dataset=str(validation_file), source_column="document",
-                         target_column="summary", max_source_length=40, max_target_length=40)
+    data = TrainDataArguments(train_file=str(train_file), validation_file=str(validation_file),
+                              source_column="document", target_column="summary", max_source_length=40,
+                              max_target_length=40)
     prepared = prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data)
 
     report = prepared.reports[0]
@@ -171,7 +173,7 @@ def test_local_pairs_are_mapped_tokenized_and_filtered_with_counts(tmp_path, tok
 
 def test_tokenization_is_cached_between_runs(tmp_path, tokenizer):
     train_file = write_jsonl(tmp_path / "train.jsonl", [{"en": f"Sentence {i}.", "de": f"Satz {i}."} for i in range(20)])
-    data = TrainDataArguments(dataset=str(train_file), validation_dataset=str(train_file))
+    data = TrainDataArguments(train_file=str(train_file), validation_file=str(train_file))
     first = prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data).train
     cache = Path(first.cache_files[0]["filename"])
     written = cache.stat().st_mtime_ns
@@ -183,7 +185,7 @@ def test_tokenization_is_cached_between_runs(tmp_path, tokenizer):
 def test_a_dotted_column_reads_inside_a_dict_column(tmp_path, tokenizer):
     rows = [{"translation": {"en": f"A dog {i}.", "de": f"Ein Hund {i}."}} for i in range(6)]
     train_file = write_jsonl(tmp_path / "wmt.jsonl", rows)
-    data = TrainDataArguments(dataset=str(train_file), validation_dataset=str(train_file),
+    data = TrainDataArguments(train_file=str(train_file), validation_file=str(train_file),
                          source_column="translation.en", target_column="translation.de")
     prepared = prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data)
     assert prepared.validation["target_text"][:2] == ["Ein Hund 0.", "Ein Hund 1."]
@@ -199,7 +201,8 @@ def test_a_hub_dataset_is_asked_for_by_name_config_and_split(tmp_path, monkeypat
         return datasets.Dataset.from_list([{"en": "A dog.", "de": "Ein Hund."}] * 3)
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    data = TrainDataArguments(dataset="someone/parallel-corpus", dataset_config="en-de", validation_split="dev")
+    data = TrainDataArguments(dataset_name="someone/parallel-corpus", dataset_config_name="en-de",
+                              validation_split="dev")
     train, validation = load_raw_splits(data, tmp_path, seed=0)
     assert asked == [("someone/parallel-corpus", "en-de", "train"), ("someone/parallel-corpus", "en-de", "dev")]
     assert len(train) == len(validation) == 3
@@ -207,7 +210,7 @@ def test_a_hub_dataset_is_asked_for_by_name_config_and_split(tmp_path, monkeypat
 
 def test_a_local_file_without_validation_holds_out_pairs(tmp_path):
     train_file = write_jsonl(tmp_path / "train.jsonl", [{"en": f"s {i}", "de": f"t {i}"} for i in range(300)])
-    train, validation = load_raw_splits(TrainDataArguments(dataset=str(train_file)), tmp_path, seed=0)
+    train, validation = load_raw_splits(TrainDataArguments(train_file=str(train_file)), tmp_path, seed=0)
     assert (len(train), len(validation)) == (297, 3)
     assert not set(train["en"]) & set(validation["en"])
 
@@ -215,16 +218,16 @@ def test_a_local_file_without_validation_holds_out_pairs(tmp_path):
 def test_missing_column_error_names_it_and_lists_the_columns(tmp_path):
     train_file = write_jsonl(tmp_path / "train.jsonl", [{"english": "a", "german": "b"}] * 3)
     with pytest.raises(ValueError, match=r"Column 'en' is not in .*train.jsonl.*\['english', 'german'\]"):
-        load_raw_splits(TrainDataArguments(dataset=str(train_file), validation_dataset=str(train_file)), tmp_path, 0)
+        load_raw_splits(TrainDataArguments(train_file=str(train_file), validation_file=str(train_file)), tmp_path, 0)
 
 
 def test_an_empty_dataset_is_an_error(tmp_path, tokenizer):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(ValueError, match=r"empty\.jsonl is empty"):
-        load_raw_splits(TrainDataArguments(dataset=str(empty)), tmp_path, 0)
+        load_raw_splits(TrainDataArguments(train_file=str(empty)), tmp_path, 0)
     blank = write_jsonl(tmp_path / "blank.jsonl", [{"en": "", "de": "x"}, {"en": "y", "de": " "}])
-    data = TrainDataArguments(dataset=str(blank), validation_dataset=str(blank))
+    data = TrainDataArguments(train_file=str(blank), validation_file=str(blank))
     with pytest.raises(ValueError, match=r"No usable pair is left in the train: 2 pairs -> 0 kept \(2 empty"):
         prepare_data(*load_raw_splits(data, tmp_path, 0), tokenizer, data)
 
@@ -233,19 +236,40 @@ def test_a_broken_file_is_reported_with_its_file_and_line(tmp_path):
     not_utf8 = tmp_path / "latin1.jsonl"
     not_utf8.write_bytes(b'{"en": "a", "de": "b"}\n{"en": "caf\xe9", "de": "b"}\n')
     with pytest.raises(ValueError, match=r"latin1\.jsonl, line 2: not valid UTF-8"):
-        run_in_process(tiny_argv(tmp_path / "out", dataset=str(not_utf8)))
+        run_in_process(tiny_argv(tmp_path / "out", train_file=str(not_utf8)))
 
     not_json = tmp_path / "broken.jsonl"
     not_json.write_text('{"en": "a", "de": "b"}\n{"en": "a", "de": "b"}\n{"en": "a" "de": "b"}\n')
     with pytest.raises(ValueError, match=r"broken\.jsonl, line 3: not valid JSON"):
-        load_raw_splits(TrainDataArguments(dataset=str(not_json)), tmp_path, 0)
+        load_raw_splits(TrainDataArguments(train_file=str(not_json)), tmp_path, 0)
+
+
+def test_the_training_data_come_from_one_source_named_by_its_option(tmp_path, monkeypatch):
+    import datasets
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError(f"the Hub was asked for {args}")
+
+    train_file = write_jsonl(tmp_path / "train.jsonl", [{"en": f"s {i}", "de": f"t {i}"} for i in range(4)])
+    monkeypatch.setattr(datasets, "load_dataset", no_hub)  # every error comes before any loading
+    with pytest.raises(ValueError, match=rf"--dataset_name {re.escape(str(train_file))} is a local file, not a "
+                                         r"dataset on the Hub: give local files with --train_file\."):
+        load_raw_splits(TrainDataArguments(dataset_name=str(train_file)), tmp_path, 0)
+    with pytest.raises(FileNotFoundError, match=r"--train_file .*missing\.jsonl: no such file\.$"):
+        load_raw_splits(TrainDataArguments(train_file=str(tmp_path / "missing.jsonl")), tmp_path, 0)
+    with pytest.raises(ValueError, match=rf"--train_file {re.escape(str(train_file))} and --dataset_name "
+                                         r"someone/corpus both give the data of one split"):
+        load_raw_splits(TrainDataArguments(train_file=str(train_file), dataset_name="someone/corpus"), tmp_path, 0)
+    with pytest.raises(FileNotFoundError, match=r"--validation_file .*valid\.jsonl: no such file"):
+        load_raw_splits(TrainDataArguments(train_file=str(train_file), validation_file=str(tmp_path / "valid.jsonl")),
+                        tmp_path, 0)
 
 
 @needs_shared_data
 @pytest.mark.parametrize("config", ["multi30k_en_de", "multi30k_de_en", "aeslc", "samsum"])
 def test_experiment_configs_load_their_real_datasets(config, tmp_path, tokenizer, monkeypatch):
     monkeypatch.chdir(REPO)  # the configs name ../shared/data relative to the repository root
-    data, model, training = parse_arguments(["--config", f"scripts/configs/{config}.yaml", "--max_train_examples", "40",
+    data, model, training = parse_arguments(["--config", f"scripts/configs/{config}.yaml", "--max_train_samples", "40",
                                              "--max_steps", "3", "--cooldown_steps", "0"])
     assert training.max_steps == 3 and training.cooldown_steps == 0  # the command line overrides the file
     train_raw, validation_raw = load_raw_splits(data, tmp_path, seed=0)
@@ -321,7 +345,7 @@ def bpe_dropout_pairs(tmp_path, tokenizer, **options):
              "de": f"Ein {words[(7 * i) % 13]} ist {words[i % 13]} am {words[(2 * i) % 13]} Nummer {i}."}
             for i in range(40)]
     train_file = write_jsonl(tmp_path / "train.jsonl", rows)
-    data = TrainDataArguments(dataset=str(train_file), validation_dataset=str(train_file), bpe_dropout=0.1, **options)
+    data = TrainDataArguments(train_file=str(train_file), validation_file=str(train_file), bpe_dropout=0.1, **options)
     return data, prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data).train
 
 
@@ -502,16 +526,70 @@ def test_a_cooldown_anneals_the_last_updates_to_zero_and_leaves_the_rest_alone()
 
 def test_a_config_file_is_overridden_by_the_command_line(tmp_path):
     config = tmp_path / "experiment.yaml"
-    config.write_text("max_steps: 10\ndropout: 0.3\nmodel_overrides: {encoder_layers: 1}\nsource_column: document\n")
+    config.write_text("max_steps: 10\ndropout: 0.3\nconfig_overrides: {encoder_layers: 1, layer_norm_position: pre}\n"
+                      "source_column: document\n")
     data, model_args, args = parse_arguments(["--config", str(config), "--max_steps", "20"])
     assert (args.max_steps, model_args.dropout, data.source_column) == (20, 0.3, "document")
-    assert json.loads(model_args.model_overrides) == {"encoder_layers": 1}
+    assert model_args.config_overrides == "encoder_layers=1,layer_norm_position=pre"  # as the command line gives them
+    _, model_args, _ = parse_arguments(["--config", str(config), "--config_overrides", "encoder_layers=3"])
+    assert parse_config_overrides(model_args.config_overrides) == {"encoder_layers": 3}
 
     config.write_text("max_step: 10\n")
     with pytest.raises(ValueError, match=r"unknown option 'max_step'; did you mean 'max_steps'\?"):
         load_config_file(str(config))
+    with pytest.raises(ValueError, match=r"--config_overrides: 'layers' is not of the form key=value"):
+        parse_arguments(["--config_overrides", "layers"])
+    with pytest.raises(ValueError, match=r"Set dropout with --dropout, not inside --config_overrides"):
+        parse_arguments(["--config_overrides", "d_model=64,dropout=0.3"])
+
+
+def test_training_data_named_on_the_command_line_replace_the_configs(tmp_path, monkeypatch):
+    config = tmp_path / "experiment.yaml"
+    config.write_text("train_file: data/train.jsonl\nvalidation_file: data/validation.jsonl\n")
+    data, _, _ = parse_arguments(["--config", str(config), "--dataset_name", "bentrevett/multi30k"])
+    assert (data.train_file, data.dataset_name) == (None, "bentrevett/multi30k")
+    assert data.validation_file == "data/validation.jsonl"  # the validation file stays, as the config comments say
+    monkeypatch.chdir(REPO)
+    data, _, _ = parse_arguments(["--config", "scripts/configs/quickstart.yaml", "--train_file", "mine.jsonl"])
+    assert (data.train_file, data.dataset_name) == ("mine.jsonl", None)
+    assert parse_arguments([])[0].dataset_name == "synthetic"  # neither: the toy task, as before
+
+
+def test_an_old_style_config_and_command_line_still_work_with_a_warning_each(tmp_path, capsys):
+    train_file = write_jsonl(tmp_path / "train.jsonl", [{"en": f"s {i}", "de": f"t {i}"} for i in range(8)])
+    config = tmp_path / "old.yaml"
+    config.write_text(f"dataset: {train_file}\nvalidation_dataset: {train_file}\nmax_eval_examples: 3\n"
+                      "model_overrides: {encoder_layers: 1, layer_norm_position: pre}\n")
+    data, model_args, _ = parse_arguments(["--config", str(config), "--max_train_examples", "5",
+                                           "--dataset_config", "de-en"])
+    assert (data.train_file, data.dataset_name, data.validation_file) == (str(train_file), None, str(train_file))
+    assert (data.max_train_samples, data.max_eval_samples, data.dataset_config_name) == (5, 3, "de-en")
+    assert parse_config_overrides(model_args.config_overrides) == {"encoder_layers": 1, "layer_norm_position": "pre"}
+    warnings = capsys.readouterr().err.splitlines()
+    assert warnings == [
+        "train.py: warning: --max_train_examples is deprecated (removed in the next release); use --max_train_samples",
+        "train.py: warning: --dataset_config is deprecated (removed in the next release); use --dataset_config_name",
+        f"train.py: warning: dataset (in {config}) is deprecated (removed in the next release); use train_file",
+        f"train.py: warning: validation_dataset (in {config}) is deprecated (removed in the next release); use "
+        "validation_file",
+        f"train.py: warning: max_eval_examples (in {config}) is deprecated (removed in the next release); use "
+        "max_eval_samples",
+        f"train.py: warning: model_overrides (in {config}) is deprecated (removed in the next release); use "
+        "config_overrides encoder_layers=1,layer_norm_position=pre",
+    ]
+    data, model_args, _ = parse_arguments(["--dataset", "synthetic", "--model_overrides", '{"d_model": 64}'])
+    assert (data.dataset_name, model_args.config_overrides) == ("synthetic", "d_model=64")
+    assert capsys.readouterr().err.splitlines() == [
+        "train.py: warning: --dataset is deprecated (removed in the next release); use --dataset_name",
+        "train.py: warning: --model_overrides is deprecated (removed in the next release); use --config_overrides "
+        "d_model=64",
+    ]
     with pytest.raises(ValueError, match=r"--model_overrides must be a JSON object"):
         parse_arguments(["--model_overrides", "{layers: 2"])
+    config.write_text(f"dataset: {train_file}\ntrain_file: other.jsonl\n")
+    with pytest.raises(ValueError, match=rf"dataset: {re.escape(str(train_file))} in .*old.yaml and train_file: "
+                                         r"other.jsonl in .*old.yaml would both set train_file"):
+        parse_arguments(["--config", str(config)])
 
 
 # --- a complete run: outputs, logs, models ---------------------------------------------------------------------------
@@ -593,7 +671,7 @@ def test_summarization_is_scored_with_rouge_and_counts_distinct_outputs(tmp_path
     rows = [{"document": f"Anna: I will bring {n} cakes tomorrow.\nBen: Great!", "summary": f"Anna brings {n} cakes."}
             for n in ("two", "three", "four", "five", "six", "seven")] * 8
     train_file = write_jsonl(tmp_path / "train.jsonl", rows)
-    outcome = run_in_process(tiny_argv(tmp_path / "out", dataset=str(train_file), validation_dataset=str(train_file),
+    outcome = run_in_process(tiny_argv(tmp_path / "out", train_file=str(train_file), validation_file=str(train_file),
                                        task="summarization", source_column="document", target_column="summary",
                                        max_steps=2, eval_steps=2, too_long="truncate"))
     evaluation = [r for r in metrics_records(tmp_path / "out") if "val_loss" in r][-1]
@@ -608,7 +686,7 @@ def test_a_model_whose_outputs_do_not_depend_on_the_input_is_warned_about(tmp_pa
     rows = [{"document": f"Anna: I will bring {n} cakes tomorrow.\nBen: Great!", "summary": "Anna brings cakes."}
             for n in ("two", "three", "four", "five", "six", "seven")] * 8
     train_file = write_jsonl(tmp_path / "train.jsonl", rows)
-    run_in_process(tiny_argv(tmp_path / "out", dataset=str(train_file), validation_dataset=str(train_file),
+    run_in_process(tiny_argv(tmp_path / "out", train_file=str(train_file), validation_file=str(train_file),
                              task="summarization", source_column="document", target_column="summary",
                              max_steps=8, eval_steps=8, too_long="truncate"))
     evaluation = [r for r in metrics_records(tmp_path / "out") if "val_loss" in r][-1]
@@ -643,7 +721,7 @@ def test_the_quickstart_config_runs_and_translates(tmp_path, monkeypatch):
     output_dir = tmp_path / "quickstart"
     run_in_process(["--config", "scripts/configs/quickstart.yaml", "--output_dir", str(output_dir),
                     "--max_steps", "2", "--synthetic_train_size", "300", "--synthetic_validation_size", "10",
-                    "--max_eval_examples", "2", "--report_to", "none"])
+                    "--max_eval_samples", "2", "--report_to", "none"])
     translator = pipeline("translation", model=str(output_dir / "best"), trust_remote_code=True)
     assert isinstance(translator("The dog sees a cat.")[0]["translation_text"], str)
 
@@ -781,6 +859,28 @@ def test_options_the_checkpoint_fixes_cannot_change_on_resume_and_the_learning_r
     run_in_process(tiny_argv(run, dropout=0.1, **{**options, "learning_rate": 1e-3}))
     rates = {r["step"]: r["learning_rate"] for r in metrics_records(run) if "learning_rate" in r}
     assert rates[4] == pytest.approx(3e-3 * (4 / 5) ** 0.5) and rates[5] == pytest.approx(1e-3 * (4 / 6) ** 0.5)
+
+
+def test_a_checkpoint_saved_with_the_option_names_of_the_last_release_resumes(checkpointed_run, tmp_path, capsys):
+    run = copy_of(checkpointed_run, tmp_path)
+    old_names = {"dataset_name": "dataset", "dataset_config_name": "dataset_config", "validation_file":
+                 "validation_dataset", "max_train_samples": "max_train_examples", "max_eval_samples":
+                 "max_eval_examples", "config_overrides": "model_overrides"}
+    for record in [run / "arguments.json", *(run / "checkpoints").glob("step-*/arguments.json")]:
+        saved = json.loads(record.read_text())
+        assert saved.pop("train_file") is None and saved["dataset_name"] == "synthetic"
+        saved = {old_names.get(name, name): value for name, value in saved.items()}
+        saved["model_overrides"] = '{"attention_dropout": 0.0}'  # the default: the same model
+        record.write_text(json.dumps(saved))
+    options = dict(max_steps=6, save_steps=2, eval_steps=100, dropout=0.1, resume=True)
+    with pytest.raises(TrainingError, match=r"--config_overrides 'attention_dropout=0.0' -> 'attention_dropout=0.1'"):
+        run_in_process(tiny_argv(run, config_overrides="attention_dropout=0.1", **options))
+    run_in_process(tiny_argv(run, config_overrides="attention_dropout=0.0", **options))
+    assert "Resumed from" in capsys.readouterr().out
+    assert [r["step"] for r in metrics_records(run) if "loss" in r] == list(range(1, 7))
+    written = json.loads((run / "arguments.json").read_text())  # the run's record now, in today's names
+    assert written["dataset_name"] == "synthetic" and written["config_overrides"] == "attention_dropout=0.0"
+    assert not set(old_names.values()) & set(written)
 
 
 # --- one writer per output folder ----------------------------------------------------------------------------------

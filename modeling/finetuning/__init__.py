@@ -4,7 +4,9 @@ train -> save -> evaluate sequence.
 
 Everything else is transformers: the scripts build a `Trainer` / `Seq2SeqTrainer` from `TrainingArguments`, so that
 `torchrun` / `accelerate launch`, `--activation_checkpointing`, `--gradient_accumulation_steps`,
-`--resume_from_checkpoint` and the rest work as for any model.
+`--resume_from_checkpoint` and the rest work as for any model. The data options are those of transformers' example
+scripts (`--train_file`, `--validation_file`, `--dataset_name`, `--max_train_samples`); the spellings of the last
+release are still read, with a warning (vaswani.cli.OLD_OPTIONS).
 """
 
 import json
@@ -20,7 +22,8 @@ import transformers
 from transformers import AutoTokenizer, HfArgumentParser, PreTrainedModel, Trainer, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
-from ..data import is_local, load_split, require_columns, require_values
+from ..cli import OLD_OPTIONS, modern_argv
+from ..data import data_source, is_local, load_split, require_columns, require_values
 from ..model_card import ARGUMENTS_FILE
 from .head_loading import LoadingReport, ModelArguments, label_names_of_fine_tuned, load_head
 from .label_sets import LabelSet, resolve_label_set
@@ -33,24 +36,31 @@ RESUME_LATEST = ("last", "latest", "true", "True")
 
 @dataclass
 class DataArguments:
-    train_data: str | None = field(
-        default=None,
-        metadata={"help": "Training data: local .jsonl/.json/.csv file(s), comma-separated, or a Hub name."},
+    train_file: str | None = field(
+        default=None, metadata={"help": "Local training data: .jsonl/.json/.csv file(s), comma-separated."}
     )
-    validation_data: str | None = field(
+    validation_file: str | None = field(
         default=None,
-        metadata={"help": "Evaluation data, as --train_data. Defaults to --train_data when that is a Hub name."},
+        metadata={"help": "Local evaluation data, as --train_file. Unset: the --validation_split of --dataset_name."},
     )
-    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "A dataset on the Hub: its --train_split to train on, its --validation_split to evaluate on "
+                  "(unless --validation_file is given)."},
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
     train_split: str = field(default="train", metadata={"help": "Hub split to train on."})
     validation_split: str = field(default="validation", metadata={"help": "Hub split to evaluate on."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N rows only."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N rows only."})
 
 
-def start_run(task_arguments, argv: list[str] | None, training_arguments=TrainingArguments):
-    """Parse the command line into (model, data, task, training) arguments, set up logging, check that the run
-    makes sense and seed everything."""
+def start_run(
+    task_arguments, argv: list[str] | None, training_arguments=TrainingArguments, program: str | None = None
+):
+    """Parse the command line (of the script `program`) into (model, data, task, training) arguments, set up
+    logging, check that the run makes sense and seed everything."""
+    argv = modern_argv(argv, OLD_OPTIONS["fine-tuning"], program)
     parser = HfArgumentParser((ModelArguments, DataArguments, task_arguments, training_arguments))
     model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     setup_logging(training_args)
@@ -127,36 +137,37 @@ class Splits:
 
 
 def load_splits(data_args: DataArguments, training_args: TrainingArguments, columns: list[str]) -> Splits:
-    """The training and evaluation splits the actions need. Each must have rows and the given columns."""
-    splits = Splits()
+    """The training and evaluation splits the actions need, each from one source (vaswani.data.data_source). Each
+    must have rows and the given columns."""
+    train_source = evaluation_source = None
     if training_args.do_train:
-        if data_args.train_data is None:
-            raise ValueError("--do_train needs --train_data (a local data file or a Hub dataset name).")
+        train_source = data_source(data_args.train_file, data_args.dataset_name, "--train_file", "--do_train")
+    if training_args.do_eval:
+        # a Hub dataset that gives the training split may leave the evaluation to --validation_file
+        hub = None if training_args.do_train and data_args.validation_file else data_args.dataset_name
+        evaluation_source = data_source(data_args.validation_file, hub, "--validation_file", "--do_eval")
+    splits = Splits()
+    if train_source is not None:
         splits.train, splits.train_source = load_checked_split(
-            data_args.train_data, data_args.train_split, data_args.dataset_config, columns,
+            train_source, data_args.train_split, data_args.dataset_config_name, columns,
             data_args.max_train_samples, "training",
         )
-    if training_args.do_eval:
-        source = data_args.validation_data
-        if source is None and data_args.train_data is not None and not is_local(data_args.train_data):
-            source = data_args.train_data
-        if source is None:
-            raise ValueError("--do_eval needs --validation_data (a local data file or a Hub dataset name).")
+    if evaluation_source is not None:
         splits.evaluation, splits.evaluation_source = load_checked_split(
-            source, data_args.validation_split, data_args.dataset_config, columns,
+            evaluation_source, data_args.validation_split, data_args.dataset_config_name, columns,
             data_args.max_eval_samples, "evaluation",
         )
     return splits
 
 
 def load_checked_split(
-    source: str, split: str, dataset_config: str | None, columns: list[str], max_rows: int | None, role: str
+    source: str, split: str, dataset_config_name: str | None, columns: list[str], max_rows: int | None, role: str
 ) -> tuple[datasets.Dataset, str]:
     """One split (its first `max_rows` rows), and a description of where it came from. It must have the columns
     and at least one row: `role` ("training", "evaluation") says which split, in the errors."""
     where = source if is_local(source) else f"{source} (split {split!r})"
     try:
-        dataset = load_split(source, split, dataset_config)
+        dataset = load_split(source, split, dataset_config_name)
     except ValueError as error:
         # what `datasets` says of a file that parses but holds no rows (`[]`, a CSV header alone)
         if "corresponds to no data" not in str(error):

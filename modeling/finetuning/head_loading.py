@@ -6,12 +6,12 @@ classification loads its shared embedding and encoder, and the report names the 
 decoder. For evaluation it is not: a head that was never trained would be scored, so `require_trained_head` refuses.
 """
 
-import json
 import logging
 from dataclasses import asdict, dataclass, field
 
 from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..cli import parse_config_overrides
 from ..configuration_vaswani import PRESETS, VaswaniConfig
 
 
@@ -74,21 +74,6 @@ def module_names(keys) -> list[str]:
                 break
         names.add(".".join(parts))
     return sorted(names)
-
-
-def parse_config_overrides(text: str | None) -> dict:
-    """`"dropout=0.2,layer_norm_position=pre"` -> {"dropout": 0.2, "layer_norm_position": "pre"}; values are read
-    as JSON where they parse (numbers, true/false, null), else kept as strings."""
-    overrides = {}
-    for item in filter(None, (part.strip() for part in (text or "").split(","))):
-        key, equals, raw = item.partition("=")
-        if not equals or not key.strip():
-            raise ValueError(f"--config_overrides: {item!r} is not of the form key=value (e.g. 'dropout=0.2').")
-        try:
-            overrides[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            overrides[key.strip()] = raw.strip()
-    return overrides
 
 
 def load_head(
@@ -175,6 +160,5 @@ __all__ = [
     "label_names_of_fine_tuned",
     "load_head",
     "module_names",
-    "parse_config_overrides",
     "require_trained_head",
 ]

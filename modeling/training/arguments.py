@@ -3,6 +3,11 @@ file (YAML or JSON) and then from the command line, which overrides the file.
 
     python scripts/train.py --config scripts/configs/multi30k_en_de.yaml --max_steps 2000 --mixed_precision bf16
 
+The data options are those of transformers' example scripts: `--train_file` / `--validation_file` (local files) or
+`--dataset_name` (a dataset on the Hub, or `synthetic`), `--max_train_samples`, `--config_overrides "key=value,..."`.
+The spellings of the last release are still read, with a warning (vaswani.cli.OLD_OPTIONS), on the command line and
+in config files, and in the options a checkpoint was saved with (so that it resumes).
+
 The training defaults are the paper's recipe (section 5.3 and 5.4): Adam with beta (0.9, 0.98) and eps 1e-9, a
 learning rate that rises linearly for 4,000 warmup updates and then decays with the inverse square root of the
 update number, label smoothing 0.1, dropout 0.1, and batches of about 25,000 source + 25,000 target tokens.
@@ -18,23 +23,38 @@ from typing import Literal
 import yaml
 from transformers import HfArgumentParser
 
+from ..cli import (
+    OLD_OPTIONS,
+    format_config_overrides,
+    given_options,
+    modern_argv,
+    modern_options,
+    parse_config_overrides,
+)
 
+
+PROGRAM = "train.py"
 SYNTHETIC_DATASET = "synthetic"
+TRAINING_DATA_OPTIONS = ("train_file", "dataset_name")  # one of them names the training data
 
 
 @dataclass
 class TrainDataArguments:
-    dataset: str = field(
-        default=SYNTHETIC_DATASET,
+    train_file: str | None = field(
+        default=None, metadata={"help": "Local JSON Lines / JSON / CSV training file(s), comma-separated."}
+    )
+    dataset_name: str | None = field(
+        default=None,
         metadata={
-            "help": "Local JSON Lines / JSON / CSV training file(s), comma-separated; a dataset name on the Hub; or "
-            f"'{SYNTHETIC_DATASET}' for the toy English->German task this project generates (no download)."
+            "help": f"A dataset on the Hub, or '{SYNTHETIC_DATASET}' for the toy English->German task this project "
+            f"generates (no download). Neither this nor --train_file: '{SYNTHETIC_DATASET}'."
         },
     )
-    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
-    validation_dataset: str | None = field(
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    validation_file: str | None = field(
         default=None,
-        metadata={"help": "Local validation file(s). For a Hub dataset, leave unset and use --validation_split."},
+        metadata={"help": "Local validation file(s). Unset: the Hub dataset's --validation_split, or a few pairs held "
+                  "out of --train_file."},
     )
     train_split: str = field(default="train", metadata={"help": "Hub dataset split to train on."})
     validation_split: str = field(default="validation", metadata={"help": "Hub dataset split to validate on."})
@@ -51,8 +71,8 @@ class TrainDataArguments:
         default="drop",
         metadata={"help": "What to do with a pair longer than the limits: drop it, or truncate it (summarization)."},
     )
-    max_train_examples: int | None = field(default=None, metadata={"help": "Use the first N training pairs only."})
-    max_eval_examples: int | None = field(
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use the first N training pairs only."})
+    max_eval_samples: int | None = field(
         default=None, metadata={"help": "Score BLEU/ROUGE on the first N validation pairs only (loss uses all)."}
     )
     synthetic_train_size: int = field(default=20000, metadata={"help": "Pairs in the synthetic training split."})
@@ -65,15 +85,20 @@ class TrainDataArguments:
                   "tokenizer segment as usual. 0: off; the authors use 0.1."},
     )
 
+    def __post_init__(self):
+        if self.train_file is None and self.dataset_name is None:
+            self.dataset_name = SYNTHETIC_DATASET  # the default task, named in the run's record as before
+
 
 @dataclass
 class TrainModelArguments:
     preset: Literal["tiny", "small", "base", "big"] = field(
         default="small", metadata={"help": "Model size (VaswaniConfig.from_preset)."}
     )
-    model_overrides: str | None = field(
+    config_overrides: str | None = field(
         default=None,
-        metadata={"help": 'Further config fields as JSON, e.g. \'{"encoder_layers": 2, "d_model": 128}\'.'},
+        metadata={"help": "Further config fields, e.g. 'encoder_layers=2,d_model=128' (a config file may give them as "
+                  "a mapping)."},
     )
     dropout: float = field(default=0.1, metadata={"help": "P_drop of the paper (base model: 0.1)."})
     label_smoothing: float = field(default=0.1, metadata={"help": "epsilon_ls of the paper: 0.1."})
@@ -177,19 +202,28 @@ ARGUMENT_CLASSES = (TrainDataArguments, TrainModelArguments, TrainArguments)
 CHANGEABLE_ON_RESUME = (
     "output_dir", "overwrite_output_dir", "resume", "max_steps", "max_epochs", "learning_rate", "warmup_steps",
     "cooldown_steps", "max_grad_norm", "logging_steps", "eval_steps", "save_steps", "keep_checkpoints",
-    "eval_num_beams", "eval_length_penalty", "eval_max_new_tokens", "eval_batch_size", "max_eval_examples",
+    "eval_num_beams", "eval_length_penalty", "eval_max_new_tokens", "eval_batch_size", "max_eval_samples",
     "best_metric", "early_stopping_patience", "report_to", "cpu_threads", "preprocessing_num_workers",
     "debug_kill_at_step", "debug_kill_during_save",
 )
 
 
 def options_changed_on_resume(saved: dict, current: dict) -> list[str]:
-    """`--name saved -> current` for each option fixed by the checkpoint whose value differs."""
+    """`--name saved -> current` for each option fixed by the checkpoint whose value differs. A checkpoint of the last
+    release saved some options under their old names: they are compared under today's."""
+    saved = modern_options(saved, OLD_OPTIONS[PROGRAM])
     return [
         f"--{name} {saved[name]!r} -> {current[name]!r}"
         for name in current
-        if name not in CHANGEABLE_ON_RESUME and name in saved and saved[name] != current[name]
+        if name not in CHANGEABLE_ON_RESUME and name in saved and not same_value(name, saved[name], current[name])
     ]
+
+
+def same_value(name: str, saved, current) -> bool:
+    """Config overrides are the same when they set the same fields to the same values, however they are written."""
+    if name == "config_overrides" and saved is not None and current is not None:
+        return parse_config_overrides(saved) == parse_config_overrides(current)
+    return saved == current
 
 
 def check_arguments(data: TrainDataArguments, model: TrainModelArguments, train: TrainArguments) -> None:
@@ -232,27 +266,16 @@ def check_arguments(data: TrainDataArguments, model: TrainModelArguments, train:
         )
     if train.learning_rate is not None and train.learning_rate <= 0:
         raise ValueError(f"--learning_rate must be positive, got {train.learning_rate}.")
-    if model.model_overrides is not None:
-        overrides = parse_model_overrides(model.model_overrides)
-        for name in ("dropout", "label_smoothing"):
-            if name in overrides:
-                raise ValueError(f"Set {name} with --{name}, not inside --model_overrides.")
+    overrides = parse_config_overrides(model.config_overrides)
+    for name in ("dropout", "label_smoothing"):
+        if name in overrides:
+            raise ValueError(f"Set {name} with --{name}, not inside --config_overrides.")
     allowed_best = ("auto", "loss", "bleu", "rouge1", "rouge2", "rougeL", "rougeLsum")
     if train.best_metric not in allowed_best:
         raise ValueError(f"--best_metric must be one of {list(allowed_best)}, got {train.best_metric!r}.")
     scored_for = {"bleu": "translation", "loss": data.task, "auto": data.task}.get(train.best_metric, "summarization")
     if scored_for != data.task:
         raise ValueError(f"--best_metric {train.best_metric} is not scored for --task {data.task}.")
-
-
-def parse_model_overrides(text: str) -> dict:
-    try:
-        overrides = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"--model_overrides must be a JSON object, got {text!r} ({error.msg}).") from None
-    if not isinstance(overrides, dict):
-        raise ValueError(f"--model_overrides must be a JSON object, got {text!r}.")
-    return overrides
 
 
 def best_metric_name(data: TrainDataArguments, train: TrainArguments) -> str:
@@ -275,19 +298,22 @@ def load_config_file(path: str) -> dict:
         return {}
     if not isinstance(values, dict):
         raise ValueError(f"--config {path} must hold a mapping of option names to values.")
+    values = modern_options(values, OLD_OPTIONS[PROGRAM], where=path, program=PROGRAM)
     known = {f.name: f for cls in ARGUMENT_CLASSES for f in fields(cls)}
     for key, value in values.items():
         if key not in known:
             close = difflib.get_close_matches(str(key), list(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else "."
             raise ValueError(f"--config {path}: unknown option {key!r}{hint}")
-        if key == "model_overrides" and isinstance(value, dict):
-            values[key] = json.dumps(value)  # the command line takes it as a JSON string
+        if key == "config_overrides" and isinstance(value, dict):
+            values[key] = format_config_overrides(value)  # the command line takes them as key=value pairs
     return values
 
 
 def parse_arguments(argv: list[str] | None = None) -> tuple[TrainDataArguments, TrainModelArguments, TrainArguments]:
-    """Defaults < values of `--config FILE` < the rest of the command line."""
+    """Defaults < values of `--config FILE` < the rest of the command line. Training data named on the command line
+    (--train_file or --dataset_name) replace the config's, whichever of the two it names them with."""
+    argv = modern_argv(argv, OLD_OPTIONS[PROGRAM], program=PROGRAM)
     config_parser = argparse.ArgumentParser(add_help=False)
     config_parser.add_argument("--config", default=None)
     known, _ = config_parser.parse_known_args(argv)
@@ -296,7 +322,11 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[TrainDataArguments, 
     parser.add_argument("--config", default=None, help="Experiment config file (YAML or JSON); the options given on "
                         "the command line override its values.")
     if known.config:
-        parser.set_defaults(**load_config_file(known.config))
+        values = load_config_file(known.config)
+        if given_options(argv) & set(TRAINING_DATA_OPTIONS):
+            for name in TRAINING_DATA_OPTIONS:
+                values.pop(name, None)
+        parser.set_defaults(**values)
     data, model, train, _config = parser.parse_args_into_dataclasses(args=argv)
     check_arguments(data, model, train)
     return data, model, train

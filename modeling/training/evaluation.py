@@ -88,19 +88,19 @@ def evaluate(
     task: str,
     max_tokens: int,
     label_smoothing: float,
-    max_examples: int | None,
+    max_eval_samples: int | None,
     batch_size: int,
     **generate_kwargs,
 ) -> dict:
     """Everything the run logs at an evaluation, identical on every process, with a few (source, output, reference)
-    samples. The loss covers the whole validation set; the score, its first `max_examples` pairs (all if None), and
+    samples. The loss covers the whole validation set; the score, its first `max_eval_samples` pairs (all if None), and
     so does the count of distinct outputs for distinct sources (`distinct_outputs`, `distinct_inputs`), with a
     `warning` when the outputs do not depend on the sources."""
     unwrapped = accelerator.unwrap_model(model)
     results = validation_loss(accelerator, model, validation, max_tokens, tokenizer.pad_token_id, label_smoothing)
     scored = validation
-    if max_examples is not None:
-        scored = validation.select(range(min(max_examples, len(validation))))
+    if max_eval_samples is not None:
+        scored = validation.select(range(min(max_eval_samples, len(validation))))
     # a sharded model needs every process in every decoding step, also after its own sentences are finished
     sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
     predictions = generate_predictions(

@@ -398,7 +398,7 @@ def evaluate_and_keep_best(run: Run) -> dict:
     progress, accelerator = run.progress, run.accelerator
     results = evaluate(
         accelerator, run.model, run.tokenizer, run.prepared.validation, run.data.task, run.args.max_tokens_per_batch,
-        run.model_args.label_smoothing, run.data.max_eval_examples, run.args.eval_batch_size,
+        run.model_args.label_smoothing, run.data.max_eval_samples, run.args.eval_batch_size,
         **generation_settings(run.args),
     )
     run.model.train()

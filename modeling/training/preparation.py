@@ -7,7 +7,8 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from .. import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
-from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments, parse_model_overrides
+from ..cli import parse_config_overrides
+from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments
 from .checkpoints import ARGUMENTS_FILE, remove_leftovers
 from .errors import TrainingError
 from .ownership import release_output_dir, take_output_dir
@@ -92,7 +93,7 @@ def obtain_tokenizer(accelerator, model_args: TrainModelArguments, train_raw, da
 
 
 def build_model(model_args: TrainModelArguments, data: TrainDataArguments, args: TrainArguments, tokenizer):
-    overrides = parse_model_overrides(model_args.model_overrides) if model_args.model_overrides else {}
+    overrides = parse_config_overrides(model_args.config_overrides)
     config = VaswaniConfig.from_preset(
         model_args.preset,
         **{
@@ -117,7 +118,7 @@ def build_model(model_args: TrainModelArguments, data: TrainDataArguments, args:
         if length > config.max_position_embeddings:
             raise ValueError(
                 f"{option} is {length}, beyond the model's max_position_embeddings={config.max_position_embeddings}; "
-                f"lower it, or raise the limit with --model_overrides '{{\"max_position_embeddings\": {length}}}'."
+                f"lower it, or raise the limit with --config_overrides max_position_embeddings={length}."
             )
     model = VaswaniForConditionalGeneration(config)
     # the saved tokenizer cuts inputs (in the pipelines) to what the model accepts

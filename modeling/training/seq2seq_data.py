@@ -14,12 +14,12 @@ import datasets
 from accelerate.utils import broadcast_object_list
 from tokenizers.models import BPE
 
-from ..data import is_local, load_split, require_columns
+from ..data import check_files_exist, data_source, load_split, require_columns
 from .arguments import SYNTHETIC_DATASET, TrainDataArguments
 from .synthetic import write_synthetic_translation
 
 
-HELD_OUT_FRACTION = 0.01  # of the training pairs, when a local dataset comes without a validation file
+HELD_OUT_FRACTION = 0.01  # of the training pairs, when a training file comes without a validation file
 HELD_OUT_MAX = 1000
 
 
@@ -48,32 +48,43 @@ class PreparedData:
 
 
 def load_raw_splits(data: TrainDataArguments, output_dir: Path, seed: int) -> tuple[datasets.Dataset, datasets.Dataset]:
-    """The training and validation splits as they come, before tokenization."""
-    dataset, validation = data.dataset, data.validation_dataset
-    if dataset == SYNTHETIC_DATASET:
+    """The training and validation splits as they come, before tokenization. Training: --train_file or
+    --dataset_name (the synthetic task by default); validation: --validation_file, else the Hub dataset's
+    --validation_split, else a few pairs held out of the training file."""
+    source, validation = training_source(data), data.validation_file
+    if source == SYNTHETIC_DATASET:
         paths = write_synthetic_translation(
             output_dir / "data", data.synthetic_train_size, data.synthetic_validation_size, seed=seed
         )
-        dataset, validation = str(paths["train"]), str(paths["validation"])
+        source, validation = str(paths["train"]), str(paths["validation"])
+    elif validation is not None:
+        check_files_exist(validation, "--validation_file")
 
-    train = load_split(dataset, data.train_split, data.dataset_config)
-    check_columns(train, data, dataset)
+    train = load_split(source, data.train_split, data.dataset_config_name)
+    check_columns(train, data, source)
     if validation is not None:
-        valid = load_split(validation, data.validation_split, data.dataset_config)
-    elif not is_local(dataset):
-        valid = load_split(dataset, data.validation_split, data.dataset_config)
+        valid = load_split(validation, data.validation_split, data.dataset_config_name)
+    elif data.train_file is None:
+        valid = load_split(source, data.validation_split, data.dataset_config_name)
     else:
         # a local training file alone: hold out a few of its pairs, the same ones for a given seed
         held_out = max(1, min(HELD_OUT_MAX, int(len(train) * HELD_OUT_FRACTION)))
         if len(train) < 2:
-            raise ValueError(f"{dataset} has {len(train)} row(s): too few to train on and hold out a validation set.")
+            raise ValueError(f"{source} has {len(train)} row(s): too few to train on and hold out a validation set.")
         split = train.train_test_split(test_size=held_out, seed=seed)
         train, valid = split["train"], split["test"]
-    check_columns(valid, data, validation or dataset)
+    check_columns(valid, data, validation or source)
 
-    if data.max_train_examples is not None:
-        train = train.select(range(min(data.max_train_examples, len(train))))
+    if data.max_train_samples is not None:
+        train = train.select(range(min(data.max_train_samples, len(train))))
     return train, valid
+
+
+def training_source(data: TrainDataArguments) -> str:
+    """--train_file or --dataset_name, checked (vaswani.data.data_source); `synthetic` is no Hub dataset."""
+    if data.dataset_name == SYNTHETIC_DATASET and data.train_file is None:
+        return SYNTHETIC_DATASET
+    return data_source(data.train_file, data.dataset_name, "--train_file", needed_by="Training")
 
 
 def check_columns(split: datasets.Dataset, data: TrainDataArguments, where: str) -> None:
