@@ -75,7 +75,17 @@ def load_results(path: str | Path) -> dict:
     # the optional fields, present for the template
     dataset.setdefault("config", None)
     dataset.setdefault("num_examples", None)
-    results.setdefault("decoding", {})
+    decoding = results.setdefault("decoding", {})
+    if not isinstance(decoding, dict):
+        raise ValueError(f"Results file {path}: `decoding` is not a mapping of settings.")
+    # what scripts/push_to_hub.py writes into a published model's generation config
+    for key, least in (("num_beams", 1), ("max_new_tokens", 1), ("no_repeat_ngram_size", 0)):
+        value = decoding.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+            raise ValueError(f"Results file {path}: `decoding.{key}` is {value!r}; expected an integer >= {least}.")
+    penalty = decoding.get("length_penalty")
+    if penalty is not None and (not isinstance(penalty, (int, float)) or isinstance(penalty, bool)):
+        raise ValueError(f"Results file {path}: `decoding.length_penalty` is {penalty!r}; expected a number.")
     results.setdefault("conventions", "")
     for metric in metrics:
         metric.setdefault("signature", None)

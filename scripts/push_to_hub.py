@@ -17,6 +17,9 @@ else (no optimizer states, logs or older checkpoints), with the code files of th
 `custom_pipelines` entries that make `pipeline("translation", model=REPO, trust_remote_code=True)` work. The card
 (README.md) is rendered from `model_card.md`, with the `model-index` filled from evaluation results files
 (`--results`; by default `evaluation_results.json` in the checkpoint folder, which scripts/evaluate_model.py writes).
+A generative model's `generation_config.json` is set to the decoding its first results file was scored with (beams,
+length penalty, no-repeat n-grams, output length), so that `generate()` and the pipelines give, by default, the
+outputs the card reports.
 
 The upload is one commit of that folder; files in the repository that are not in the folder are deleted by the same
 commit, so that the repository holds exactly the folder.
@@ -46,6 +49,8 @@ RECIPES_FILE = REPO / "scripts" / "configs" / "recipes.yaml"
 RESULTS_FILE = "evaluation_results.json"  # what scripts/evaluate_model.py writes into the checkpoint by default
 CODE_FILES = ("configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py")
 REQUIRED_FILES = ("README.md", "config.json", "tokenizer.json", "tokenizer_config.json")
+# the decoding settings a results file records (scripts/evaluate_model.py) that are GenerationConfig fields
+DECODING_SETTINGS = ("num_beams", "length_penalty", "no_repeat_ngram_size", "max_new_tokens")
 MODEL_CLASSES = {
     model_class.__name__: model_class
     for model_class in (
@@ -184,6 +189,22 @@ def load_model(model_dir: Path):
     return MODEL_CLASSES[architecture].from_pretrained(model_dir, dtype="auto")
 
 
+def decode_as_scored(model, results: list[dict]) -> dict:
+    """Set `model.generation_config` to the decoding of the first results file that records one; returns the
+    settings applied ({} when no results file records a decoding, or the model does not generate)."""
+    recorded = next((result["decoding"] for result in results if result["decoding"].get("num_beams")), None)
+    if recorded is None or not model.can_generate():
+        return {}
+    settings = {name: recorded[name] for name in DECODING_SETTINGS if recorded.get(name) is not None}
+    if settings["num_beams"] == 1:  # transformers refuses a length penalty that greedy decoding would ignore
+        settings.pop("length_penalty", None)
+        model.generation_config.length_penalty = None
+    model.generation_config.update(**settings)
+    if "max_new_tokens" in settings:
+        model.generation_config.max_length = None  # else every generate() warns that both limits are set
+    return settings
+
+
 def stage(args: PushArguments, folder: Path) -> list[Path]:
     """Write into `folder` everything the repository will hold; return the files."""
     model_dir = Path(args.model_dir)
@@ -192,6 +213,10 @@ def stage(args: PushArguments, folder: Path) -> list[Path]:
     results = [load_results(path) for path in results_files(args, recipe)]
     recorded_data, recorded_procedure = training_from_record(model_dir)
     model = load_model(model_dir)
+    decoding = decode_as_scored(model, results)
+    if decoding:
+        print("generation_config.json: " + ", ".join(f"{k}={v}" for k, v in decoding.items())
+              + " (the decoding of the results file)")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if folder.exists() and args.overwrite_output_dir:
         shutil.rmtree(folder)

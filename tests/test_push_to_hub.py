@@ -306,6 +306,10 @@ def test_an_invalid_repo_id_is_refused_before_any_work(checkpoint, tmp_path):
         ({"dataset": {"split": "test"}}, r"`dataset.name` is missing"),
         ({"metrics": []}, "`metrics` is empty"),
         ({"metrics": [{"type": "bleu", "name": "BLEU", "value": "high"}]}, r"`metrics\[0\].value` is missing or not"),
+        ({"decoding": [4]}, "`decoding` is not a mapping"),
+        ({"decoding": {"num_beams": 0}}, r"`decoding.num_beams` is 0; expected an integer >= 1"),
+        ({"decoding": {"num_beams": 4, "no_repeat_ngram_size": "3"}}, r"`decoding.no_repeat_ngram_size` is '3'"),
+        ({"decoding": {"num_beams": 4, "length_penalty": "long"}}, r"`decoding.length_penalty` is 'long'"),
     ],
 )
 def test_a_broken_results_file_names_the_field(checkpoint, tmp_path, broken, message):
@@ -315,6 +319,37 @@ def test_a_broken_results_file_names_the_field(checkpoint, tmp_path, broken, mes
         run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o"),
              "--results", str(results)])
     assert not (tmp_path / "o").exists()
+
+
+def test_the_published_model_decodes_as_its_results_were_scored(checkpoint, tmp_path):
+    """generate() and the pipelines, with no settings, give what the card reports: the results file's decoding is
+    the saved generation config (and no leftover max_length makes every call warn)."""
+    results = tmp_path / "results.json"
+    decoding = {"num_beams": 3, "length_penalty": 1.3, "no_repeat_ngram_size": 3, "max_new_tokens": 12}
+    results.write_text(json.dumps({**RESULTS, "decoding": decoding}))
+    output = tmp_path / "o"
+    run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(output),
+         "--results", str(results)])
+    saved = json.loads((output / "generation_config.json").read_text())
+    assert {key: saved.get(key) for key in decoding} == decoding
+    assert saved.get("max_length") is None
+    model = VaswaniForConditionalGeneration.from_pretrained(output).eval()
+    source = torch.tensor([[5, 6, 7, 8, 2]])
+    assert torch.equal(model.generate(source), model.generate(source, **decoding))
+
+    # a beam-search checkpoint (length penalty 0.6) published with greedy results keeps no length penalty
+    beamed = tmp_path / "beamed"
+    model.generation_config.update(num_beams=4, length_penalty=0.6)
+    model.save_pretrained(beamed)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (beamed / name).write_bytes((checkpoint / name).read_bytes())
+    greedy = tmp_path / "greedy.json"
+    greedy.write_text(json.dumps({**RESULTS, "decoding": {"num_beams": 1, "length_penalty": 0.6, "max_new_tokens": 9}}))
+    run(["--model_dir", str(beamed), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "g"),
+         "--results", str(greedy)])
+    saved = json.loads((tmp_path / "g" / "generation_config.json").read_text())
+    assert saved["num_beams"] == 1 and saved["max_new_tokens"] == 9
+    assert saved.get("length_penalty") is None
 
 
 def test_a_results_file_that_is_not_json_is_named(checkpoint, tmp_path):
