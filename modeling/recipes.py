@@ -19,19 +19,6 @@ class Goal:
 
 
 @dataclass
-class Experiment:
-    """Another run of a recipe: what it changed, the options it added to the recipe's training command, and what it
-    measured, as text (each number written next to how it was measured, as in `notes`)."""
-
-    change: str
-    options: str
-    training_time: str | None = None
-    evaluations: str | None = None  # the run's own evaluations during training
-    validation: str | None = None  # the evaluate command's scores on the validation split
-    test: str | None = None
-
-
-@dataclass
 class Recipe:
     name: str
     task: str
@@ -41,13 +28,20 @@ class Recipe:
     hardware: str
     reference: str
     target: str
-    training_summary: str | None = None
+    # the training summary (summary.json of train.py, all_results.json of the fine-tuning scripts), or one a stage
+    training_summary: str | list[str] | None = None
     metrics: list[str] | None = None
     goal: Goal | None = None
-    notes: str | None = None
     picture: str | None = None
     model: str | None = None  # the folder of the trained model the project ships (results/<recipe>/model)
-    experiments: list[Experiment] | None = None
+    notes_file: str | None = None  # what the recipe is and what was tried (results/<recipe>/notes.md)
+
+    @property
+    def training_summaries(self) -> list[str]:
+        """The training summary files, one a stage (none, one, or several)."""
+        if self.training_summary is None:
+            return []
+        return [self.training_summary] if isinstance(self.training_summary, str) else list(self.training_summary)
 
 
 def load_recipes(path: Path) -> list[Recipe]:
@@ -65,18 +59,29 @@ def load_recipes(path: Path) -> list[Recipe]:
         if not isinstance(entry, dict):
             raise ValueError(f"Recipes file {path}: recipe {number} is not a mapping of fields.")
         where = f"Recipes file {path}, recipe {number} ({entry.get('name', 'no name')})"
-        check_fields(entry, Recipe, where, optional_text=("training_summary", "notes", "picture", "model"))
+        if moved := sorted({"notes", "experiments"} & set(entry)):
+            raise ValueError(
+                f"{where}: {', '.join(f'`{name}`' for name in moved)} no longer go in the recipes file: write them in "
+                "the recipe's notes file (results/<recipe>/notes.md) and name it with `notes_file`."
+            )
+        check_fields(entry, Recipe, where, optional_text=("picture", "model", "notes_file"))
         if entry["task"] not in TASKS:
             raise ValueError(f"{where}: `task` is {entry['task']!r}; expected one of {list(TASKS)}.")
         metrics = entry.get("metrics")
         types_listed = isinstance(metrics, list) and metrics and all(isinstance(kind, str) for kind in metrics)
         if metrics is not None and not types_listed:
             raise ValueError(f"{where}: `metrics` must be a list of metric types (e.g. [bleu, sacrebleu]).")
-        goal = None if entry.get("goal") is None else parse_goal(entry["goal"], where)
-        experiments = None if entry.get("experiments") is None else parse_experiments(entry["experiments"], where)
-        recipes.append(
-            Recipe(**{**entry, "command": entry["command"].strip(), "goal": goal, "experiments": experiments})
+        summaries = entry.get("training_summary")
+        one_file = isinstance(summaries, str) and summaries.strip()
+        files_listed = isinstance(summaries, list) and summaries and all(
+            isinstance(file, str) and file.strip() for file in summaries
         )
+        if summaries is not None and not (one_file or files_listed):
+            raise ValueError(
+                f"{where}: `training_summary` must be a file, or a list of files (one a stage), as text."
+            )
+        goal = None if entry.get("goal") is None else parse_goal(entry["goal"], where)
+        recipes.append(Recipe(**{**entry, "command": entry["command"].strip(), "goal": goal}))
     return recipes
 
 
@@ -106,19 +111,6 @@ def parse_goal(goal, where: str) -> Goal:
     return Goal(goal["metric"], goal["at_least"])
 
 
-def parse_experiments(experiments, where: str) -> list[Experiment]:
-    if not isinstance(experiments, list) or not experiments:
-        raise ValueError(f"{where}: `experiments` must be a list of runs, each a mapping of fields.")
-    every_field = tuple(f.name for f in fields(Experiment))
-    parsed = []
-    for number, experiment in enumerate(experiments, start=1):
-        if not isinstance(experiment, dict):
-            raise ValueError(f"{where}, experiment {number}: not a mapping of fields.")
-        check_fields(experiment, Experiment, f"{where}, experiment {number}", optional_text=every_field)
-        parsed.append(Experiment(**experiment))
-    return parsed
-
-
 def find_recipe(recipes: list[Recipe], name: str, path: Path) -> Recipe:
     """The recipe called `name`; an error lists the names there are."""
     for recipe in recipes:
@@ -127,4 +119,4 @@ def find_recipe(recipes: list[Recipe], name: str, path: Path) -> Recipe:
     raise ValueError(f"--recipe {name!r} is not a recipe of {path}; the recipes are {[r.name for r in recipes]}.")
 
 
-__all__ = ["Experiment", "Goal", "Recipe", "find_recipe", "load_recipes"]
+__all__ = ["Goal", "Recipe", "find_recipe", "load_recipes"]

@@ -1,6 +1,7 @@
 """scripts/tools/results_table.py: the recipe-results table is built from the results files and nothing else, replaces only
-the block between its markers, `--check` finds a stale block, bad files are named with the field, and model_card.md
-still renders with the block."""
+the block between its markers, `--check` finds a stale block, bad files are named with the field, a recipe trained in
+stages shows the sum of its stages' times, each recipe links to its notes file, and model_card.md still renders with
+the block."""
 
 import json
 import re
@@ -62,7 +63,7 @@ RECIPES = {
             "reference": "about 41 BLEU",
             "target": "BLEU of at least 35",
             "goal": {"metric": "bleu", "at_least": 35},
-            "notes": "Average of the last 5 checkpoints.",
+            "notes_file": "results/en_de/notes.md",
             "picture": "outputs/en_de/attention.png",
         },
         {
@@ -108,6 +109,8 @@ def project(tmp_path):
     write_json(tmp_path / "outputs/en_de/summary.json", {"steps": 3500, "wall_seconds": 3723.4, "train_seconds": 3500})
     write_json(tmp_path / "outputs/sst2/evaluation_results.json", CLASSIFICATION_RESULTS)
     write_json(tmp_path / "outputs/sst2/all_results.json", {"epoch": 1.0, "train_runtime": 671.2, "eval_loss": 0.4})
+    (tmp_path / "results/en_de").mkdir(parents=True)
+    (tmp_path / "results/en_de/notes.md").write_text("# en->de\n\nAverage of the last 5 checkpoints.\n", encoding="utf-8")
     (tmp_path / "README.md").write_text(f"{BEFORE}{START}\nOLD TABLE 99.9\n{END}{AFTER}", encoding="utf-8")
     return tmp_path
 
@@ -144,14 +147,17 @@ def test_the_table_holds_exactly_the_numbers_of_the_results_files(project):
 def test_the_details_give_commands_and_the_conventions_of_the_results(project):
     run(project)
     block = block_of(project / "README.md")
-    details = block[block.index("**Multi30k en->de**"): block.index("**SST-2**")]
+    details = block[block.index("### Multi30k en->de"): block.index("### SST-2")]
     command = "python scripts/train.py --config en_de.yaml\npython scripts/evaluate_model.py --model x"
     assert f"```bash\n{command}\n```" in details
     assert "`num_beams=5`, `length_penalty=1.0`, `max_new_tokens=80`" in details
     assert TRANSLATION_RESULTS["conventions"] in details
     for metric in TRANSLATION_RESULTS["metrics"][:2]:
         assert f"- {metric['name']} signature: `{metric['signature']}`" in details
-    assert "Average of the last 5 checkpoints." in details and "1h02m03s wall" in details
+    assert "1h02m03s wall" in details
+    # the notes are the notes file's, linked, not copied
+    assert "Average of the last 5 checkpoints." not in details
+    assert "What the recipe is and what was tried: [results/en_de/notes.md](results/en_de/notes.md)." in details
     # every number in the block comes from a file: nothing else that looks like a score
     numbers = set(re.findall(r"\d+\.\d+", block))
     assert numbers <= {"38.17", "35.21", "0.7654", "0.7781", "1.0", "0.80", "0.8", "7.39", "15.04", "14.93", "2.6"}
@@ -183,7 +189,7 @@ def test_a_picture_is_shown_once_the_run_made_it(project):
     assert "attention.png" not in block_of(project / "README.md")  # no broken image before the run
     (project / "outputs/en_de/attention.png").write_bytes(b"\x89PNG")
     run(project)
-    details = block_of(project / "README.md").split("**SST-2**")[0]
+    details = block_of(project / "README.md").split("### SST-2")[0]
     assert details.endswith("![Multi30k en->de: the picture its run made](outputs/en_de/attention.png)\n\n")
 
 
@@ -212,28 +218,58 @@ def test_a_shipped_model_is_linked_in_its_row_and_listed_in_the_shipped_block(pr
     assert run(project, "--check") == 0
 
 
-def test_other_runs_of_a_recipe_are_a_table_under_its_notes(project):
+def with_stages(project, *stages):
+    """The en->de recipe trained in stages: each stage's summary file (its name, its content; None: not run yet)."""
     recipes = json.loads(json.dumps(RECIPES))
-    recipes["recipes"][0]["experiments"] = [
-        {"change": "a larger\nvocabulary", "options": "`--vocab_size 12000`", "training_time": "1h33m",
-         "evaluations": "39.64 at 9000", "validation": "last 39.79 | average 39.57", "test": "not run"},
-        {"change": "sinusoids", "options": "`--config_overrides d_model=256`", "evaluations": "30.38 at 2400"},
-    ]
+    recipes["recipes"][0]["training_summary"] = [name for name, _ in stages]
     (project / "recipes.yaml").write_text(yaml.safe_dump(recipes, sort_keys=False), encoding="utf-8")
+    for name, content in stages:
+        if content is not None:
+            write_json(project / name, content)
+
+
+def test_a_recipe_trained_in_stages_shows_the_sum_of_their_times(project):
+    """A pretraining run of train.py (summary.json, wall_seconds), then a fine-tuning run (all_results.json,
+    train_runtime): the table adds them up and says how many stages; the recipe's section gives each stage."""
+    with_stages(project, ("outputs/en_de/summary.json", None),  # written by the fixture: 3723.4 s
+                ("outputs/en_de_ft/all_results.json", {"epoch": 8.0, "train_runtime": 1200.0}))
+    assert run(project) == 0
+    block = block_of(project / "README.md")
+    assert table_rows(block)["Multi30k en->de"].endswith("| yes (bleu 38.17 ≥ 35) | 1h22m03s (wall, 2 stages) | a test CPU |")
+    details = block[block.index("### Multi30k en->de"): block.index("### SST-2")]
+    assert (
+        "- Training time: 1h22m03s wall in 2 stages (stage 1, 1h02m03s (`outputs/en_de/summary.json`); stage 2, "
+        "20m00s (`outputs/en_de_ft/all_results.json`)), on a test CPU." in details
+    )
+    # a single file, and a list of one, read as before
+    assert "| 11m11s (wall) | a test CPU \\| one thread |" in table_rows(block)["SST-2"]
+    with_stages(project, ("outputs/en_de/summary.json", None))
     run(project)
-    details = block_of(project / "README.md").split("**SST-2**")[0]
-    table = details[details.index("- Notes: Average of the last 5 checkpoints.\n"):].splitlines()[1:]
-    assert table == [
-        "- Other runs, each this recipe's training command with the options shown:",
-        "",
-        "| tried | options | training time | the run's evaluations | evaluated on validation | test |",
-        "|---|---|---|---|---|---|",
-        # one line a run, pipes escaped; a field not given is a dash
-        "| a larger vocabulary | `--vocab_size 12000` | 1h33m | 39.64 at 9000 | last 39.79 \\| average 39.57 "
-        "| not run |",
-        "| sinusoids | `--config_overrides d_model=256` | — | 30.38 at 2400 | — | — |",
-        "",
-    ]
+    block = block_of(project / "README.md")
+    assert "| 1h02m03s (wall) |" in table_rows(block)["Multi30k en->de"]
+    assert "- Training time: 1h02m03s wall (`outputs/en_de/summary.json`), on a test CPU." in block
+
+
+def test_a_stage_not_run_yet_leaves_the_total_not_run_and_is_named(project):
+    with_stages(project, ("outputs/en_de/summary.json", None), ("outputs/en_de_ft/all_results.json", None))
+    assert run(project) == 0
+    block = block_of(project / "README.md")
+    assert "| yes (bleu 38.17 ≥ 35) | not run yet | a test CPU |" in table_rows(block)["Multi30k en->de"]
+    assert (
+        "- Training time: not run yet in 2 stages (stage 1, 1h02m03s (`outputs/en_de/summary.json`); stage 2, not run "
+        "yet (`outputs/en_de_ft/all_results.json` does not exist)), on a test CPU." in block
+    )
+    # once the stage has run, the total appears
+    write_json(project / "outputs/en_de_ft/all_results.json", {"train_runtime": 59.6})
+    assert run(project, "--check") == 1
+    run(project)
+    assert "| 1h03m03s (wall, 2 stages) |" in table_rows(block_of(project / "README.md"))["Multi30k en->de"]
+
+
+def test_a_stage_without_a_duration_is_named(project):
+    with_stages(project, ("outputs/en_de/summary.json", None), ("outputs/en_de_ft/all_results.json", {"epoch": 8.0}))
+    with pytest.raises(ValueError, match=r"Training summary .*outputs/en_de_ft/all_results.json: no `wall_seconds`"):
+        run(project)
 
 
 def test_only_the_block_between_the_markers_is_replaced(project):
@@ -304,13 +340,17 @@ def test_a_training_summary_without_a_duration_is_named(project):
         (lambda r: r.update(task="mt"), r"`task` is 'mt'; expected one of"),
         (lambda r: r.update(goal={"metric": "bleu"}), r"`goal` must be \{metric: TYPE, at_least: NUMBER\}"),
         (lambda r: r.update(metrics="bleu"), r"`metrics` must be a list of metric types"),
-        (lambda r: r.update(notes="see {% endraw %}"), r"would break model_card.md"),
-        (lambda r: r.update(experiments="--seed 1"), r"\(Multi30k en->de\): `experiments` must be a list of runs"),
-        (lambda r: r.update(experiments=[{"change": "seed"}]), r"experiment 1: `options` is missing or not text"),
-        (lambda r: r.update(experiments=[{"change": "seed", "options": "--seed 1", "tset": "40.1"}]),
-         r"experiment 1: unknown field\(s\) \['tset'\]; the fields are \['change', 'options'"),
-        (lambda r: r.update(experiments=[{"change": "seed", "options": "--seed 1", "test": 40.1}]),
-         r"experiment 1: `test` must be text"),
+        (lambda r: r.update(reference="see {% endraw %}"), r"would break model_card.md"),
+        # the prose and the other runs live in the notes file
+        (lambda r: r.update(notes="Average of the last 5."), r"\(Multi30k en->de\): `notes` no longer go in the recipes "
+         r"file: write them in the recipe's notes file \(results/<recipe>/notes.md\) and name it with `notes_file`"),
+        (lambda r: r.update(experiments=[{"change": "seed"}]), r"`experiments` no longer go in the recipes file"),
+        (lambda r: r.update(notes_file=["a.md"]), r"`notes_file` must be text"),
+        (lambda r: r.update(notes_file="results/en_de/NOTES.md"),
+         r"Recipe 'Multi30k en->de': `notes_file` names results/en_de/NOTES.md, which does not exist"),
+        (lambda r: r.update(training_summary=["outputs/en_de/summary.json", 3]),
+         r"`training_summary` must be a file, or a list of files \(one a stage\), as text"),
+        (lambda r: r.update(training_summary=[]), r"`training_summary` must be a file, or a list of files"),
     ],
 )
 def test_a_bad_recipe_is_named_with_its_field(project, change, message):
@@ -361,12 +401,20 @@ def test_the_repository_recipes_name_files_that_exist():
             assert (REPO / config).is_file(), f"{recipe.name}: {config} does not exist"
         # the numbers are kept in the repository (results/), the weights are not (outputs/ is git-ignored)
         assert recipe.results.endswith("evaluation_results.json") and recipe.results.startswith("results/")
-        assert recipe.results in recipe.command and (recipe.training_summary or "") in recipe.command
+        assert recipe.results in recipe.command
+        for summary in recipe.training_summaries:
+            assert summary in recipe.command, f"{recipe.name}: {summary} is not written by its command"
+        if recipe.notes_file:
+            assert (REPO / recipe.notes_file).is_file(), f"{recipe.name}: {recipe.notes_file} does not exist"
+    # the repository's tables are up to date with the recipes and their files
+    tables = ["README.md", "model_card.md", "results/README.md"]
+    assert results_table.main(["--root", str(REPO), "--check", "--files", *tables]) == 0
 
 
-def test_the_readme_gets_the_table_alone_and_a_file_in_a_subfolder_links_through_the_root(project):
-    """README.md holds only the table (recipe-table markers); results/README.md the table and every recipe's details,
-    its links reaching the repository root through ../."""
+def test_the_readme_gets_a_short_table_and_a_file_in_a_subfolder_links_through_the_root(project):
+    """README.md holds a short table (recipe-table markers): recipe, data, result, target met, and links to the
+    recipe's section of results/README.md and to its notes; results/README.md the table with every column and every
+    recipe's section, its links reaching the repository root through ../."""
     from results_table import TABLE_END, TABLE_START
 
     recipes = json.loads(json.dumps(RECIPES))
@@ -381,8 +429,21 @@ def test_the_readme_gets_the_table_alone_and_a_file_in_a_subfolder_links_through
     full = block_of(project / "results" / "README.md")
     assert table_rows(table) and table_rows(table).keys() == table_rows(full).keys()
     assert "```bash" not in table and "```bash" in full  # the commands are in the details only
-    assert "[results/en_de/model](results/en_de/model)" in table  # README.md sits at the root
+    assert table_rows(table) == {
+        "recipe": "| recipe | data, split | result | target met? | details |",
+        "Multi30k en->de": "| Multi30k en->de | bentrevett/multi30k, test_2016_flickr "
+        "| BLEU (tokenized, lowercased) 38.17; sacreBLEU 35.21 | yes (bleu 38.17 ≥ 35) "
+        "| [commands](results/README.md#multi30k-en-de), [notes](results/en_de/notes.md) |",
+        "SST-2": "| SST-2 | stanfordnlp/sst2, validation | Accuracy 0.7654; F1 (binary) 0.7781 | no (accuracy 0.7654 < 0.8) "
+        "| [commands](results/README.md#sst-2) |",
+        "AESLC": "| AESLC | AESLC, validation | not run yet | not run yet | [commands](results/README.md#aeslc) |",
+    }
+    # each anchor is the one GitHub gives the recipe's heading in results/README.md
+    headings = re.findall(r"^### (.+)$", full, flags=re.MULTILINE)
+    assert headings == ["Multi30k en->de", "SST-2", "AESLC"]
+    assert [results_table.anchor(heading) for heading in headings] == ["multi30k-en-de", "sst-2", "aeslc"]
     assert "[results/en_de/model](../results/en_de/model)" in full
+    assert "[results/en_de/notes.md](../results/en_de/notes.md)" in full
     assert run(project, "--check", files=("README.md", "results/README.md")) == 0
 
 

@@ -6,16 +6,19 @@ scripts/configs/recipes.yaml.
     python scripts/tools/results_table.py --check    # exit 1 if a file's table is out of date; writes nothing
 
 Only the text between markers is rewritten: `<!-- recipe-results:start -->` / `<!-- recipe-results:end -->` get the
-table and each recipe's details (results/README.md, model_card.md), `<!-- recipe-table:start -->` /
-`<!-- recipe-table:end -->` the table alone (README.md), `<!-- shipped-models:start -->` / `end` the shipped models. A recipe whose
-results file does not exist yet says "not run yet": no number in the table is typed by hand. Below the table, each
-recipe gets its commands and the evaluation conventions from its results file (decoding settings, metric
-signatures), so that every number stands next to how it was measured, the picture the run made, if any, and a
-table of the recipe's other runs (`experiments`: what each changed, with which options, and what it measured).
+table with every column and each recipe's details (results/README.md, model_card.md), `<!-- recipe-table:start -->` /
+`<!-- recipe-table:end -->` a short table (README.md: recipe, data, result, target met, links to the details and
+notes), `<!-- shipped-models:start -->` / `end` the shipped models. A recipe whose results file does not exist yet
+says "not run yet": no number in the table is typed by hand. Under the full table each recipe has a section of its
+own: its commands and the evaluation conventions from its results file (decoding settings, metric signatures), so
+that every number stands next to how it was measured, its training time (the sum of its stages' when
+`training_summary` lists one file a stage), the picture the run made, if any, and a link to its notes file
+(`notes_file`: what the recipe is and what was tried).
 """
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,13 +33,15 @@ from vaswani.training.reporting import format_duration
 REPO = Path(__file__).resolve().parents[2]
 START = "<!-- recipe-results:start -->"
 END = "<!-- recipe-results:end -->"
-# the table alone, without each recipe's commands, conventions and notes (the README: they are in results/README.md)
+# a short table, without each recipe's commands, conventions and notes (the README: they are in results/README.md)
 TABLE_START = "<!-- recipe-table:start -->"
 TABLE_END = "<!-- recipe-table:end -->"
 # optional, in any of the files: the table of the models the project ships (the recipes with a `model`)
 SHIPPED_START = "<!-- shipped-models:start -->"
 SHIPPED_END = "<!-- shipped-models:end -->"
 NOT_RUN = "not run yet"
+# the file that holds every recipe's details (the short table links to its sections)
+DETAILS_FILE = "results/README.md"
 # training-time fields of the summaries: scripts/train.py's summary.json, the Trainer's all_results.json
 DURATION_FIELDS = ("wall_seconds", "train_runtime")
 
@@ -78,12 +83,19 @@ def training_seconds(path: Path) -> float | None:
 
 @dataclass
 class Row:
-    """A recipe with what its runs wrote: the results (None: not run yet) and the training time."""
+    """A recipe with what its runs wrote: the results (None: not run yet) and the training time of each stage."""
 
     recipe: Recipe
     results: dict | None
     metrics: list[dict]  # the results' metrics to show, in the recipe's order
-    seconds: float | None
+    stages: list[tuple[str, float | None]]  # each training summary file and its seconds (None: not run yet)
+
+    @property
+    def seconds(self) -> float | None:
+        """The training time, all stages together; None while a stage has not run."""
+        if not self.stages or any(seconds is None for _, seconds in self.stages):
+            return None
+        return sum(seconds for _, seconds in self.stages)
 
 
 def read_row(recipe: Recipe, root: Path) -> Row:
@@ -91,6 +103,8 @@ def read_row(recipe: Recipe, root: Path) -> Row:
         raise ValueError(
             f"Recipe {recipe.name!r}: `model` names {recipe.model}, which is not a checkpoint folder (no config.json)."
         )
+    if recipe.notes_file and not (root / recipe.notes_file).is_file():
+        raise ValueError(f"Recipe {recipe.name!r}: `notes_file` names {recipe.notes_file}, which does not exist.")
     results_path = root / recipe.results
     results = load_results(results_path) if results_path.is_file() else None
     metrics = []
@@ -111,8 +125,8 @@ def read_row(recipe: Recipe, root: Path) -> Row:
                     f"`metrics` has only {list(by_type)}."
                 )
         metrics = [by_type[kind] for kind in recipe.metrics or by_type]
-    seconds = training_seconds(root / recipe.training_summary) if recipe.training_summary else None
-    return Row(recipe, results, metrics, seconds)
+    stages = [(file, training_seconds(root / file)) for file in recipe.training_summaries]
+    return Row(recipe, results, metrics, stages)
 
 
 def cell(text: str) -> str:
@@ -140,6 +154,21 @@ def model_link(recipe: Recipe, prefix: str = "") -> str:
     return f"[{recipe.model}]({prefix}{recipe.model})"
 
 
+def anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lowercased, punctuation dropped but hyphens, spaces made hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def duration_cell(row: Row) -> str:
+    """The training time for the table: the stages' sum, saying how many stages there were."""
+    if not row.stages:
+        return "—"
+    if row.seconds is None:
+        return NOT_RUN
+    stages = f", {len(row.stages)} stages" if len(row.stages) > 1 else ""
+    return f"{format_duration(row.seconds)} (wall{stages})"
+
+
 def goal_cell(row: Row) -> str:
     goal = row.recipe.goal
     if row.results is None:
@@ -160,20 +189,35 @@ def table_line(row: Row, prefix: str = "") -> str:
         size = f", {dataset['num_examples']:,} examples" if dataset["num_examples"] is not None else ""
         data = f"{dataset['name']}, {dataset['split']}{size}"
         values = metric_values(row)
-    if not recipe.training_summary:
-        duration = "—"
-    else:
-        duration = NOT_RUN if row.seconds is None else f"{format_duration(row.seconds)} (wall)"
     shipped = model_link(recipe, prefix) if recipe.model else "—"
-    cells = [recipe.name, data, values, shipped, recipe.reference, recipe.target, goal_cell(row), duration,
+    cells = [recipe.name, data, values, shipped, recipe.reference, recipe.target, goal_cell(row), duration_cell(row),
              recipe.hardware]
     return table_row(cells)
+
+
+def short_table_line(row: Row, prefix: str = "") -> str:
+    """A row of the short table: recipe, data, result, target met, and links to its details and notes."""
+    recipe, results = row.recipe, row.results
+    if results is None:
+        data, values = recipe.data, NOT_RUN
+    else:
+        data, values = f"{results['dataset']['name']}, {results['dataset']['split']}", metric_values(row)
+    links = [f"[commands]({prefix}{DETAILS_FILE}#{anchor(recipe.name)})"]
+    if recipe.notes_file:
+        links.append(f"[notes]({prefix}{recipe.notes_file})")
+    return table_row([recipe.name, data, values, goal_cell(row), ", ".join(links)])
 
 
 def details(row: Row, root: Path, prefix: str = "") -> str:
     """The commands of a recipe and the conventions of its numbers."""
     recipe, results = row.recipe, row.results
-    lines = [f"**{recipe.name}** ({recipe.task})", "", "```bash", recipe.command, "```", ""]
+    lines = [f"### {recipe.name}", ""]
+    if recipe.notes_file:
+        notes = f"[{recipe.notes_file}]({prefix}{recipe.notes_file})"
+        lines += [f"{task_name(recipe.task)}. What the recipe is and what was tried: {notes}.", ""]
+    else:
+        lines += [f"{task_name(recipe.task)}.", ""]
+    lines += ["```bash", recipe.command, "```", ""]
     if results is None:
         lines.append(f"- Results: {NOT_RUN} (`{recipe.results}` does not exist).")
     else:
@@ -196,28 +240,40 @@ def details(row: Row, root: Path, prefix: str = "") -> str:
                 names_of_signature.setdefault(metric["signature"], []).append(metric["name"])
         for signature, names in names_of_signature.items():
             lines.append(f"- {', '.join(names)} signature: `{signature}`")
-    if recipe.training_summary:
-        if row.seconds is None:
-            lines.append(f"- Training time: {NOT_RUN} (`{recipe.training_summary}` does not exist).")
+    if len(row.stages) == 1:
+        file, seconds = row.stages[0]
+        if seconds is None:
+            lines.append(f"- Training time: {NOT_RUN} (`{file}` does not exist).")
         else:
-            lines.append(
-                f"- Training time: {format_duration(row.seconds)} wall (`{recipe.training_summary}`), on "
-                f"{recipe.hardware}."
-            )
-    if recipe.notes:
-        lines.append(f"- Notes: {' '.join(recipe.notes.split())}")
-    if recipe.experiments:
-        lines += ["- Other runs, each this recipe's training command with the options shown:", ""]
-        lines += [
-            "| tried | options | training time | the run's evaluations | evaluated on validation | test |",
-            "|---|---|---|---|---|---|",
-        ]
-        for run in recipe.experiments:
-            cells = [run.change, run.options, run.training_time, run.evaluations, run.validation, run.test]
-            lines.append(table_row([text or "—" for text in cells]))
+            lines.append(f"- Training time: {format_duration(seconds)} wall (`{file}`), on {recipe.hardware}.")
+    elif row.stages:
+        stages = "; ".join(
+            f"stage {number}, " + (f"{format_duration(seconds)} (`{file}`)" if seconds is not None
+                                   else f"{NOT_RUN} (`{file}` does not exist)")
+            for number, (file, seconds) in enumerate(row.stages, start=1)
+        )
+        total = NOT_RUN if row.seconds is None else f"{format_duration(row.seconds)} wall"
+        lines.append(f"- Training time: {total} in {len(row.stages)} stages ({stages}), on {recipe.hardware}.")
     if recipe.picture and (root / recipe.picture).is_file():
         lines += ["", f"![{recipe.name}: the picture its run made]({prefix}{recipe.picture})"]
     return "\n".join(lines)
+
+
+def task_name(task: str) -> str:
+    """`text-classification` -> `Text classification`."""
+    return task.replace("-", " ").capitalize()
+
+
+def render_short_table(rows: list[Row], recipes_file: str, prefix: str = "") -> str:
+    """The table the README shows: what each recipe scored and whether it met its target, with links to the rest."""
+    header = [
+        f"<!-- Written by scripts/tools/results_table.py from {recipes_file} and the files its recipes name: edit those "
+        "and run the script, not this block. -->",
+        "",
+        "| recipe | data, split | result | target met? | details |",
+        "|---|---|---|---|---|",
+    ]
+    return "\n".join(header + [short_table_line(row, prefix) for row in rows])
 
 
 def render_table(rows: list[Row], recipes_file: str, prefix: str = "") -> str:
@@ -232,7 +288,7 @@ def render_table(rows: list[Row], recipes_file: str, prefix: str = "") -> str:
 
 
 def render_block(rows: list[Row], recipes_file: str, root: Path, prefix: str = "") -> str:
-    """The table, then each recipe's commands, conventions, notes and other runs."""
+    """The table, then each recipe's section: commands, conventions, training time, picture, link to its notes."""
     block = render_table(rows, recipes_file, prefix) + "\n\n" + "\n\n".join(details(row, root, prefix) for row in rows)
     # model_card.md is a Jinja2 template whose block sits inside {% raw %}: only an endraw tag could break out of it
     if "endraw" in block:
@@ -286,14 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         prefix = "" if path.parent.resolve() == root.resolve() else os.path.relpath(root, path.parent) + "/"
         blocks = {
             (START, END): render_block(rows, args.recipes, root, prefix),
-            (TABLE_START, TABLE_END): render_table(rows, args.recipes, prefix),
+            (TABLE_START, TABLE_END): render_short_table(rows, args.recipes, prefix),
             (SHIPPED_START, SHIPPED_END): render_shipped_block(rows, args.recipes, prefix),
         }
         text = updated = path.read_text(encoding="utf-8")
         if not any(start in text or end in text for start, end in list(blocks)[:2]):
             raise ValueError(
                 f"{path} needs the markers {START} and {END} (the table and each recipe's details) or {TABLE_START} "
-                f"and {TABLE_END} (the table alone), around the place of the table."
+                f"and {TABLE_END} (a short table), around the place of the table."
             )
         for (start, end), block in blocks.items():
             if start in updated or end in updated:
