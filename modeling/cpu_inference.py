@@ -15,9 +15,10 @@ only (no gradients, nothing to save):
 1e-5) and decoding gives the same tokens (tests/test_cpu_inference.py checks both on the shipped en->de model).
 `"int8"` stores every Linear weight (the output projection included) as int8 with one scale per tensor and quantizes
 activations on the fly (`torch.ao.quantization.quantize_dynamic`, fbgemm kernels): outputs change a little; the
-BLEU it costs is measured in README.md ("Serving fast", results in results/multi30k_en_de/serving/). torch.ao's eager int8 path is deprecated in favour
-of torchao, whose eager int8 Linear was 4x slower than torch.ao's on the same CPU (396 us against 97 us for the
-product above); torch is pinned, so this path stays until torchao catches up.
+BLEU it costs is measured in results/benchmark/README.md ("Serving paths on a CPU", results in
+results/multi30k_en_de/serving/). torch.ao's eager int8 path is deprecated in favour of torchao, whose eager int8
+Linear was 4x slower than torch.ao's on the same CPU (396 us against 97 us for the product above); torch is pinned,
+so this path stays until torchao catches up.
 """
 
 import copy

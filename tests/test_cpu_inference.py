@@ -98,11 +98,12 @@ def test_bad_arguments_are_named(plain):
         for_cpu_inference(plain, quantization="int4")
 
 
-def test_the_readme_example_runs(capsys):
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### In PyTorch", 1)[1]
+def test_the_guide_example_runs(capsys):
+    """The example of scripts/README.md's "Serving fast" section, "In PyTorch" (where the README points)."""
+    guide = (REPO / "scripts" / "README.md").read_text(encoding="utf-8")
+    section = guide.split("### In PyTorch", 1)[1]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
     namespace = {}
-    exec(compile(example, "README.md (Serving fast, In PyTorch)", "exec"), namespace)
+    exec(compile(example, "scripts/README.md (Serving fast, In PyTorch)", "exec"), namespace)
     assert all(type(module) is OneDNNLinear for module in namespace["model"].modules() if isinstance(module, nn.Linear))
     assert any(isinstance(module, torch.ao.nn.quantized.dynamic.Linear) for module in namespace["int8_model"].modules())

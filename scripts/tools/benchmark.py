@@ -298,8 +298,8 @@ def ctranslate2_function(folder: Path, setup: Setup, new_tokens: int, num_beams:
 
 def ctranslate2_alone(folder: Path, setup: Setup, new_tokens: int, num_beams: int, threads: int, rounds: int) -> float:
     """Median seconds of one CTranslate2 call timed in a fresh process that runs nothing else: beside PyTorch's
-    thread pool, CTranslate2 lost about a quarter of its 2-thread speed on the 2-core machine of the README's table,
-    so its in-process figure alone would flatter this model."""
+    thread pool, CTranslate2 lost about a quarter of its 2-thread speed on the 2-core machine of the serving table
+    (results/benchmark/README.md), so its in-process figure alone would flatter this model."""
     code = (
         "import json, statistics, sys, time\n"
         f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
