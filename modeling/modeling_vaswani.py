@@ -6,6 +6,8 @@ Read top to bottom, this file follows the paper:
     ->  encoder and decoder layers with residual connections and LayerNorm (3.1)  ->  the two stacks
     ->  the encoder-decoder with shared embeddings (3.4)  ->  the task heads.
 
+Last come the helpers of the checkpoint files: the weights check on loading, the code files a checkpoint carries.
+
 Attention goes through transformers' attention-function interface (`eager`, `sdpa`, `flash_attention_2`), decoding
 uses transformers' cache classes, and the outputs are transformers' output classes, so that `generate()`, the
 pipelines, `Trainer`, gradient checkpointing and `output_attentions` work as for any model in the library.
@@ -471,63 +473,6 @@ class VaswaniPreTrainedModel(PreTrainedModel):
                 target = Path(save_directory) / source.name
                 if source.resolve() != target.resolve():
                     shutil.copyfile(source, target)
-
-
-def current_umask() -> int:
-    """The process's umask, read without changing it where Linux tells it (setting it to read it is a race)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except OSError:
-        pass
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return umask
-
-
-def check_weights_file(path: Path) -> None:
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="pt"):
-            pass
-    except Exception as error:  # the safetensors reader raises its own exception type
-        raise OSError(
-            f"Cannot read the weights file {path}: {error}. The file is truncated or is not a safetensors file; "
-            "save or download the checkpoint again."
-        ) from error
-
-
-def code_files_to_ship(extra_folders: list[Path] = ()) -> list[Path]:
-    """The code files a checkpoint carries beyond the config and model files that transformers copies itself.
-
-    They are found beside this file (in a checkpoint folder, or transformers' module cache), in the installed
-    package's `pipelines` subpackage, or in `extra_folders` (the folder a model was loaded from: transformers' module
-    cache holds only the files it imported, so a re-saved checkpoint takes the pipeline code from its source).
-    """
-    # the package's own files first: a checkpoint re-saved from an older folder must not carry that folder's code
-    folders = [Path(__file__).resolve().parent]
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec(f"{__package__}.pipelines") if __package__ else None
-        if spec is not None and spec.submodule_search_locations:
-            folders += [Path(p) for p in spec.submodule_search_locations]
-    except (ImportError, ValueError):
-        pass
-    folders += [folder for folder in extra_folders if folder.is_dir()]
-    wanted = ["tokenization_vaswani.py", *SHIPPED_PIPELINE_FILES]
-    found = {}
-    for folder in folders:
-        for name in wanted:
-            if name not in found and (folder / name).is_file():
-                found[name] = folder / name
-    return list(found.values())
-
-
-# The pipeline code files named in `config.custom_pipelines`; see `pipelines/`.
-SHIPPED_PIPELINE_FILES: list[str] = ["pipeline_vaswani.py"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1093,6 +1038,68 @@ class VaswaniForTokenClassification(VaswaniPreTrainedModel):
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checkpoint files: the weights check on loading; on saving, the weights' permissions and the code files carried
+# ---------------------------------------------------------------------------------------------------------------
+
+
+# The pipeline code files named in `config.custom_pipelines`; see `pipelines/`.
+SHIPPED_PIPELINE_FILES: list[str] = ["pipeline_vaswani.py"]
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (setting it to read it is a race)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+def check_weights_file(path: Path) -> None:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt"):
+            pass
+    except Exception as error:  # the safetensors reader raises its own exception type
+        raise OSError(
+            f"Cannot read the weights file {path}: {error}. The file is truncated or is not a safetensors file; "
+            "save or download the checkpoint again."
+        ) from error
+
+
+def code_files_to_ship(extra_folders: list[Path] = ()) -> list[Path]:
+    """The code files a checkpoint carries beyond the config and model files that transformers copies itself.
+
+    They are found beside this file (in a checkpoint folder, or transformers' module cache), in the installed
+    package's `pipelines` subpackage, or in `extra_folders` (the folder a model was loaded from: transformers' module
+    cache holds only the files it imported, so a re-saved checkpoint takes the pipeline code from its source).
+    """
+    # the package's own files first: a checkpoint re-saved from an older folder must not carry that folder's code
+    folders = [Path(__file__).resolve().parent]
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec(f"{__package__}.pipelines") if __package__ else None
+        if spec is not None and spec.submodule_search_locations:
+            folders += [Path(p) for p in spec.submodule_search_locations]
+    except (ImportError, ValueError):
+        pass
+    folders += [folder for folder in extra_folders if folder.is_dir()]
+    wanted = ["tokenization_vaswani.py", *SHIPPED_PIPELINE_FILES]
+    found = {}
+    for folder in folders:
+        for name in wanted:
+            if name not in found and (folder / name).is_file():
+                found[name] = folder / name
+    return list(found.values())
 
 
 __all__ = [
