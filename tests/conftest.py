@@ -1,10 +1,12 @@
-"""Shared test setup: offline Hugging Face environment, a tiny tokenizer and model configs, fresh-process runs.
+"""Shared test setup: offline Hugging Face environment, a tiny tokenizer and model configs, tiny data and checkpoints,
+the scripts as modules, fresh-process runs.
 
 The environment is set here, before anything imports transformers, so that no test waits on the unreachable Hub
 and nothing is written to the user's cache.
 """
 
 import atexit
+import importlib.util
 import json
 import os
 import shutil
@@ -27,7 +29,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import vaswani  # noqa: E402
-from vaswani import VaswaniConfig, VaswaniTokenizer  # noqa: E402
+from vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer  # noqa: E402
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,6 +55,20 @@ PAIRS = [
 ]
 OTHER_SCRIPTS = ["Привет, как дела?", "Καλημέρα κόσμε", "こんにちは世界", "مرحبا بالعالم", "नमस्ते दुनिया"]
 
+# A small NER corpus in CoNLL-2003's tags (token classification, and its evaluation).
+NER_SENTENCES = [
+    ("Peter Blackburn lives in Brussels .", "B-PER I-PER O O B-LOC O"),
+    ("EU rejects German call to boycott British lamb .", "B-ORG O B-MISC O O O B-MISC O O"),
+    ("Angela Merkel visited Paris on Monday .", "B-PER I-PER O B-LOC O O O"),
+    ("The United Nations met in New York .", "O B-ORG I-ORG O O B-LOC I-LOC O"),
+    ("Maria works for Siemens in Munich .", "B-PER O O B-ORG O B-LOC O"),
+]
+NER_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
+
+# The options every Trainer run in the tests shares: quiet, no pinned memory (there is no GPU), nothing reported
+# anywhere.
+QUIET = ["--dataloader_pin_memory", "false", "--disable_tqdm", "true", "--report_to", "none", "--seed", "0"]
+
 
 def english_sentences(count: int) -> list[str]:
     """The first sentences of Multi30k's test_2016_flickr (real captions), or the conftest's own sentences where the
@@ -68,6 +84,16 @@ def english_sentences(count: int) -> list[str]:
 def tokenizer() -> VaswaniTokenizer:
     texts = [text for pair in PAIRS for text in pair] + OTHER_SCRIPTS
     return VaswaniTokenizer.train_from_texts(texts * 3, vocab_size=600, min_frequency=1, model_max_length=128)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Run the module's tiny models on one thread: on CPU cores shared with other work, a second torch thread mostly
+    waits for the first (a step of the tiny model took 10x longer with two threads than with one)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def tiny_config(**overrides) -> VaswaniConfig:
@@ -94,6 +120,37 @@ def spread_weights(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
             if parameter.dim() >= 1 and "layer_norm" not in name:
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
     return model
+
+
+def save_seq2seq_checkpoint(folder: Path, tokenizer, seed: int = 0, **config) -> Path:
+    """An untrained tiny seq2seq checkpoint (model and tokenizer) in `folder`, to fine-tune or evaluate."""
+    torch.manual_seed(seed)
+    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer), **config))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def ner_rows():
+    return [{"id": i, "tokens": text.split(), "ner_tags": tags.split()} for i, (text, tags) in enumerate(NER_SENTENCES)]
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def load_script(name: str):
+    """A script of scripts/ as a module, to call its `main(argv)` in this process."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 ISOLATION_PRELUDE = textwrap.dedent(

@@ -7,14 +7,15 @@ import shutil
 import pytest
 import torch
 
-from conftest import PAIRS, spread_weights, tiny_config
-from finetune_helpers import (  # noqa: F401  (one_thread is a fixture)
+from conftest import (
     NER_LABELS,
+    PAIRS,
     QUIET,
     load_script,
     ner_rows,
-    one_thread,
     save_seq2seq_checkpoint,
+    spread_weights,
+    tiny_config,
     write_jsonl,
 )
 from transformers import pipeline as transformers_pipeline

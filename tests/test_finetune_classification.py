@@ -7,17 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, pipeline
 
-from finetune_helpers import (  # noqa: F401  (one_thread is a fixture)
-    QUIET,
-    count_calls,
-    language_rows,
-    load_script,
-    one_thread,
-    run_two_processes,
-    save_seq2seq_checkpoint,
-    weights,
-    write_jsonl,
-)
+from conftest import QUIET, load_script, save_seq2seq_checkpoint, write_jsonl
+from finetune_helpers import count_calls, language_rows, run_two_processes, weights
 from vaswani.modeling_vaswani import VaswaniFeedForward
 
 

@@ -8,17 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from conftest import PAIRS, tiny_config
-from finetune_helpers import (  # noqa: F401  (one_thread is a fixture)
-    QUIET,
-    count_calls,
-    load_script,
-    one_thread,
-    run_two_processes,
-    save_seq2seq_checkpoint,
-    weights,
-    write_jsonl,
-)
+from conftest import PAIRS, QUIET, load_script, save_seq2seq_checkpoint, tiny_config, write_jsonl
+from finetune_helpers import count_calls, run_two_processes, weights
 from vaswani import VaswaniForConditionalGeneration, VaswaniForTokenClassification
 from vaswani.modeling_vaswani import VaswaniFeedForward
 from vaswani.pipelines import pipeline

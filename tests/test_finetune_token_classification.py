@@ -7,18 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
-from finetune_helpers import (  # noqa: F401  (one_thread is a fixture)
-    NER_LABELS,
-    NER_SENTENCES,
-    QUIET,
-    load_script,
-    ner_rows,
-    one_thread,
-    run_two_processes,
-    save_seq2seq_checkpoint,
-    weights,
-    write_jsonl,
-)
+from conftest import NER_LABELS, NER_SENTENCES, QUIET, load_script, ner_rows, save_seq2seq_checkpoint, write_jsonl
+from finetune_helpers import run_two_processes, weights
 from vaswani import VaswaniTokenizer
 from vaswani.finetuning.label_sets import LabelSet
 from vaswani.finetuning.token_alignment import IGNORED, align_word_labels, inside_label_ids, tokenize_and_align
