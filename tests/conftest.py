@@ -1,5 +1,6 @@
 """Shared test setup: offline Hugging Face environment, a tiny tokenizer and model configs, tiny data and checkpoints,
-the scripts as modules, fresh-process runs.
+the scripts as modules, fresh-process runs. The test files of the subfolders import these too (`from conftest import
+...`: pytest puts this folder on sys.path).
 
 The environment is set here, before anything imports transformers, so that no test waits on the unreachable Hub
 and nothing is written to the user's cache.

@@ -1,3 +1,5 @@
+"""`generate()` with the models of vaswani/modeling_vaswani.py: the cache, greedy decoding, beam search and sampling."""
+
 import functools
 
 import pytest

@@ -1,3 +1,6 @@
+"""vaswani/modeling_vaswani.py: positions, attention, the models' outputs and losses, exact padding, the heads
+(decoding is tested in test_generation.py, saving and loading in test_save_load.py)."""
+
 import math
 
 import pytest

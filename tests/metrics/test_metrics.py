@@ -1,3 +1,6 @@
+"""vaswani.metrics: the local `evaluate` modules answer as their Hub counterparts, tokenized BLEU as the papers
+report it, ROUGE in percent."""
+
 import gzip
 import json
 from pathlib import Path

@@ -1,3 +1,6 @@
+"""scripts/tools/benchmark.py: the Marian model it compares with, the FLOP counts, the kernel profile, the memory
+peak and a run of each benchmark."""
+
 import json
 import sys
 
