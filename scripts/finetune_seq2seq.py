@@ -27,6 +27,7 @@ from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqT
 from vaswani.cli import run_command
 from vaswani.diagnostics import input_independence_warning, output_diversity
 from vaswani.finetuning import (
+    KeepGenerationConfig,
     drop_empty_pairs,
     input_length,
     load_splits,
@@ -182,6 +183,7 @@ def main(argv: list[str] | None = None) -> dict:
         compute_metrics=(
             generation_metrics(task_args.task, tokenizer, target_lang) if training_args.predict_with_generate else None
         ),
+        callbacks=[KeepGenerationConfig(model)],
     )
     return train_and_evaluate(trainer, training_args, {"loading_report": report.as_dict() if report else None},
                               arguments=(model_args, data_args, task_args))

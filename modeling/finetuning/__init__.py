@@ -9,6 +9,7 @@ scripts (`--train_file`, `--validation_file`, `--dataset_name`, `--max_train_sam
 release are still read, with a warning (vaswani.cli.OLD_OPTIONS).
 """
 
+import copy
 import json
 import logging
 import os
@@ -19,7 +20,15 @@ from pathlib import Path
 import datasets
 import torch
 import transformers
-from transformers import AutoTokenizer, HfArgumentParser, PreTrainedModel, Trainer, TrainingArguments, set_seed
+from transformers import (
+    AutoTokenizer,
+    HfArgumentParser,
+    PreTrainedModel,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    set_seed,
+)
 from transformers.trainer_utils import get_last_checkpoint
 
 from ..cli import OLD_OPTIONS, modern_argv
@@ -110,6 +119,22 @@ def loss_is_a_batch_mean(trainer: Trainer) -> Trainer:
     if getattr(model.config, "model_type", None) == "vaswani" and not hasattr(model, "accepts_loss_kwargs"):
         trainer.model_accepts_loss_kwargs = False
     return trainer
+
+
+class KeepGenerationConfig(TrainerCallback):
+    """Give the model back the generation config it started with after each evaluation.
+
+    `Seq2SeqTrainer.prediction_step` fills the model's generation config with every default of transformers (among
+    them `max_length=20`), and the checkpoints and the final model were saved with it: every later `generate()` with
+    `max_new_tokens` then warned that both limits were set. The config a checkpoint is saved with is the one it was
+    loaded with, plus what the run set on purpose before training."""
+
+    def __init__(self, model: PreTrainedModel):
+        self.generation_config = copy.deepcopy(getattr(model, "generation_config", None))
+
+    def on_evaluate(self, args, state, control, model=None, **kwargs):
+        if model is not None and self.generation_config is not None:
+            model.generation_config = copy.deepcopy(self.generation_config)
 
 
 def load_tokenizer(model_args: ModelArguments):
@@ -309,6 +334,7 @@ def train_and_evaluate(
 
 __all__ = [
     "DataArguments",
+    "KeepGenerationConfig",
     "Splits",
     "argmax_logits",
     "check_run",

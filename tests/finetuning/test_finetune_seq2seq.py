@@ -96,6 +96,24 @@ def test_summarization_reports_rouge(checkpoint, data, tmp_path):
     assert results["eval_distinct_inputs"] == len(PAIRS) and results["eval_distinct_outputs"] >= 5
 
 
+def test_evaluating_during_training_leaves_the_saved_generation_config_as_it_was(checkpoint, data, tmp_path):
+    """Seq2SeqTrainer's evaluation fills the model's generation config with transformers' defaults (max_length=20):
+    saved so, every generate() with max_new_tokens warned that both limits were set."""
+    before = json.loads((checkpoint / "generation_config.json").read_text())
+    script.main([
+        "--task", "summarization", "--model_name_or_path", str(checkpoint), "--train_file", str(data),
+        "--validation_file", str(data), "--output_dir", str(tmp_path), "--do_train", "--do_eval",
+        "--predict_with_generate", "--max_steps", "4", "--eval_strategy", "steps", "--eval_steps", "2",
+        "--save_strategy", "steps", "--save_steps", "2", "--per_device_train_batch_size", "5",
+        "--max_target_length", "8", "--max_source_length", "16", *QUIET,
+    ])
+    for folder in (tmp_path, tmp_path / "checkpoint-4"):
+        saved = json.loads((folder / "generation_config.json").read_text())
+        assert "max_length" not in saved
+        assert {k: v for k, v in saved.items() if k != "transformers_version"} == {
+            k: v for k, v in before.items() if k != "transformers_version"}
+
+
 def test_outputs_that_do_not_depend_on_the_input_are_counted_and_warned_about(checkpoint, tmp_path, caplog):
     # one summary for every document: the model learns to write it without reading the document
     rows = [{"document": en, "summary": "A summary."} for en, _ in PAIRS]
