@@ -9,14 +9,61 @@ texts the model wrote, so that the caller can check them (`vaswani.diagnostics.o
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
 
+import datasets
 from transformers import Pipeline
 
+from .data import evaluated_source
+from .finetuning import load_checked_split
 from .finetuning.label_sets import LabelSet
 from .metrics import load_metric, rouge_percent
+
+
+@dataclass
+class EvaluatedSplitArguments:
+    """The split a results file scores (scripts/evaluate_model.py, scripts/extractive_baseline.py), and how the file
+    names it."""
+
+    validation_file: str | None = field(
+        default=None, metadata={"help": "Local .jsonl/.json/.csv file(s) of a validation split, comma-separated."}
+    )
+    test_file: str | None = field(
+        default=None, metadata={"help": "Local file(s) of a test split, as --validation_file."}
+    )
+    dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the Hub (its --split)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    split: str | None = field(
+        default=None,
+        metadata={"help": "The split: of the Hub dataset, and recorded in the results either way (default: "
+                  "validation; test with --test_file)."},
+    )
+    dataset_label: str | None = field(
+        default=None,
+        metadata={"help": "The dataset's name in the results (e.g. the Hub id of a local copy); default: "
+                  "--dataset_name, else the file as given."},
+    )
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Score the first N rows only."})
+
+    def source(self) -> tuple[str, str]:
+        """(the data, the split recorded), checked before anything is loaded (vaswani.data.evaluated_source)."""
+        if self.max_eval_samples is not None and self.max_eval_samples < 1:
+            raise ValueError(f"--max_eval_samples must be at least 1, got {self.max_eval_samples}.")
+        return evaluated_source(self.validation_file, self.test_file, self.dataset_name, self.split)
+
+    def load(self, columns: dict[str, str]) -> tuple[datasets.Dataset, str, dict]:
+        """The rows to score (with `columns`, each value text), where they came from (for messages), and the
+        results file's `dataset` entry."""
+        source, split = self.source()
+        dataset, where = load_checked_split(
+            source, split, self.dataset_config_name, list(columns.values()), self.max_eval_samples, "evaluation"
+        )
+        record = {"name": self.dataset_label or source, "config": self.dataset_config_name, "split": split,
+                  "columns": columns, "num_examples": len(dataset)}
+        return dataset, where, record
 
 
 GROUPED_AGGREGATIONS = ("simple", "first", "average", "max")

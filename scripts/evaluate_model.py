@@ -49,9 +49,9 @@ from transformers import (
 from vaswani import pipelines as vaswani_pipelines
 from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
 from vaswani.cpu_inference import for_cpu_inference
-from vaswani.data import evaluated_source
 from vaswani.diagnostics import encoder_collapse, format_encoder_collapse, input_independence_warning, output_diversity
 from vaswani.scoring import (
+    EvaluatedSplitArguments,
     GROUPED_AGGREGATIONS,
     score_summarization,
     score_text_classification,
@@ -59,7 +59,6 @@ from vaswani.scoring import (
     score_translation,
     write_results,
 )
-from vaswani.finetuning import load_checked_split
 from vaswani.finetuning.head_loading import require_trained_head
 from vaswani.finetuning.label_sets import LabelSet
 from vaswani.training.checkpoints import weights_provenance
@@ -80,28 +79,9 @@ class EvaluationArguments:
     task: Literal["translation", "summarization", "text-classification", "token-classification"] = field(
         metadata={"help": "What the checkpoint was fine-tuned for; decides the pipeline and the metrics."}
     )
-    validation_file: str | None = field(
-        default=None, metadata={"help": "Local .jsonl/.json/.csv file(s) of a validation split, comma-separated."}
-    )
-    test_file: str | None = field(
-        default=None, metadata={"help": "Local file(s) of a test split, as --validation_file."}
-    )
-    dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the Hub (its --split)."})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
-    split: str | None = field(
-        default=None,
-        metadata={"help": "The split: of the Hub dataset, and recorded in the results either way (default: "
-                  "validation; test with --test_file)."},
-    )
-    dataset_label: str | None = field(
-        default=None,
-        metadata={"help": "The dataset's name in the results (e.g. the Hub id of a local copy); default: "
-                  "--dataset_name, else the file as given."},
-    )
     output_file: str | None = field(
         default=None, metadata={"help": f"Where to write the results; default: {RESULTS_FILE} in the checkpoint."}
     )
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N rows only."})
     batch_size: int = field(default=16, metadata={"help": "Inputs per pipeline batch."})
     # translation / summarization
     source_column: str | None = field(
@@ -157,8 +137,6 @@ def check_arguments(args: EvaluationArguments) -> None:
     for name in ("batch_size", "num_beams", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
-    if args.max_eval_samples is not None and args.max_eval_samples < 1:
-        raise ValueError(f"--max_eval_samples must be at least 1, got {args.max_eval_samples}.")
     if args.engine == "ctranslate2" and args.task not in ("translation", "summarization"):
         raise ValueError(f"--engine ctranslate2 translates and summarizes; --task {args.task} runs with transformers.")
 
@@ -277,12 +255,12 @@ def generation_diagnostics(args: EvaluationArguments, model, tokenizer, sources,
 
 def main(argv: list[str] | None = None) -> dict:
     argv = modern_argv(argv, OLD_OPTIONS["evaluation"], program=Path(__file__).name)
-    (args,) = HfArgumentParser(EvaluationArguments).parse_args_into_dataclasses(args=argv)
+    args, data = HfArgumentParser((EvaluationArguments, EvaluatedSplitArguments)).parse_args_into_dataclasses(args=argv)
     check_arguments(args)
     output_file = Path(args.output_file) if args.output_file else Path(args.model) / RESULTS_FILE
     if args.output_file is None and not Path(args.model).is_dir():
         raise ValueError(f"--model {args.model} is not a local folder: give --output_file for the results.")
-    source, split = evaluated_source(args.validation_file, args.test_file, args.dataset_name, args.split)
+    data.source()  # bad data options stop here, before the model is loaded
 
     model = require_trained_head(AUTO_CLASSES[args.task], args.model, args.task, args.trust_remote_code).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
@@ -291,16 +269,13 @@ def main(argv: list[str] | None = None) -> dict:
     if max_positions:
         tokenizer.model_max_length = min(tokenizer.model_max_length, max_positions)
     columns = columns_for(args, model.config)
-    dataset, where = load_checked_split(
-        source, split, args.dataset_config_name, list(columns.values()), args.max_eval_samples, "evaluation"
-    )
+    dataset, where, dataset_record = data.load(columns)
 
     started = time.perf_counter()
     metrics, decoding, conventions, diagnostics = score_split(args, model, tokenizer, dataset, columns, where)
     results = write_results(
         output_file, model=args.model, task=args.task,
-        dataset={"name": args.dataset_label or source, "config": args.dataset_config_name, "split": split,
-                 "columns": columns, "num_examples": len(dataset)},
+        dataset=dataset_record,
         decoding=decoding, metrics=metrics, conventions=conventions, seconds=time.perf_counter() - started,
         **({"diagnostics": diagnostics} if diagnostics else {}),
     )

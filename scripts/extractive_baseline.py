@@ -24,10 +24,8 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
-from vaswani.data import evaluated_source
-from vaswani.scoring import rouge_metrics, write_results
 from vaswani.extractive import METHODS, extract
-from vaswani.finetuning import load_checked_split
+from vaswani.scoring import EvaluatedSplitArguments, rouge_metrics, write_results
 
 
 DESCRIPTIONS = {
@@ -42,30 +40,11 @@ DESCRIPTIONS = {
 class BaselineArguments:
     method: str = field(metadata={"help": f"How the summary is taken from the document: {list(METHODS)}."})
     output_file: str = field(metadata={"help": "Where to write the results (the form of evaluate_model.py's)."})
-    validation_file: str | None = field(
-        default=None, metadata={"help": "Local .jsonl/.json/.csv file(s) of a validation split, comma-separated."}
-    )
-    test_file: str | None = field(
-        default=None, metadata={"help": "Local file(s) of a test split, as --validation_file."}
-    )
-    dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the Hub (its --split)."})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
-    split: str | None = field(
-        default=None,
-        metadata={"help": "The split: of the Hub dataset, and recorded in the results either way (default: "
-                  "validation; test with --test_file)."},
-    )
-    dataset_label: str | None = field(
-        default=None,
-        metadata={"help": "The dataset's name in the results (e.g. the Hub id of a local copy); default: "
-                  "--dataset_name, else the file as given."},
-    )
     source_column: str = field(default="document", metadata={"help": "The documents."})
     target_column: str = field(default="summary", metadata={"help": "The reference summaries."})
     count: int = field(default=3, metadata={"help": "first_lines / longest_lines: how many lines."})
     min_sentence_words: int = field(default=4, metadata={"help": "lead_sentence: shorter sentences are skipped."})
     max_words: int = field(default=20, metadata={"help": "lead_sentence: the sentence is cut to N words."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Score the first N rows only."})
 
 
 def check_arguments(args: BaselineArguments) -> None:
@@ -78,13 +57,9 @@ def check_arguments(args: BaselineArguments) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     argv = modern_argv(argv, OLD_OPTIONS["evaluation"], program=Path(__file__).name)
-    (args,) = HfArgumentParser(BaselineArguments).parse_args_into_dataclasses(args=argv)
+    args, data = HfArgumentParser((BaselineArguments, EvaluatedSplitArguments)).parse_args_into_dataclasses(args=argv)
     check_arguments(args)
-    source, split = evaluated_source(args.validation_file, args.test_file, args.dataset_name, args.split)
-    columns = {"source": args.source_column, "target": args.target_column}
-    dataset, _ = load_checked_split(
-        source, split, args.dataset_config_name, list(columns.values()), args.max_eval_samples, "evaluation"
-    )
+    dataset, _, dataset_record = data.load({"source": args.source_column, "target": args.target_column})
     started = time.perf_counter()
     settings = {"count": args.count, "min_sentence_words": args.min_sentence_words, "max_words": args.max_words}
     summaries = [
@@ -94,8 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
     description = DESCRIPTIONS[args.method].format(**settings)
     results = write_results(
         args.output_file, model=f"none: extractive baseline ({description})", task="summarization",
-        dataset={"name": args.dataset_label or source, "config": args.dataset_config_name, "split": split,
-                 "columns": columns, "num_examples": len(dataset)},
+        dataset=dataset_record,
         decoding={}, metrics=rouge_metrics(summaries, dataset[args.target_column]),
         conventions=f"No model: the summary is {description} (scripts/extractive_baseline.py --method {args.method})."
                     " ROUGE F-measures (0-100) from rouge-score with Porter stemming, averaged over examples, as for "

@@ -46,7 +46,7 @@ def test_the_results_file_has_the_form_of_a_models_and_the_rouge_of_the_extracts
 @pytest.mark.parametrize("option, value, message", [
     ("--method", "middle", "--method 'middle' is not one of"),
     ("--count", "0", "--count must be at least 1"),
-    ("--max_eval_samples", "0", "evaluation rows to use must be at least 1"),
+    ("--max_eval_samples", "0", "--max_eval_samples must be at least 1, got 0"),
 ])
 def test_bad_settings_are_errors(tmp_path, option, value, message):
     data = write_jsonl(tmp_path / "validation.jsonl", [{"document": DIALOGUE, "summary": "A party."}])

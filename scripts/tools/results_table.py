@@ -264,27 +264,26 @@ def task_name(task: str) -> str:
     return task.replace("-", " ").capitalize()
 
 
-def render_short_table(rows: list[Row], recipes_file: str, prefix: str = "") -> str:
-    """The table the README shows: what each recipe scored and whether it met its target, with links to the rest."""
-    header = [
+def table_header(recipes_file: str, columns: list[str]) -> list[str]:
+    """The generated block's warning, then a markdown table's header row and rule."""
+    return [
         f"<!-- Written by scripts/tools/results_table.py from {recipes_file} and the files its recipes name: edit those "
         "and run the script, not this block. -->",
         "",
-        "| recipe | data, split | result | target met? | details |",
-        "|---|---|---|---|---|",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
     ]
+
+
+def render_short_table(rows: list[Row], recipes_file: str, prefix: str = "") -> str:
+    """The table the README shows: what each recipe scored and whether it met its target, with links to the rest."""
+    header = table_header(recipes_file, ["recipe", "data, split", "result", "target met?", "details"])
     return "\n".join(header + [short_table_line(row, prefix) for row in rows])
 
 
 def render_table(rows: list[Row], recipes_file: str, prefix: str = "") -> str:
-    header = [
-        f"<!-- Written by scripts/tools/results_table.py from {recipes_file} and the files its recipes name: edit those "
-        "and run the script, not this block. -->",
-        "",
-        "| recipe | data, split | result | model | reference | target | met? | training time | hardware |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    return "\n".join(header + [table_line(row, prefix) for row in rows])
+    columns = ["recipe", "data, split", "result", "model", "reference", "target", "met?", "training time", "hardware"]
+    return "\n".join(table_header(recipes_file, columns) + [table_line(row, prefix) for row in rows])
 
 
 def render_block(rows: list[Row], recipes_file: str, root: Path, prefix: str = "") -> str:
