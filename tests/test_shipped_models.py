@@ -58,8 +58,8 @@ SLICES = {
     "SAMSum": (
         ("--validation_file", "samsum/validation.jsonl"),
         ["--task", "summarization", "--dataset_label", "knkarthick/samsum", "--split", "validation",
-         "--max_eval_samples", "50", "--num_beams", "4", "--length_penalty", "0.6", "--max_new_tokens", "64",
-         "--batch_size", "16"],
+         "--max_eval_samples", "50", "--num_beams", "4", "--length_penalty", "1.5", "--no_repeat_ngram_size", "3",
+         "--max_new_tokens", "64", "--batch_size", "16"],
         REPO / "results" / "samsum" / "evaluation_results_first50.json",
     ),
 }
