@@ -167,7 +167,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     train, evaluation = prepare_splits(training_args, splits, prepare)
 
-    if training_args.generation_max_length is None:
+    # Evaluation generates up to the model's own max_new_tokens where its generation config has one (a
+    # --generation_max_length beside it would only be overridden, with a warning on every batch); else up to the
+    # target length.
+    if training_args.generation_max_length is None and model.generation_config.max_new_tokens is None:
         training_args.generation_max_length = max_target_length
     if training_args.predict_with_generate and "inputs" not in training_args.include_for_metrics:
         training_args.include_for_metrics = [*training_args.include_for_metrics, "inputs"]  # for distinct_inputs

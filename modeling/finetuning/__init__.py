@@ -127,7 +127,8 @@ class KeepGenerationConfig(TrainerCallback):
     `Seq2SeqTrainer.prediction_step` fills the model's generation config with every default of transformers (among
     them `max_length=20`), and the checkpoints and the final model were saved with it: every later `generate()` with
     `max_new_tokens` then warned that both limits were set. The config a checkpoint is saved with is the one it was
-    loaded with, plus what the run set on purpose before training."""
+    loaded with, plus what the run set on purpose before training. It is put back after each evaluation batch too:
+    the filled-in `max_length=20` made every batch after the first warn the same during evaluation."""
 
     def __init__(self, model: PreTrainedModel):
         self.generation_config = copy.deepcopy(getattr(model, "generation_config", None))
@@ -135,6 +136,8 @@ class KeepGenerationConfig(TrainerCallback):
     def on_evaluate(self, args, state, control, model=None, **kwargs):
         if model is not None and self.generation_config is not None:
             model.generation_config = copy.deepcopy(self.generation_config)
+
+    on_prediction_step = on_evaluate
 
 
 def load_tokenizer(model_args: ModelArguments):

@@ -7,6 +7,7 @@ import logging
 import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers.generation import utils as generation_utils
 
 from conftest import PAIRS, QUIET, load_script, save_seq2seq_checkpoint, tiny_config, write_jsonl
 from finetune_helpers import count_calls, run_two_processes, weights
@@ -112,6 +113,27 @@ def test_evaluating_during_training_leaves_the_saved_generation_config_as_it_was
         assert "max_length" not in saved
         assert {k: v for k, v in saved.items() if k != "transformers_version"} == {
             k: v for k, v in before.items() if k != "transformers_version"}
+
+
+def test_evaluation_during_training_keeps_to_the_models_own_max_new_tokens(checkpoint, data, tmp_path, monkeypatch):
+    """A checkpoint whose generation config sets max_new_tokens (a shipped one does) is evaluated without the
+    Trainer adding a max_length beside it: generate() warned "Both `max_new_tokens` and `max_length`" every batch."""
+    folder = tmp_path / "with_max_new_tokens"
+    model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
+    model.generation_config.max_new_tokens = 6
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(checkpoint).save_pretrained(folder)
+    warned = []
+    monkeypatch.setattr(generation_utils.logger, "warning", lambda message, *args, **kwargs: warned.append(message))
+    results = script.main([
+        "--task", "summarization", "--model_name_or_path", str(folder), "--train_file", str(data),
+        "--validation_file", str(data), "--output_dir", str(tmp_path / "out"), "--do_train", "--do_eval",
+        "--predict_with_generate", "--max_steps", "2", "--eval_strategy", "steps", "--eval_steps", "1",
+        "--save_strategy", "no", "--per_device_train_batch_size", "5", "--max_target_length", "12", *QUIET,
+    ])
+    assert "eval_rouge1" in results
+    assert not [message for message in warned if "seem to have been set" in str(message)]
+    assert results["eval_gen_len"] <= 6 + 1  # the model's limit, not the 12 of --max_target_length
 
 
 def test_outputs_that_do_not_depend_on_the_input_are_counted_and_warned_about(checkpoint, tmp_path, caplog):
