@@ -1,4 +1,4 @@
-"""A one-minute tour on CPU: train a tokenizer, build a tiny Transformer, fit a handful of sentence pairs, generate.
+"""A few-seconds tour on CPU: train a tokenizer, build a tiny Transformer, fit a handful of sentence pairs, generate.
 
     python scripts/demo_from_scratch.py
 """
