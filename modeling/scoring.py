@@ -18,7 +18,7 @@ import datasets
 from transformers import Pipeline
 
 from .data import evaluated_source
-from .finetuning import load_checked_split
+from .finetuning.splits import load_checked_split
 from .finetuning.label_sets import LabelSet
 from .metrics import load_metric, rouge_percent
 

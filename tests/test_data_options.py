@@ -150,7 +150,7 @@ def test_the_fine_tuning_splits_each_come_from_one_source(tmp_path, monkeypatch)
         asked.append((source, split, config))
         return datasets.Dataset.from_list(rows)
 
-    monkeypatch.setattr("vaswani.finetuning.load_split", load_split)
+    monkeypatch.setattr("vaswani.finetuning.splits.load_split", load_split)
 
     def splits(train_and_eval=(True, True), **data):
         return load_splits(DataArguments(**data), SimpleNamespace(do_train=train_and_eval[0],

@@ -9,10 +9,12 @@ decoder. For evaluation it is not: a head that was never trained would be scored
 import logging
 from dataclasses import asdict, dataclass, field
 
-from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..cli import parse_config_overrides
 from ..configuration_vaswani import PRESETS, VaswaniConfig
+from .label_sets import LabelSet, resolve_label_set
+from .splits import Splits
 
 
 logger = logging.getLogger(__name__)
@@ -153,12 +155,42 @@ def require_trained_head(auto_class, model_name_or_path: str, task: str, trust_r
     return model
 
 
+def load_tokenizer(model_args: ModelArguments):
+    source = model_args.tokenizer_name or model_args.model_name_or_path
+    if source is None:
+        raise ValueError("Training from scratch (--preset) needs --tokenizer_name: see scripts/train_tokenizer.py.")
+    return AutoTokenizer.from_pretrained(source, trust_remote_code=model_args.trust_remote_code)
+
+
+def load_labelled_head(
+    auto_class, model_args: ModelArguments, tokenizer, splits: Splits, column: str, label_set: list[str] | None
+) -> tuple[LabelSet, PreTrainedModel, LoadingReport | None]:
+    """The label set of `column` (see vaswani.finetuning.label_sets) and a classification head (`auto_class`) sized to it."""
+    reference, reference_source = splits.reference
+    # a checkpoint already fine-tuned with this kind of head keeps its label ids
+    head_suffix = auto_class.__name__.removeprefix("AutoModel")  # e.g. "ForTokenClassification"
+    labels = resolve_label_set(
+        reference,
+        column,
+        reference_source,
+        label_set,
+        label_names_of_fine_tuned(model_args.model_name_or_path, head_suffix, model_args.trust_remote_code),
+    )
+    logger.info(labels.describe())
+    model, report = load_head(
+        auto_class, model_args, tokenizer, num_labels=len(labels), id2label=labels.id2label, label2id=labels.label2id
+    )
+    return labels, model, report
+
+
 __all__ = [
     "LoadingReport",
     "ModelArguments",
     "check_vocabulary",
     "label_names_of_fine_tuned",
     "load_head",
+    "load_labelled_head",
+    "load_tokenizer",
     "module_names",
     "require_trained_head",
 ]

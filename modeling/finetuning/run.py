@@ -1,0 +1,169 @@
+"""One fine-tuning run on the standard `Trainer` path: parsing the command line, the checks before anything is
+loaded, the checkpoint to resume from, the callbacks and settings a Vaswani model needs under the Trainer, and the
+train -> save -> evaluate sequence."""
+
+import copy
+import json
+import logging
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import datasets
+import torch
+import transformers
+from transformers import HfArgumentParser, PreTrainedModel, Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers.trainer_utils import get_last_checkpoint
+
+from ..cli import OLD_OPTIONS, modern_argv
+from ..model_card import ARGUMENTS_FILE
+from .head_loading import ModelArguments
+from .splits import DataArguments
+
+
+logger = logging.getLogger(__name__)
+
+RESUME_LATEST = ("last", "latest", "true", "True")
+
+
+def start_run(
+    task_arguments, argv: list[str] | None, training_arguments=TrainingArguments, program: str | None = None
+):
+    """Parse the command line (of the script `program`) into (model, data, task, training) arguments, set up
+    logging, check that the run makes sense and seed everything."""
+    argv = modern_argv(argv, OLD_OPTIONS["fine-tuning"], program)
+    parser = HfArgumentParser((ModelArguments, DataArguments, task_arguments, training_arguments))
+    model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    setup_logging(training_args)
+    check_run(training_args)
+    set_seed(training_args.seed)
+    return model_args, data_args, task_args, training_args
+
+
+def setup_logging(training_args: TrainingArguments) -> None:
+    """Log to stdout. This project's messages (labels, the loading report) at info level from the main process and
+    warnings from the others; transformers and datasets at the level `--log_level` / `--log_level_replica` give."""
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=[logging.StreamHandler(sys.stdout)]
+    )
+    ours = logging.INFO if training_args.should_log else logging.WARNING
+    logging.getLogger("vaswani").setLevel(ours)
+    logging.getLogger("__main__").setLevel(ours)
+    level = training_args.get_process_log_level()
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
+
+
+def check_run(training_args: TrainingArguments) -> None:
+    """Fail early on a run that would do nothing, or that would silently run as unrelated single processes."""
+    if not (training_args.do_train or training_args.do_eval):
+        raise ValueError("Nothing to do: pass --do_train and/or --do_eval.")
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > 1 and training_args.world_size != launched:
+        # without a GPU, accelerate forms a process group only when told to run on the CPU
+        raise ValueError(
+            f"Launched as {launched} processes (WORLD_SIZE={launched}), but they would each train alone "
+            f"(world_size={training_args.world_size}): on a machine without GPUs pass --use_cpu true "
+            "(or set ACCELERATE_USE_CPU=1) to train on CPU processes together."
+        )
+    resume_checkpoint(training_args)  # a checkpoint that is not there is an error now, not after loading everything
+
+
+def loss_is_a_batch_mean(trainer: Trainer) -> Trainer:
+    """Tell `Trainer` that a Vaswani model's loss is the plain mean over its batch.
+
+    Their `forward` takes `**kwargs` (attention options), which `Trainer` reads as "normalizes the loss by
+    `num_items_in_batch` itself"; it would then skip the division by the gradient-accumulation steps and multiply
+    the loss by the number of processes, making the gradients that many times too large. A model that declares
+    `accepts_loss_kwargs` is left as it says.
+    """
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if getattr(model.config, "model_type", None) == "vaswani" and not hasattr(model, "accepts_loss_kwargs"):
+        trainer.model_accepts_loss_kwargs = False
+    return trainer
+
+
+class KeepGenerationConfig(TrainerCallback):
+    """Give the model back the generation config it started with after each evaluation.
+
+    `Seq2SeqTrainer.prediction_step` fills the model's generation config with every default of transformers (among
+    them `max_length=20`), and the checkpoints and the final model were saved with it: every later `generate()` with
+    `max_new_tokens` then warned that both limits were set. The config a checkpoint is saved with is the one it was
+    loaded with, plus what the run set on purpose before training. It is put back after each evaluation batch too:
+    the filled-in `max_length=20` made every batch after the first warn the same during evaluation."""
+
+    def __init__(self, model: PreTrainedModel):
+        self.generation_config = copy.deepcopy(getattr(model, "generation_config", None))
+
+    def on_evaluate(self, args, state, control, model=None, **kwargs):
+        if model is not None and self.generation_config is not None:
+            model.generation_config = copy.deepcopy(self.generation_config)
+
+    on_prediction_step = on_evaluate
+
+
+def resume_checkpoint(training_args: TrainingArguments) -> str | None:
+    """The Trainer checkpoint to resume from: `--resume_from_checkpoint PATH`, or `last` for the newest
+    `checkpoint-*` folder in `--output_dir`."""
+    value = training_args.resume_from_checkpoint
+    if value is None or not training_args.do_train:
+        return None
+    if value in RESUME_LATEST:
+        latest = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
+        if latest is None:
+            raise ValueError(
+                f"--resume_from_checkpoint {value}: there is no checkpoint-* folder in --output_dir "
+                f"{training_args.output_dir} to resume from."
+            )
+        return latest
+    if not (Path(value) / "trainer_state.json").is_file():
+        raise ValueError(
+            f"--resume_from_checkpoint {value}: not a Trainer checkpoint (a checkpoint-* folder with "
+            "trainer_state.json)."
+        )
+    return value
+
+
+def argmax_logits(logits, labels):
+    """`preprocess_logits_for_metrics`: keep only the predicted ids, so that evaluation gathers one id per position
+    across processes rather than the logits and the encoder states a seq2seq head also returns."""
+    if isinstance(logits, tuple):
+        logits = logits[0]
+    return logits.argmax(-1)
+
+
+def train_and_evaluate(
+    trainer: Trainer, training_args: TrainingArguments, extra: dict | None = None, arguments: tuple = ()
+) -> dict:
+    """Train (resuming where asked), save the model and tokenizer to --output_dir, evaluate. Returns the metrics,
+    which are also written to train_results.json / eval_results.json / all_results.json in --output_dir. The run's
+    `arguments` (its model, data and task dataclasses) and training arguments go to arguments.json beside the model,
+    which the model card reads (transformers' training_args.bin is a pickle: nothing of this project reads it)."""
+    results = dict(extra or {})
+    loss_is_a_batch_mean(trainer)
+    if training_args.do_train:
+        outcome = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+        trainer.save_model()
+        trainer.save_state()
+        if trainer.is_world_process_zero():
+            record = {"script": Path(sys.argv[0]).name, **{kind: asdict(value) for kind, value in
+                                                            zip(("model", "data", "task"), arguments)}}
+            record["training"] = training_args.to_dict()  # tokens are masked by transformers
+            (Path(training_args.output_dir) / ARGUMENTS_FILE).write_text(
+                json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8"
+            )
+        metrics = {**outcome.metrics, "num_processes": training_args.world_size}
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        results.update({f"train_{k}" if not k.startswith("train") else k: v for k, v in metrics.items()})
+    if training_args.do_eval:
+        metrics = trainer.evaluate()
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+        results.update(metrics)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        # the Trainer leaves the process group up; left to the interpreter's exit, gloo's threads sometimes abort the
+        # process after the run is done ("terminate called without an active exception", exit -6 under torchrun)
+        torch.distributed.destroy_process_group()
+    return results
