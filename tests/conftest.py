@@ -147,8 +147,9 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def load_script(name: str):
-    """A script of scripts/ as a module, to call its `main(argv)` in this process."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    """A script of scripts/ as a module, to call its `main(argv)` in this process (`name` relative to scripts/:
+    "train", "tools/results_table"). Scripts are not put on sys.path: they are commands, not a library."""
+    spec = importlib.util.spec_from_file_location(Path(name).name, REPO / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

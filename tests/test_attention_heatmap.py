@@ -9,12 +9,11 @@ import sys
 import pytest
 import torch
 
-from conftest import PAIRS, REPO, tiny_config
+from conftest import PAIRS, REPO, load_script, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification, attention_map as attention_maps
 
 
-sys.path.insert(0, str(REPO / "scripts"))
-import attention_heatmap  # noqa: E402
+attention_heatmap = load_script("attention_heatmap")
 
 
 SENTENCE = PAIRS[4][0]  # "A woman in a red dress is drinking coffee."

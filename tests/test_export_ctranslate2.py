@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from conftest import PAIRS, REPO, english_sentences, run_isolated, spread_weights, tiny_config
+from conftest import PAIRS, REPO, english_sentences, load_script, run_isolated, spread_weights, tiny_config
 
 ctranslate2 = pytest.importorskip(
     "ctranslate2",
@@ -32,8 +32,7 @@ from vaswani import (  # noqa: E402
 from vaswani import ctranslate2_export  # noqa: E402
 from vaswani.ctranslate2_export import export_to_ctranslate2  # noqa: E402
 
-sys.path.insert(0, str(REPO / "scripts"))
-import export_ctranslate2  # noqa: E402
+export_ctranslate2 = load_script("export_ctranslate2")
 
 
 SHIPPED = REPO / "results" / "multi30k_en_de" / "model"

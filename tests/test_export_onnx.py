@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import PAIRS, REPO, english_sentences, tiny_config
+from conftest import PAIRS, REPO, english_sentences, load_script, tiny_config
 
 SKIP_REASON = (
     "is an optional dependency (pip install 'vaswani-transformer[onnx]'); the ONNX export cannot be tested without it"
@@ -29,8 +29,7 @@ pytest.importorskip("onnxruntime", reason=f"onnxruntime {SKIP_REASON}")
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification  # noqa: E402
 from vaswani.onnx_export import OnnxGenerator, export_to_onnx, onnx_greedy_generate  # noqa: E402
 
-sys.path.insert(0, str(REPO / "scripts"))
-import export_onnx  # noqa: E402
+export_onnx = load_script("export_onnx")
 
 
 SHIPPED = REPO / "results" / "multi30k_en_de" / "model"

@@ -17,12 +17,11 @@ import yaml
 from huggingface_hub import ModelCard
 from huggingface_hub.utils._http import default_client_factory
 
-from conftest import REPO, run_isolated, spread_weights, tiny_config
+from conftest import REPO, load_script, run_isolated, spread_weights, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
 
 
-sys.path.insert(0, str(REPO / "scripts"))
-import push_to_hub  # noqa: E402
+push_to_hub = load_script("push_to_hub")
 
 
 REPO_ID = "someone/vaswani-tiny-en-de"

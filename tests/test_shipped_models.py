@@ -8,7 +8,6 @@ after a deliberate change of outputs, replace the models as scripts/README.md sa
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,11 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import vaswani
 from vaswani.modeling_vaswani import code_files_to_ship
-from conftest import REPO, SHARED_DATA, needs_shared_data, run_isolated
+from conftest import REPO, SHARED_DATA, load_script, needs_shared_data, run_isolated
 
 
-sys.path.insert(0, str(REPO / "scripts"))
-import demo  # noqa: E402
-import evaluate_model  # noqa: E402
+demo = load_script("demo")
+evaluate_model = load_script("evaluate_model")
 
 
 SIZE_BUDGET_BYTES = 60_000_000  # all shipped folders together: a clone stays small

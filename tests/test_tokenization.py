@@ -2,18 +2,16 @@
 tags, saving and loading, and the script on local files and Multi30k."""
 
 import json
-import sys
 
 import pytest
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from conftest import PAIRS, REPO, SHARED_DATA, needs_shared_data, tiny_config
+from conftest import PAIRS, SHARED_DATA, load_script, needs_shared_data, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniTokenizer
 
 
-sys.path.insert(0, str(REPO / "scripts"))
-import train_tokenizer  # noqa: E402
+train_tokenizer = load_script("train_tokenizer")
 
 
 ORDINARY_TEXTS = [

@@ -2,15 +2,13 @@
 peak and a run of each benchmark."""
 
 import json
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import load_script
 
-sys.path.insert(0, str(REPO / "scripts" / "tools"))
-import benchmark  # noqa: E402
+benchmark = load_script("tools/benchmark")
 
 
 def trainable(model) -> int:

@@ -12,14 +12,13 @@ import sys
 import pytest
 import yaml
 
-from conftest import REPO, tiny_config
+from conftest import REPO, load_script, tiny_config
 
 
 from vaswani import model_card
 
-sys.path.insert(0, str(REPO / "scripts" / "tools"))
-import results_table  # noqa: E402
-from results_table import END, START  # noqa: E402
+results_table = load_script("tools/results_table")
+END, START = results_table.END, results_table.START
 
 
 TRANSLATION_RESULTS = {
@@ -415,7 +414,7 @@ def test_the_readme_gets_a_short_table_and_a_file_in_a_subfolder_links_through_t
     """README.md holds a short table (recipe-table markers): recipe, data, result, target met, and links to the
     recipe's section of results/README.md and to its notes; results/README.md the table with every column and every
     recipe's section, its links reaching the repository root through ../."""
-    from results_table import TABLE_END, TABLE_START
+    TABLE_START, TABLE_END = results_table.TABLE_START, results_table.TABLE_END
 
     recipes = json.loads(json.dumps(RECIPES))
     recipes["recipes"][0]["model"] = "results/en_de/model"

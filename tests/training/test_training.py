@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedTokenizerFast, pipeline
 
-from conftest import REPO, needs_shared_data, tiny_config
+from conftest import REPO, load_script, needs_shared_data, tiny_config
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.cli import parse_config_overrides
 from vaswani.training import checkpoints as checkpoints_module
@@ -40,8 +40,7 @@ from vaswani.training.optimization import build_optimizer_and_schedule
 from vaswani.training.seq2seq_data import BpeDropoutEpochs, bpe_dropout_tokenizer, load_raw_splits, prepare_data
 from vaswani.training.synthetic import generate_pairs, write_synthetic_translation
 
-sys.path.insert(0, str(REPO / "scripts"))
-import average_checkpoints  # noqa: E402
+average_checkpoints = load_script("average_checkpoints")
 
 
 # --- helpers ------------------------------------------------------------------------------------------------------
