@@ -62,3 +62,20 @@ def test_ci_runs_the_readme_test_command():
     assert len(commands) == 2 and commands[1].endswith("-m pytest -q"), commands
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert commands[1] in ci
+
+
+def test_the_library_asks_for_ranges_and_only_the_install_commands_pin_torch():
+    """Installing the package into an existing environment keeps the user's torch (CUDA build included): the
+    library's dependencies are ranges, and the exact torch of these machines comes from constraints.txt, which the
+    README's set-up commands and CI pass to pip."""
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11+")
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    pinned = [requirement for requirement in dependencies if "==" in requirement]
+    assert not pinned, f"pyproject.toml pins {pinned}: give a range, and pin in constraints.txt"
+    assert any(re.fullmatch(r"torch>=[\d.]+", requirement) for requirement in dependencies), dependencies
+    constraints = (REPO / "constraints.txt").read_text(encoding="utf-8").splitlines()
+    assert "torch==2.13.0" in constraints
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    set_up = readme[readme.index("## Set up"):].split("\n## ", 1)[0]
+    commands = re.findall(r"^```bash\n(.*?)\n```", set_up, flags=re.MULTILINE | re.DOTALL)
+    assert commands and all("pip install -c constraints.txt " in command for command in commands), commands
