@@ -5,6 +5,11 @@ Pairs of similar length go together (sorted by source length, then target length
 little of a batch is padding; each batch holds as many pairs as fit under the budget, counting padded tokens on
 each side. The order of the batches is then shuffled. Everything depends only on (seed, epoch), so every process
 computes the same list, takes its own share of it, and a resumed run finds the exact batch it stopped at.
+
+The list of an epoch does not depend on the number of processes either: N processes take its batches N at a time, so
+after `position` batches each they have trained on its first `position * N`. A run resumed on M processes goes on
+from there (`continue_epoch`), dealing the rest of that epoch out among its M: the same pairs trained on, in the same
+order, grouped into other updates.
 """
 
 from collections.abc import Callable, Iterator, Sequence
@@ -57,6 +62,7 @@ class TokenBudgetBatches:
         self.num_processes = num_processes
         self.process_index = process_index
         self._cached: tuple[int, list[list[int]]] | None = None  # the last epoch asked for, and its batches
+        self.continued: tuple[int, int] = (0, 0)  # (epoch, batch): where the shares of one epoch start (continue_epoch)
 
     def all_batches(self, epoch: int) -> list[list[int]]:
         """Every process's batches of one epoch, in training order."""
@@ -72,19 +78,30 @@ class TokenBudgetBatches:
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def batches(self, epoch: int) -> list[list[int]]:
-        """This process's batches: every `num_processes`-th one. The few left over at the end of an epoch are
-        skipped, so that all processes take the same number of steps (a process waiting for another hangs)."""
+        """This process's batches: every `num_processes`-th one (from `first_batch(epoch)` on). The few left over at
+        the end of an epoch are skipped, so that all processes take the same number of steps (a process waiting for
+        another hangs)."""
         if self._cached is not None and self._cached[0] == epoch:
             return self._cached[1]
+        first = self.first_batch(epoch)
         batches = self.all_batches(epoch)
-        usable = len(batches) - len(batches) % self.num_processes
+        usable = first + share_length(len(batches), self.num_processes, first) * self.num_processes
         if usable == 0:
             raise ValueError(
                 f"The training data make only {len(batches)} batch(es) of max_tokens={self.max_tokens}, fewer than "
                 f"the {self.num_processes} processes: use more data or a smaller --max_tokens_per_batch."
             )
-        self._cached = (epoch, batches[self.process_index : usable : self.num_processes])
+        self._cached = (epoch, batches[first + self.process_index : usable : self.num_processes])
         return self._cached[1]
+
+    def continue_epoch(self, epoch: int, first_batch: int) -> None:
+        """Share `epoch` from its batch `first_batch` on: the rest of an epoch that a run on another number of
+        processes began (its first `first_batch` batches are trained on). Later epochs are shared from the start."""
+        self.continued, self._cached = (epoch, first_batch), None
+
+    def first_batch(self, epoch: int) -> int:
+        """Where the processes' shares of `epoch` start in its list of batches: 0, but in a continued epoch."""
+        return self.continued[1] if epoch == self.continued[0] else 0
 
     def next_position(self, epoch: int, position: int) -> tuple[int, int]:
         """Where the batch after batch `position` of `epoch` is."""
@@ -99,6 +116,12 @@ class TokenBudgetBatches:
             for index in range(position, len(batches)):
                 yield epoch, index, batches[index]
             epoch, position = epoch + 1, 0
+
+
+def share_length(batches: int, num_processes: int, first_batch: int = 0) -> int:
+    """How many batches each of `num_processes` processes takes of an epoch of `batches` batches, from batch
+    `first_batch` on (the rest, fewer than `num_processes`, is left out)."""
+    return max(0, batches - first_batch) // num_processes
 
 
 def evaluation_batches(

@@ -10,8 +10,9 @@ A checkpoint folder may come from elsewhere (shared, downloaded, writable by som
 unpickles: the progress and the options are JSON, the weights safetensors, and the optimizer, schedule and random
 states that Accelerate pickles are read with `torch.load(weights_only=True)`, which builds tensors and plain
 containers and refuses anything else (no code runs). A checkpoint that cannot be resumed from exactly (a state
-missing or damaged, written by another number of processes) is named with the reason, and the newest one that can
-is used instead.
+missing or damaged, a progress value of the wrong type or out of range, a random state that Accelerate would skip)
+is named with the reason, and the newest one that can is used instead. Each checkpoint also records fingerprints of
+the data and the tokenizer it was trained with (DATA_FILE), which a resume compares with its own.
 
 Every folder is written under a temporary name, flushed to disk, and only then renamed to its final name: a rename
 within one file system is atomic, so a folder named `step-*` is always complete, whatever happened during the save.
@@ -25,12 +26,25 @@ import json
 import logging
 import os
 import pickle
+import random
 import re
 import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
+from accelerate.utils import (
+    is_cuda_available,
+    is_hpu_available,
+    is_mlu_available,
+    is_musa_available,
+    is_neuron_available,
+    is_sdaa_available,
+    is_torch_xla_available,
+    is_xpu_available,
+)
 from accelerate.utils import load as load_weights_only  # torch.load(weights_only=True), numpy's arrays allowed
 from safetensors import SafetensorError, safe_open
 
@@ -44,6 +58,7 @@ RETIRED_PREFIX = ".old-"
 AVERAGING_RECORD = "checkpoint_averaging.json"
 PROGRESS_FILE = "training_progress.json"  # {"num_processes": N, "progress": {...}}: where the run is
 LEGACY_PROGRESS_FILE = "custom_checkpoint_0.pkl"  # where earlier versions kept the progress, as a pickle
+DATA_FILE = "data_fingerprints.json"  # {what: fingerprint} of the data files and the tokenizer the run trained with
 
 
 class _TiedWeightsNotice(logging.Filter):
@@ -102,16 +117,23 @@ def read_json_record(path: Path) -> dict:
     """A JSON object from a checkpoint; ValueError (with the file's name) if it is not one."""
     try:
         content = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, ValueError, RecursionError) as error:  # ValueError: not JSON, or an integer of 5,000 digits
         raise ValueError(f"{path.name} cannot be read ({error})") from None
     if not isinstance(content, dict):
         raise ValueError(f"{path.name} is not a JSON object")
     return content
 
 
-def checkpoint_problem(folder: Path, num_processes: int) -> str | None:
-    """Why the run cannot continue exactly from `folder`, in words; None if it can. Reads the JSON records, the
-    safetensors header and, with weights_only=True (no code runs), the schedule and random states."""
+def is_count(value) -> bool:
+    """A non-negative integer, as JSON and pickles hold one (a bool or a float such as 1e8 is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def checkpoint_problem(folder: Path, progress_problem: Callable[[dict, int | None], str | None]) -> str | None:
+    """Why the run cannot continue exactly from `folder`, in words; None if it can. Reads the JSON records (the
+    progress checked field by field with `progress_problem(progress, update)`), the safetensors header and, with
+    weights_only=True (no code runs), the schedule and every random state the checkpoint's processes wrote, whose
+    contents are checked too (`random_state_problem`)."""
     if not (folder / PROGRESS_FILE).is_file():
         if (folder / LEGACY_PROGRESS_FILE).exists():
             return (
@@ -122,16 +144,18 @@ def checkpoint_problem(folder: Path, num_processes: int) -> str | None:
     try:
         record = read_json_record(folder / PROGRESS_FILE)
         read_json_record(folder / ARGUMENTS_FILE)
+        if (folder / DATA_FILE).exists():  # absent from the checkpoints of earlier versions
+            read_json_record(folder / DATA_FILE)
     except ValueError as error:
         return str(error)
     written_by = record.get("num_processes")
-    if written_by != num_processes:
-        return (
-            f"it was written by {written_by} process(es) and this run has {num_processes}: each process resumes its "
-            "own share of the data and its own random state"
-        )
-    states = ["scheduler.bin", *(f"random_states_{index}.pkl" for index in range(num_processes))]
-    for name in states:
+    if not is_count(written_by) or written_by == 0:
+        return f"{PROGRESS_FILE}: `num_processes` is {describe_value(written_by)}; allowed: an integer, 1 or more"
+    problem = progress_problem(record.get("progress"), checkpoint_step(folder))
+    if problem is not None:
+        return f"{PROGRESS_FILE}: {problem}"
+    random_states = [f"random_states_{index}.pkl" for index in range(written_by)]
+    for name in ["scheduler.bin", *random_states]:
         if not (folder / name).is_file():
             return f"{name} is missing, so the run would not continue as it would have"
     if (folder / "model.safetensors").is_file():
@@ -140,12 +164,88 @@ def checkpoint_problem(folder: Path, num_processes: int) -> str | None:
                 pass
         except Exception as error:  # safetensors raises its own error types for a damaged header
             return f"model.safetensors is damaged ({error})"
-    for name in states:
+    for name in ["scheduler.bin", *random_states]:
         try:
-            load_weights_only(folder / name, map_location="cpu")
+            content = load_weights_only(folder / name, map_location="cpu")
         except Exception as error:  # an UnpicklingError for anything but tensors and plain containers
             return f"{name} cannot be loaded safely ({describe_load_error(error)})"
+        if name in random_states and (problem := random_state_problem(content)) is not None:
+            return f"{name} {problem}, so the run would not continue as it would have"
     return None
+
+
+def device_states(kind: str) -> Callable:
+    """A check of the states of one kind of device's generators (`torch.<kind>.get_rng_state_all()`): one tensor per
+    device, each like this machine's own."""
+    def check(states) -> None:
+        if not isinstance(states, (list, tuple)) or not states:
+            raise TypeError(f"a {type(states).__name__}, not a list of one state per {kind} device")
+        module = getattr(torch, kind, None)
+        reference = module.get_rng_state() if hasattr(module, "get_rng_state") else torch.zeros(1, dtype=torch.uint8)
+        for state in states:
+            if not torch.is_tensor(state) or state.dtype != reference.dtype or state.dim() != 1:
+                raise TypeError(f"holds a {describe_value(state)}, not a {reference.dtype} tensor")
+            if hasattr(module, "get_rng_state") and state.shape != reference.shape:
+                raise ValueError(f"holds a state of {state.numel()} bytes, not {reference.numel()}")
+    return check
+
+
+def check_xla_seed(state) -> None:
+    if not is_count(state):
+        raise TypeError(f"{describe_value(state)}, not a non-negative integer")
+
+
+def random_state_checks() -> dict[str, tuple[str, Callable]]:
+    """What Accelerate's load_state restores from `random_states_<process>.pkl` on this machine, by key: the
+    generators of Python, NumPy and PyTorch's CPU, and those of each kind of device the machine has, with a check
+    of each. Follows accelerate.checkpointing.load_accelerator_state (accelerate 1.15), which reads the same keys
+    under the same conditions. Each check sets the state on a throwaway generator, or compares it with this
+    machine's own, so that it changes none of the run's generators."""
+    checks = {
+        "random_state": ("Python's `random`", lambda state: random.Random().setstate(state)),
+        "numpy_random_seed": ("NumPy's global generator", lambda state: np.random.RandomState().set_state(state)),
+        "torch_manual_seed": ("PyTorch's CPU generator", lambda state: torch.Generator().set_state(state)),
+    }
+    kinds = [kind for kind, available in (("xpu", is_xpu_available), ("hpu", is_hpu_available),
+                                          ("neuron", is_neuron_available), ("cuda", is_cuda_available)) if available()]
+    kinds += [kind for kind, available in (("mlu", is_mlu_available), ("sdaa", is_sdaa_available),
+                                           ("musa", is_musa_available)) if available()][:1]  # the first one only
+    for kind in kinds:
+        checks[f"torch_{kind}_manual_seed"] = (f"the {kind.upper()} generators", device_states(kind))
+    if is_torch_xla_available():
+        checks["xm_seed"] = ("the XLA generator", check_xla_seed)
+    return checks
+
+
+def random_state_problem(states) -> str | None:
+    """Why `states`, one process's random_states_*.pkl as loaded, would not restore every generator; None if it
+    would. Accelerate's load_state sets the generators one after the other and, at the first key missing or value
+    it cannot set, stops without a word (the log says "Could not load random states" at the info level): the
+    generators after it keep the seed's state, and the run's dropout goes another way than the run that wrote it."""
+    if not isinstance(states, dict):
+        return f"holds a {describe_value(states)}, not the generators' states"
+    for key, (what, check) in random_state_checks().items():
+        if key not in states:
+            return f"holds no `{key}` (the state of {what})"
+        try:
+            check(states[key])
+        except Exception as error:  # each generator has its own errors for a state it cannot take
+            return f"holds a `{key}` (the state of {what}) that cannot be set ({describe_load_error(error)})"
+    if "step" in states and not is_count(states["step"]):  # Accelerate's count of micro-batches
+        return f"holds `step` {describe_value(states['step'])}; allowed: an integer, 0 or more"
+    return None
+
+
+def describe_value(value) -> str:
+    """A value from a checkpoint in a few words: its type, and its value where that is a short number or text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        try:
+            text = repr(value)
+        except ValueError:  # an integer of more digits than Python converts to text
+            text = ""
+        if 0 < len(text) <= 40:
+            return f"{type(value).__name__} {text}"
+    return type(value).__name__
 
 
 def describe_load_error(error: Exception) -> str:
@@ -156,11 +256,13 @@ def describe_load_error(error: Exception) -> str:
     return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
 
 
-def resumable_checkpoint(root: Path, num_processes: int) -> tuple[Path | None, list[str]]:
+def resumable_checkpoint(
+    root: Path, progress_problem: Callable[[dict, int | None], str | None]
+) -> tuple[Path | None, list[str]]:
     """The newest checkpoint under `root` the run can continue from exactly, and why each newer one cannot."""
     skipped = []
     for _, folder in reversed(list_checkpoints(root)):
-        problem = checkpoint_problem(folder, num_processes)
+        problem = checkpoint_problem(folder, progress_problem)
         if problem is None:
             return folder, skipped
         skipped.append(f"{folder}: {problem}")

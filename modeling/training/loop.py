@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
@@ -31,11 +32,14 @@ from .arguments import (
     best_metric_name,
     options_changed_on_resume,
 )
-from .batching import TokenBudgetBatches, collate
+from .batching import TokenBudgetBatches, collate, share_length
 from .checkpoints import (
     ARGUMENTS_FILE,
+    DATA_FILE,
     PROGRESS_FILE,
     describe_load_error,
+    describe_value,
+    is_count,
     latest_checkpoint,
     list_checkpoints,
     publish_model,
@@ -49,7 +53,14 @@ from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 from .ownership import die_with_the_launcher, release_output_dir
 from .preparation import build_model, generation_settings, obtain_tokenizer, prepare_output_dir
 from .reporting import MetricsLog, format_summary, plot_training_curves
-from .seq2seq_data import BpeDropoutEpochs, PreparedData, load_raw_splits, prepare_data
+from .seq2seq_data import (
+    BpeDropoutEpochs,
+    PreparedData,
+    changed_inputs,
+    input_fingerprints,
+    load_raw_splits,
+    prepare_data,
+)
 
 
 @dataclass
@@ -59,6 +70,9 @@ class TrainingProgress:
     step: int = 0  # updates done
     epoch: int = 0  # epoch of the next batch
     position: int = 0  # index of the next batch within that epoch, in this process's share
+    # where the processes' shares of that epoch start in its list of batches: 0, but in an epoch that a run on
+    # another number of processes began (TokenBudgetBatches.continue_epoch)
+    first_batch: int = 0
     tokens: int = 0  # source + target tokens trained on, all processes
     train_seconds: float = 0.0  # time spent in updates (evaluation and saving excluded)
     # wall time of the run up to its latest checkpoint, summed over the processes that worked on it (set-up,
@@ -69,15 +83,53 @@ class TrainingProgress:
     best_step: int | None = None
     evaluations_without_improvement: int = 0
 
+    COUNTS = ("step", "epoch", "position", "first_batch", "tokens", "evaluations_without_improvement")
+    SECONDS = ("train_seconds", "wall_seconds")
+
     def state_dict(self) -> dict:
         return asdict(self)
 
     def load_state_dict(self, state: dict) -> None:
-        known = set(asdict(self))
-        if not isinstance(state, dict) or set(state) - known:
-            raise ValueError(f"{PROGRESS_FILE} holds unknown fields: {sorted(set(state) - known)}")
+        """Take the values of a checkpoint's record (fields it lacks, from earlier versions, keep their defaults),
+        checked first (`problem`)."""
+        problem = self.problem(state)
+        if problem is not None:
+            raise ValueError(f"{PROGRESS_FILE}: {problem}")
         for name, value in state.items():
             setattr(self, name, value)
+
+    @classmethod
+    def problem(cls, state, step: int | None = None) -> str | None:
+        """What makes `state` unlike any progress a run writes, in words naming the field, its value and what is
+        allowed; None if nothing does. `step` is the update the checkpoint is named for, which `state` must be at.
+        The bounds that the data set (epoch, batch) are `position_problem`'s."""
+        if not isinstance(state, dict):
+            return f"`progress` is {describe_value(state)}; allowed: an object of the fields {list(asdict(cls()))}"
+        unknown = sorted(set(state) - set(asdict(cls())))
+        if unknown:
+            return f"holds unknown fields {unknown}; allowed: {list(asdict(cls()))}"
+        for name in cls.COUNTS:
+            if name in state and not is_count(state[name]):
+                return f"`{name}` is {describe_value(state[name])}; allowed: an integer, 0 or more"
+        for name in cls.SECONDS:
+            value = state.get(name, 0.0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                return f"`{name}` is {describe_value(value)}; allowed: a finite number of seconds, 0 or more"
+        if step is not None and state.get("step") != step:
+            return (f"`step` is {describe_value(state.get('step'))}; allowed: {step}, the update the checkpoint is "
+                    "named for")
+        best_score, best_step = state.get("best_score"), state.get("best_step")
+        if best_score is not None and (isinstance(best_score, bool) or not isinstance(best_score, (int, float))
+                                       or not math.isfinite(best_score)):
+            return (f"`best_score` is {describe_value(best_score)}; allowed: a finite number, or null before any "
+                    "evaluation")
+        if best_step is not None and not (is_count(best_step) and best_step <= state.get("step", 0)):
+            return (f"`best_step` is {describe_value(best_step)}; allowed: an update from 0 to `step` "
+                    f"({state.get('step', 0)}), or null before any evaluation")
+        if (best_score is None) != (best_step is None):
+            return (f"`best_score` is {describe_value(best_score)} and `best_step` {describe_value(best_step)}; "
+                    "allowed: both null (before any evaluation) or both set")
+        return None
 
 
 @dataclass
@@ -110,6 +162,7 @@ class Run:
     lock: int | None = None  # the main process's hold on output_dir (ownership.take_output_dir)
     started: float = 0.0  # time.perf_counter() when this process started the run
     earlier_seconds: float = 0.0  # wall time of the run before this process (from the checkpoint resumed)
+    fingerprints: dict | None = None  # of the data and the tokenizer (input_fingerprints), saved in each checkpoint
 
     @property
     def output_dir(self) -> Path:
@@ -241,6 +294,8 @@ def prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_a
     with accelerator.local_main_process_first():
         train_raw, validation_raw = load_raw_splits(data, output_dir, args.seed)
     tokenizer = obtain_tokenizer(accelerator, model_args, train_raw, data, output_dir)
+    fingerprints = input_fingerprints(accelerator, data, output_dir, train_raw, validation_raw, tokenizer,
+                                      model_args.tokenizer)
     model = build_model(model_args, data, args, tokenizer)
     with accelerator.local_main_process_first():
         prepared = prepare_data(train_raw, validation_raw, tokenizer, data)
@@ -252,21 +307,10 @@ def prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_a
         model, peak_learning_rate, args.warmup_steps, (args.adam_beta1, args.adam_beta2), args.adam_epsilon,
         args.weight_decay, max_steps=args.max_steps, cooldown_steps=args.cooldown_steps,
     )
-    accumulation = max(1, round(args.tokens_per_update / (args.max_tokens_per_batch * accelerator.num_processes)))
+    accumulation = micro_batches_per_update(args, accelerator.num_processes)
     accelerator.gradient_accumulation_steps = accumulation
     fit_deepspeed_config(accelerator, accumulation)
     model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
-    progress = TrainingProgress()
-
-    metrics = MetricsLog(output_dir / "metrics.jsonl", enabled=accelerator.is_main_process)
-    options = arguments_as_dict(data, model_args, args)
-    if args.resume:
-        resume(accelerator, output_dir / "checkpoints", progress, options, schedule, peak_learning_rate)
-        metrics.drop_after(progress.step)
-    if accelerator.is_main_process:
-        (output_dir / ARGUMENTS_FILE).write_text(json.dumps(options, indent=2))
-    if args.report_to != "none":
-        accelerator.init_trackers("tensorboard", config={k: v for k, v in options.items() if v is not None})
 
     resegmented = BpeDropoutEpochs(prepared.train, tokenizer, data, accelerator) if data.bpe_dropout > 0 else None
     batches = TokenBudgetBatches(
@@ -274,20 +318,39 @@ def prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_a
         accelerator.num_processes, accelerator.process_index,
         epoch_lengths=resegmented.lengths if resegmented else None,
     )
+    metrics = MetricsLog(output_dir / "metrics.jsonl", enabled=accelerator.is_main_process)
+    options = arguments_as_dict(data, model_args, args)
+    run = Run(data, model_args, args, accelerator, model, optimizer, schedule, tokenizer, prepared, batches,
+              accumulation, TrainingProgress(), metrics, best_metric_name(data, args), resegmented, options, lock,
+              fingerprints=fingerprints)
+    if args.resume:
+        resume(run, peak_learning_rate)
+        metrics.drop_after(run.progress.step)
+    if accelerator.is_main_process:
+        (output_dir / ARGUMENTS_FILE).write_text(json.dumps(options, indent=2))
+    if args.report_to != "none":
+        accelerator.init_trackers("tensorboard", config={k: v for k, v in options.items() if v is not None})
     accelerator.print(
         f"Training a model of {accelerator.unwrap_model(model).num_parameters():,} parameters: "
         f"{accelerator.num_processes} process(es) x {accumulation} micro-batch(es) of <= {args.max_tokens_per_batch} "
         f"tokens per update (target {args.tokens_per_update}); peak learning rate {peak_learning_rate:.2e}; "
         f"mixed precision: {accelerator.mixed_precision}."
     )
-    return Run(data, model_args, args, accelerator, model, optimizer, schedule, tokenizer, prepared, batches,
-               accumulation, progress, metrics, best_metric_name(data, args), resegmented, options, lock)
+    return run
 
 
-def resume(accelerator, root: Path, progress: TrainingProgress, options: dict, schedule, peak_learning_rate: float):
+def micro_batches_per_update(args: TrainArguments, num_processes: int) -> int:
+    """Micro-batches each process takes per update, so that an update holds about --tokens_per_update tokens."""
+    return max(1, round(args.tokens_per_update / (args.max_tokens_per_batch * num_processes)))
+
+
+def resume(run: Run, peak_learning_rate: float) -> None:
     """Load the newest checkpoint the run can continue from exactly (saying why a newer one cannot), after checking
-    that no option the checkpoint fixes was changed; then apply the schedule options that may change."""
-    folder, skipped = resumable_checkpoint(root, accelerator.num_processes)
+    that no option the checkpoint fixes was changed, that the data and the tokenizer are those it was trained with,
+    and that its place in the data is one the run can reach; then apply the schedule options that may change. A
+    checkpoint of another number of processes continues after the same batches (`continue_elsewhere`)."""
+    accelerator, root, progress = run.accelerator, run.output_dir / "checkpoints", run.progress
+    folder, skipped = resumable_checkpoint(root, TrainingProgress.problem)
     if folder is None and not skipped:
         accelerator.print(f"--resume: no checkpoint in {root} yet; starting from the beginning.")
         return
@@ -300,12 +363,28 @@ def resume(accelerator, root: Path, progress: TrainingProgress, options: dict, s
         accelerator.print(f"WARNING: --resume does not use {reason}.")
     if skipped:
         accelerator.print(f"WARNING: resuming from the newest checkpoint that is complete: {folder}.")
-    changed = options_changed_on_resume(read_json_record(folder / ARGUMENTS_FILE), options)
+    changed = options_changed_on_resume(read_json_record(folder / ARGUMENTS_FILE), run.options)
     if changed:
         raise TrainingError(
             f"--resume from {folder}: these options differ from the run's, and its checkpoint fixes them: "
             f"{'; '.join(changed)}. Give the run's values (its arguments.json), or start a new run in another "
             f"--output_dir. Options that may change on resume: {', '.join(CHANGEABLE_ON_RESUME)}."
+        )
+    record = read_json_record(folder / PROGRESS_FILE)  # checked by resumable_checkpoint
+    progress.load_state_dict(record["progress"])
+    written_by = record["num_processes"]
+    check_same_inputs(accelerator, folder, run.fingerprints, progress)
+    problem = position_problem(progress, written_by, run.batches, micro_batches_per_update(run.args, 1))
+    if problem is not None:
+        raise CheckpointError(
+            f"--resume: {folder / PROGRESS_FILE}: {problem}. Remove that folder to resume from the one before it, "
+            "or start over with --overwrite_output_dir. Nothing was loaded from it."
+        )
+    if written_by != accelerator.num_processes and accelerator.distributed_type in SHARDED_ENGINES:
+        raise CheckpointError(
+            f"--resume: {folder} was written by {written_by} process(es) and this run has "
+            f"{accelerator.num_processes}: under {accelerator.distributed_type.value} each process holds its own "
+            f"shard of the model and the optimizer, so it resumes on {written_by} processes only."
         )
     try:
         accelerator.load_state(str(folder))  # safetensors, and torch.load(weights_only=True) for the rest
@@ -314,10 +393,98 @@ def resume(accelerator, root: Path, progress: TrainingProgress, options: dict, s
             f"--resume: {folder} cannot be loaded ({describe_load_error(error)}). Remove that folder to resume from "
             "the one before it, or start over with --overwrite_output_dir."
         ) from None
-    progress.load_state_dict(read_json_record(folder / PROGRESS_FILE)["progress"])
-    set_peak_learning_rate(schedule, peak_learning_rate)
+    # Accelerate's count of micro-batches, which decides the updates' boundaries: what this run would have counted
+    # (the value loaded, but for a checkpoint of another number of processes, which made updates of other sizes)
+    accelerator.step = progress.step * run.accumulation
+    if written_by != accelerator.num_processes:
+        continue_elsewhere(run, written_by)
+        accelerator.print(f"WARNING: {what_differs(run, folder, written_by)}")
+    run.batches.continue_epoch(progress.epoch, progress.first_batch)
+    set_peak_learning_rate(run.schedule, peak_learning_rate)
     accelerator.print(f"Resumed from {folder}: update {progress.step}, epoch {progress.epoch}, "
                       f"batch {progress.position}.")
+
+
+# engines that shard the model and optimizer states among the processes (a checkpoint holds one shard per process)
+SHARDED_ENGINES = (DistributedType.FSDP, DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM)
+
+
+def check_same_inputs(accelerator, folder: Path, fingerprints: dict, progress: TrainingProgress) -> None:
+    """Refuse to resume on data or a tokenizer other than those the checkpoint was trained with: it would go on at
+    its batch of other pairs (or read them with another vocabulary) without a word. A checkpoint of an earlier
+    version, without the record, is resumed with a warning."""
+    if not (folder / DATA_FILE).is_file():
+        accelerator.print(f"WARNING: {folder} records no fingerprints of its data and tokenizer (it was written "
+                          "by an earlier version): the data could not be checked to be the same.")
+        return
+    changed = changed_inputs(read_json_record(folder / DATA_FILE), fingerprints)
+    if changed:
+        raise TrainingError(
+            f"--resume from {folder}: the data or the tokenizer differ from those the checkpoint was trained with "
+            f"(what was -> what is): {'; '.join(changed)}. The run would go on at epoch {progress.epoch}, batch "
+            f"{progress.position} of other pairs. Give the run the files it was trained with, or start a new run in "
+            "another --output_dir (or with --overwrite_output_dir). Nothing was loaded."
+        )
+
+
+def position_problem(progress: TrainingProgress, written_by: int, batches: TokenBudgetBatches,
+                     most_micro_batches: int) -> str | None:
+    """Whether a checkpoint's place in the data is one its run could reach on this data, in words: the epoch no
+    later than its updates can get to (each takes at most `most_micro_batches` batches per process, and an epoch
+    holds at least one; a resume on another number of processes may find the rest of its epoch too short to share
+    and start the next), the batch within that epoch's list and within the share of each of its processes."""
+    most_epoch = progress.step * (most_micro_batches + 1)
+    if progress.epoch > most_epoch:
+        return (f"`epoch` is {progress.epoch}; allowed: at most {most_epoch}, as far as {progress.step} updates can "
+                f"go (each takes at most {most_micro_batches} batch(es) per process, and may begin a new epoch)")
+    total = len(batches.all_batches(progress.epoch))
+    if progress.first_batch > total:
+        return (f"`first_batch` is {progress.first_batch}; allowed: at most {total}, the number of batches of "
+                f"epoch {progress.epoch}")
+    most_position = share_length(total, written_by, progress.first_batch)
+    if progress.position > most_position:
+        return (f"`position` is {progress.position}; allowed: at most {most_position}, the batches each of its "
+                f"{written_by} process(es) takes of epoch {progress.epoch} (from its batch {progress.first_batch})")
+    return None
+
+
+def continue_elsewhere(run: Run, written_by: int) -> None:
+    """Continue the checkpoint of `written_by` processes, just loaded, on this run's processes: after the same
+    batches, from the batch of the same epoch that the first of them had not taken. The batches of an epoch are one
+    list, whatever the number of processes (`TokenBudgetBatches`), so this is the point after the same pairs, hence
+    after the same number of pairs and tokens too; neither number alone would say where in the shuffled list to go
+    on. Each process the checkpoint holds a random state for has restored it (Accelerate's load_state); each other
+    process is seeded anew, from --seed, the update and its index."""
+    progress, accelerator = run.progress, run.accelerator
+    progress.first_batch, progress.position = progress.first_batch + progress.position * written_by, 0
+    if accelerator.process_index >= written_by:
+        seed = np.random.SeedSequence([run.args.seed, progress.step, accelerator.process_index]).generate_state(1)[0]
+        set_seed(int(seed))
+
+
+def what_differs(run: Run, folder: Path, written_by: int) -> str:
+    """In one line, how a run continued on another number of processes (`continue_elsewhere`) differs from one
+    continued on as many as wrote the checkpoint."""
+    progress, processes = run.progress, run.accelerator.num_processes
+    epoch_batches = run.batches.all_batches(progress.epoch)
+    pairs = sum(len(batch) for batch in epoch_batches[: progress.first_batch])
+    states = f"random states: {named_processes(0, min(processes, written_by))} restored"
+    if processes < written_by:
+        states += f", those of {named_processes(processes, written_by)} not used"
+    else:
+        states += f", {named_processes(written_by, processes)} seeded anew (from --seed and the update)"
+    return (
+        f"{folder} was written by {written_by} process(es) and this run has {processes}: it goes on after the same "
+        f"pairs, from batch {progress.first_batch} of the {len(epoch_batches)} of epoch {progress.epoch} (the "
+        f"{pairs} pairs before it were trained on). The batches are dealt out among {processes} process(es) x "
+        f"{run.accumulation} micro-batch(es) per update, so the updates from here group the pairs otherwise than on "
+        f"{written_by} (and the end of each epoch leaves out at most {processes - 1} batch(es), not {written_by - 1}); "
+        f"{states}."
+    )
+
+
+def named_processes(first: int, stop: int) -> str:
+    return f"process {first}" if stop - first == 1 else f"processes {first}-{stop - 1}"
 
 
 def set_peak_learning_rate(schedule, peak_learning_rate: float) -> None:
@@ -510,9 +677,11 @@ def save_full_checkpoint(run: Run, kill_halfway: bool = False) -> None:
         raise diverged("the weights or the optimizer state hold inf or nan", run.progress, run.args, run.accelerator,
                        applied=True, update=run.progress.step)
     run.progress.wall_seconds = run.wall_seconds()
+    run.progress.first_batch = run.batches.first_batch(run.progress.epoch)
     records = {
         PROGRESS_FILE: {"num_processes": run.accelerator.num_processes, "progress": run.progress.state_dict()},
         ARGUMENTS_FILE: run.options,
+        DATA_FILE: run.fingerprints,
     }
     save_checkpoint(run.accelerator, run.model, run.tokenizer, run.output_dir / "checkpoints", run.progress.step,
                     run.args.keep_checkpoints, records=records, kill_halfway=kill_halfway)

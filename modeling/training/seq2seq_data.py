@@ -4,9 +4,13 @@ run or a second process reuses the result), and drop the pairs that are empty or
 Splits come from local JSON Lines / JSON / CSV files, a dataset on the Hub, or the synthetic toy task. Any two
 columns serve as source and target (`en`/`de`, `document`/`summary`); a dotted name reaches into a dict column, as in
 the Hub's WMT datasets (`translation.en`).
+
+`input_fingerprints` identifies what a run learns from (each data file by its content, the tokenizer by its files),
+so that a resumed run can tell that it is given the same.
 """
 
 import copy
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +18,7 @@ import datasets
 from accelerate.utils import broadcast_object_list
 from tokenizers.models import BPE
 
-from ..data import check_files_exist, data_source, load_split, require_columns
+from ..data import check_files_exist, data_source, load_split, require_columns, split_paths
 from .arguments import SYNTHETIC_DATASET, TrainDataArguments
 from .synthetic import write_synthetic_translation
 
@@ -244,3 +248,85 @@ def training_texts(train_raw: datasets.Dataset, data: TrainDataArguments):
             for text in column_values(batch, column):
                 if isinstance(text, str) and text:
                     yield text
+
+
+# the files of a saved tokenizer besides its class's own vocabulary files (`vocab_files_names`)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+
+
+def file_fingerprint(path: Path) -> dict:
+    """The SHA-256 of a file's bytes, read in chunks whatever its size, and the size."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return {"sha256": digest.hexdigest(), "bytes": path.stat().st_size}
+
+
+def input_fingerprints(
+    accelerator, data: TrainDataArguments, output_dir: Path, train_raw: datasets.Dataset,
+    validation_raw: datasets.Dataset, tokenizer, tokenizer_option: str | None,
+) -> dict[str, dict]:
+    """What the run learns from, each part named as the user knows it and fingerprinted by its content: each local
+    data file (`--train_file x.jsonl`) by its SHA-256 and size; a Hub dataset by its name, configuration, split and
+    the fingerprint `datasets` gives the split loaded (which follows the revision downloaded); the synthetic task by
+    the files this run writes it to (its options and the generator decide them); the tokenizer by its saved files
+    (`--tokenizer`'s folder, or the one the run learned, in output_dir/tokenizer). No name holds output_dir, which a
+    resumed run may move. Computed by the main process and sent to the others."""
+    fingerprints = [None]
+    if accelerator.is_main_process:
+        fingerprints = [{
+            **data_fingerprints(data, output_dir, train_raw, validation_raw),
+            **tokenizer_fingerprints(tokenizer, tokenizer_option, output_dir / "tokenizer"),
+        }]
+    broadcast_object_list(fingerprints)
+    return fingerprints[0]
+
+
+def data_fingerprints(data: TrainDataArguments, output_dir: Path, train_raw: datasets.Dataset,
+                      validation_raw: datasets.Dataset) -> dict[str, dict]:
+    if training_source(data) == SYNTHETIC_DATASET:
+        folder = output_dir / "data"  # where load_raw_splits had write_synthetic_translation write the pairs
+        return {f"--dataset_name {SYNTHETIC_DATASET} ({name})": file_fingerprint(folder / name)
+                for name in ("train.jsonl", "validation.jsonl")}
+    fingerprints = {}
+    for option, files in (("--train_file", data.train_file), ("--validation_file", data.validation_file)):
+        for path in split_paths(files or ""):
+            fingerprints[f"{option} {path}"] = file_fingerprint(Path(path))
+    if data.train_file is None:  # a Hub dataset
+        fingerprints[f"--dataset_name {data.dataset_name} (split {data.train_split})"] = {
+            "config": data.dataset_config_name, "fingerprint": train_raw._fingerprint,
+        }
+        if data.validation_file is None:
+            fingerprints[f"--dataset_name {data.dataset_name} (split {data.validation_split})"] = {
+                "config": data.dataset_config_name, "fingerprint": validation_raw._fingerprint,
+            }
+    return fingerprints
+
+
+def tokenizer_fingerprints(tokenizer, tokenizer_option: str | None, learned: Path) -> dict[str, dict]:
+    """Each saved file of the tokenizer; a tokenizer from the Hub (not a folder) by the SHA-256 of its vocabulary,
+    merges and rules as the `tokenizers` library writes them out."""
+    folder = Path(tokenizer_option) if tokenizer_option is not None else learned
+    where = f"--tokenizer {tokenizer_option}" if tokenizer_option is not None else "the tokenizer learned (tokenizer/)"
+    if not folder.is_dir():
+        content = tokenizer.backend_tokenizer.to_str().encode("utf-8")
+        return {where: {"sha256": hashlib.sha256(content).hexdigest(), "bytes": len(content)}}
+    names = sorted({*TOKENIZER_FILES, *getattr(tokenizer, "vocab_files_names", {}).values()})
+    return {f"{where}: {name}": file_fingerprint(folder / name) for name in names if (folder / name).is_file()}
+
+
+def changed_inputs(saved: dict, current: dict) -> list[str]:
+    """In words, each part of the inputs whose fingerprint differs between a checkpoint's record and this run."""
+    return [f"{name}: {describe_fingerprint(saved.get(name))} -> {describe_fingerprint(current.get(name))}"
+            for name in sorted(saved.keys() | current.keys()) if saved.get(name) != current.get(name)]
+
+
+def describe_fingerprint(fingerprint) -> str:
+    if fingerprint is None:
+        return "(none)"
+    if isinstance(fingerprint, dict) and "sha256" in fingerprint:
+        return f"sha256 {str(fingerprint['sha256'])[:16]}, {fingerprint.get('bytes')} bytes"
+    if isinstance(fingerprint, dict) and "fingerprint" in fingerprint:
+        return f"config {fingerprint.get('config')}, datasets fingerprint {fingerprint['fingerprint']}"
+    return repr(fingerprint)[:80]
