@@ -687,6 +687,12 @@ def save_full_checkpoint(run: Run, kill_halfway: bool = False) -> None:
                     run.args.keep_checkpoints, records=records, kill_halfway=kill_halfway)
 
 
+def peak_memory_mib(device: torch.device) -> float | None:
+    """The most GPU memory this process's tensors held at once (the CUDA allocator's high-water mark), in MiB; None
+    off a GPU, where PyTorch keeps no such mark."""
+    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+
+
 def finish(run: Run, stopped_because: str) -> dict:
     accelerator, progress, output_dir = run.accelerator, run.progress, run.output_dir
     summary = {
@@ -698,6 +704,8 @@ def finish(run: Run, stopped_because: str) -> dict:
         "tokens_per_second": progress.tokens / max(progress.train_seconds, 1e-9),
         "num_processes": accelerator.num_processes,
         "mixed_precision": accelerator.mixed_precision,
+        "distributed_type": accelerator.distributed_type.value,  # what Accelerate set up: NO, MULTI_GPU, FSDP, ...
+        "peak_memory_mib": peak_memory_mib(accelerator.device),
         "best_metric": run.score_name,
         "best_score": progress.best_score,
         "best_step": progress.best_step,

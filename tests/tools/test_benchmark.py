@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from conftest import load_script
+from vaswani import benchmarking
 
 benchmark = load_script("tools/benchmark")
 
@@ -118,7 +119,7 @@ def test_matmul_peak_times_several_products_between_two_synchronizations(monkeyp
     # on a GPU, a synchronization around every product timed the launch, not the GPU (an H100 read at a tenth of its
     # peak): a round is `per_round` products and two synchronizations, whatever the device
     synchronizations = []
-    monkeypatch.setattr(benchmark, "synchronize", synchronizations.append)
+    monkeypatch.setattr(benchmarking, "synchronize", synchronizations.append)
     products = {"count": 0}
     real_matmul = torch.Tensor.__matmul__
 

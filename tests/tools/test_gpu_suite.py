@@ -1,0 +1,206 @@
+"""scripts/tools/gpu_suite.py and scripts/tools/gather_gpu_wheels.py (issue 40): the suite's dry run, its own code on
+the CPU with tiny sizes, writes every field the issue lists and the markdown table, with DeepSpeed and FSDP (which
+cannot engage without GPUs) as rows that say so rather than a crash; a part over its time limit leaves the others; a
+stale installed package is refused; the gathered wheels cover every requirement, and this package's wheel installed
+as on the lent machine is the checkout's source."""
+
+import json
+import subprocess
+import sys
+import textwrap
+import zipfile
+from dataclasses import replace
+from datetime import datetime
+
+import pytest
+import torch
+import transformers
+
+from conftest import PAIRS, REPO, load_script, write_jsonl
+
+gpu_suite = load_script("tools/gpu_suite")
+gather = load_script("tools/gather_gpu_wheels")
+
+TRAINING_ROW = {"preset", "model", "precision", "compiled", "tokens_per_update", "tokens_per_s", "mfu",
+                "peak_memory_mib", "graph_breaks"}
+ENGINE_ROW = {"engine", "engaged", "distributed_type", "tokens_per_s", "peak_memory_mib", "seconds", "error"}
+RECIPE = {"name", "bleu", "sacrebleu", "training_seconds", "steps", "tokens_per_s"}
+REPORT = {"device", "date", "torch", "packages", "dry_run", "train_py_torch_compile", "peak_flops_bf16", "training",
+          "engines", "recipe", "seconds", "errors"}
+
+
+@pytest.fixture(scope="module")
+def multi30k(tmp_path_factory):
+    """A folder shaped like Multi30k's: the conftest's ten pairs as each of the three files."""
+    folder = tmp_path_factory.mktemp("multi30k")
+    rows = [{"en": english, "de": german} for english, german in PAIRS]
+    for name in gpu_suite.MULTI30K_FILES:
+        write_jsonl(folder / name, rows)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory, multi30k):
+    """One dry run of the whole suite (its processes take most of a minute on two cores), read by the tests below."""
+    output_dir = tmp_path_factory.mktemp("suite")
+    report = gpu_suite.main(["--dry_run", "--output_dir", str(output_dir), "--multi30k_dir", str(multi30k)])
+    return output_dir, report
+
+
+def test_the_dry_run_writes_every_field_the_issue_lists(dry_run):
+    output_dir, report = dry_run
+    written = json.loads((output_dir / "gpu_suite.json").read_text())
+    assert written == json.loads(json.dumps(report))
+    assert set(written) == REPORT and written["errors"] == {}
+    assert written["dry_run"] is True and written["torch"] == torch.__version__ and written["device"]
+    datetime.fromisoformat(written["date"])
+    assert written["packages"]["transformers"] == transformers.__version__
+    assert written["peak_flops_bf16"] > 0
+
+    rows = written["training"]
+    assert [(row["preset"], row["model"], row["compiled"]) for row in rows] == [
+        ("tiny", "vaswani", False), ("tiny", "marian", False), ("tiny", "vaswani", True)]
+    for row in rows:
+        assert set(row) == TRAINING_ROW
+        assert row["precision"] == "bf16" and row["tokens_per_update"] == 4 * 8
+        assert row["tokens_per_s"] > 0 and 0 < row["mfu"] < 1
+        assert row["peak_memory_mib"] is None  # a GPU's allocator mark; a CPU keeps none
+        assert (row["graph_breaks"] is not None) == row["compiled"]
+
+    assert [row["engine"] for row in written["engines"]] == ["ddp", "deepspeed", "fsdp"]
+    assert all(set(row) == ENGINE_ROW for row in written["engines"])
+
+    recipe = written["recipe"]
+    assert set(recipe) == RECIPE and recipe["name"] == "multi30k_en_de_gpu" and recipe["steps"] == 2
+    # train.py's own training time (updates only), and the scores of evaluate_model.py's results file
+    summary = json.loads((output_dir / "recipe_training_summary.json").read_text())
+    assert recipe["training_seconds"] == summary["train_seconds"] > 0
+    results = json.loads((output_dir / "recipe_evaluation_results.json").read_text())
+    scores = {metric["type"]: metric["value"] for metric in results["metrics"]}
+    assert (recipe["bleu"], recipe["sacrebleu"]) == (scores["bleu"], scores["sacrebleu"])
+    assert results["dataset"]["split"] == "test_2016_flickr" and results["dataset"]["num_examples"] == len(PAIRS)
+    # what a lent machine sends back: at most 8 files, none in a subfolder; models and checkpoints stay in --work_dir
+    assert sorted(path.name for path in output_dir.iterdir()) == [
+        "gpu_suite.json", "gpu_suite.log", "gpu_suite.md", "recipe_evaluation_results.json",
+        "recipe_training_summary.json"]
+
+
+def test_engines_are_engaged_only_where_the_run_itself_says_so(dry_run):
+    _, report = dry_run
+    ddp, deepspeed, fsdp = report["engines"]
+    # DDP on a CPU process: the run's summary.json says MULTI_CPU, and its speed comes from its metrics
+    assert ddp["engaged"] is True and ddp["distributed_type"] == "MULTI_CPU" and ddp["error"] is None
+    assert ddp["tokens_per_s"] > 0
+    # FSDP without GPUs: train.py refuses it, and the row says what Accelerate set up instead
+    assert fsdp["engaged"] is False and fsdp["distributed_type"] == "MULTI_CPU" and fsdp["tokens_per_s"] is None
+    assert "train.py: error: The Accelerate config asks for FSDP" in fsdp["error"]
+    # DeepSpeed: refused the same way where it is installed, or not started where it is not
+    assert deepspeed["engaged"] is False and deepspeed["tokens_per_s"] is None
+    assert ("asks for DEEPSPEED" in deepspeed["error"]) or ("DeepSpeed is not installed" in deepspeed["error"])
+
+
+def test_the_markdown_table_has_a_line_per_row(dry_run):
+    output_dir, report = dry_run
+    table = (output_dir / "gpu_suite.md").read_text()
+    assert table == gpu_suite.markdown(report)
+    for header in ("| preset | model | precision | compiled | target tokens / update | tokens/s (source + target) | "
+                   "MFU | peak memory (MiB) |",
+                   "| engine | engaged | distributed_type | tokens/s (source + target) | peak memory (MiB) |",
+                   "| recipe | BLEU (tokenized, lowercased) | sacreBLEU | training seconds |"):
+        assert header in table
+    assert "| tiny | vaswani | bf16 | no | 32 |" in table and "| tiny | vaswani | bf16 | yes | 32 |" in table
+    assert "| tiny | marian | bf16 | no | 32 |" in table
+    assert "| ddp | yes | MULTI_CPU |" in table and "| fsdp | no | MULTI_CPU | — | — |" in table
+    assert f"| multi30k_en_de_gpu | {report['recipe']['bleu']:.2f} |" in table
+    assert "- engines: fsdp: exit status 1: train.py: error: The Accelerate config asks for FSDP" in table
+
+
+def test_a_part_over_its_time_limit_is_an_error_and_the_other_parts_stay(dry_run, multi30k, tmp_path, monkeypatch):
+    output_dir, report = dry_run
+    for name in ("gpu_suite.json", "gpu_suite.log"):
+        (tmp_path / name).write_bytes((output_dir / name).read_bytes())
+    sizes = gpu_suite.SIZES["dry_run"]
+    monkeypatch.setitem(gpu_suite.SIZES, "dry_run", replace(sizes, seconds={**sizes.seconds, "training": 1}))
+    again = gpu_suite.main(["--dry_run", "--only", "training", "--output_dir", str(tmp_path),
+                            "--multi30k_dir", str(multi30k)])
+    assert again["errors"] == {"training": "stopped at its time limit (1 s)"}
+    assert again["training"] == []  # the worker was stopped before its first row
+    assert again["engines"] == report["engines"] and again["recipe"] == report["recipe"]  # kept from the earlier run
+    assert json.loads((tmp_path / "gpu_suite.json").read_text())["errors"] == again["errors"]
+    assert "- training: stopped at its time limit (1 s)" in (tmp_path / "gpu_suite.md").read_text()
+
+
+def test_a_failure_is_told_by_its_own_error_line():
+    output = "noise\ntrain.py: error: --max_steps must be positive\nTraceback:\n  File x\nChildFailedError:\n===\n"
+    assert gpu_suite.error_line(output) == "train.py: error: --max_steps must be positive"
+    assert gpu_suite.error_line("Traceback:\n  File x\nImportError: DeepSpeed is not installed\n") == (
+        "ImportError: DeepSpeed is not installed")
+    assert gpu_suite.error_line("one\rtwo\n\n") == "two" and gpu_suite.error_line("") == "no output"
+    assert gpu_suite.refused_distributed_type("x: but Accelerate set up NO on cpu: ...") == "NO"
+    assert gpu_suite.refused_distributed_type("ImportError: DeepSpeed is not installed") == "none"
+
+
+# --- the wheels the lent machine gets -------------------------------------------------------------------------------
+
+
+def test_every_requirement_of_this_package_is_carried_or_on_the_lent_machine():
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    carried = {canonicalize_name(name) for name in gather.CARRIED}
+    missing = [text for text in project["dependencies"]
+               if canonicalize_name(Requirement(text).name) not in carried | gather.DEVICE_HAS]
+    assert not missing, f"add them to gather_gpu_wheels.CARRIED: {missing}"
+
+
+def fake_wheel(folder, name: str, *requires: str):
+    wheel = folder / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        metadata = [f"Name: {name}", "Version: 1.0", *(f"Requires-Dist: {text}" for text in requires)]
+        archive.writestr(f"{name}-1.0.dist-info/METADATA", "\n".join(metadata) + "\n")
+    return wheel
+
+
+def test_the_gathered_wheels_are_checked_for_what_the_machine_lacks(tmp_path):
+    first = tmp_path / "one"
+    first.mkdir()
+    wheels = [
+        fake_wheel(tmp_path, "alpha", "beta>=1", "torch>=2", "left-pad", "old-thing; python_version < '3.8'",
+                   "extra-thing; extra == 'docs'"),
+        fake_wheel(tmp_path, "beta"),
+    ]
+    # beta is carried, torch is on the machine, the marker and the extra leave two out: left-pad is missing
+    assert gather.unmet_requirements(wheels) == ["alpha needs left-pad"]
+    assert gather.duplicated(wheels) == []
+    assert gather.duplicated(wheels + [fake_wheel(first, "Beta")]) == ["beta"]
+
+
+def test_this_packages_wheel_installed_as_on_the_lent_machine_is_the_checkouts_source(tmp_path):
+    """Built and installed offline, --no-deps into a folder on PYTHONPATH as the device command does; gpu_suite.py
+    accepts it, and refuses it once a module differs from the checkout (a wheel gathered before the last change)."""
+    wheel = gather.build_project_wheel(tmp_path / "wheels")
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                    "--no-cache-dir", "--upgrade", "--target", str(site), str(wheel)], check=True)
+    code = textwrap.dedent(f"""
+        import importlib.util, sys
+        spec = importlib.util.spec_from_file_location("gpu_suite", {str(REPO / "scripts/tools/gpu_suite.py")!r})
+        suite = importlib.util.module_from_spec(spec); spec.loader.exec_module(suite)
+        import vaswani
+        print(vaswani.__file__)
+        suite.check_installed_package()
+        with open({str(site / "vaswani/training/loop.py")!r}, "a") as module:
+            module.write("# changed after the wheel was built")
+        try:
+            suite.check_installed_package()
+        except ValueError as error:
+            print(error)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=240,
+                          env={**gpu_suite.child_environment(), "PYTHONPATH": str(site)})
+    installed_at, refusal = done.stdout.strip().splitlines()[-2:]
+    assert installed_at == str(site / "vaswani" / "__init__.py")
+    assert "is not this checkout's source: training/loop.py differ" in refusal
