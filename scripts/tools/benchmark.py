@@ -44,6 +44,7 @@ from transformers import MarianConfig, MarianMTModel
 
 from vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from vaswani.cpu_inference import for_cpu_inference
+from vaswani.output_paths import write_text_atomically
 
 
 @dataclass
@@ -533,9 +534,8 @@ def main(argv=None):
     if args.engines and any(count < 1 for count in args.threads):
         parser.error(f"--threads must be 1 or more, got {args.threads}")
     report = run_engines(args) if args.engines else run(args)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(report, handle, indent=2)
+    if args.json:  # it reads no file, so nothing to keep apart from; written whole (vaswani.output_paths)
+        write_text_atomically(args.json, json.dumps(report, indent=2))
     return report
 
 
