@@ -16,7 +16,8 @@ reports as missing) cannot be overwritten and is not compared.
 
 A folder that a command deletes before writing it again (`--overwrite_output_dir`) must not be a symbolic link:
 deleting through the link would delete the folder it points to, which the user named only indirectly, and deleting
-the link alone would quietly move the output elsewhere. `refuse_symbolic_link` says so and names both.
+the link alone would quietly move the output elsewhere. `refuse_symbolic_link` says so and names both. (train.py
+deletes only its own run files inside its folder; a link among them goes as a link: vaswani.training.preparation.)
 
 `write_text_atomically` writes a file so that a reader finds the old content or the new, never a part: a temporary
 file beside it, flushed to disk, renamed over it (a rename within a folder is atomic), as the checkpoints of
