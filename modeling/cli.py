@@ -9,7 +9,8 @@ Anything else is a bug and keeps its traceback.
 
 How it reads the options of the last release: `modern_argv` rewrites them to today's names (those of transformers'
 example scripts) before parsing, with one warning line on stderr for each. `OLD_OPTIONS` is the list; it goes in the
-next release. And `parse_config_overrides`, the one reader of `--config_overrides "key=value,key=value"`.
+next release. And `parse_config_overrides`, the one reader of `--config_overrides "key=value,key=value"`, and
+`require_folder_or_hub_id`, which names a missing checkpoint or tokenizer folder as missing.
 """
 
 import json
@@ -33,6 +34,42 @@ def run_command(main, *more_user_errors: type[BaseException]) -> None:
     except (*USER_ERRORS, *more_user_errors) as error:
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
         sys.exit(1)
+
+
+# --- checkpoints and tokenizers by folder or Hub id ---------------------------------------------------------------
+
+
+def require_folder_or_hub_id(value: str, option: str, needed_file: str = "config.json") -> None:
+    """Where a checkpoint or a tokenizer is read from (`--model`, `--tokenizer`, `--model_name_or_path`): a folder
+    that is there, or a Hub repository id. A path that is not there is said to be missing (transformers would call it
+    a malformed repository id), and so is a Hub id that cannot be had offline (HF_HUB_OFFLINE set, `needed_file` of
+    the repository not in the cache): one line naming the option and the value, where transformers gives two lines
+    naming neither. Any other Hub id goes to the Hub."""
+    if os.path.lexists(value):
+        return
+    if not looks_like_hub_repo_id(value):
+        raise FileNotFoundError(f"{option} {value}: no such folder. Give a folder that exists, or a Hub repository id.")
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE and not isinstance(try_to_load_from_cache(value, needed_file), str):
+        raise FileNotFoundError(
+            f"{option} {value}: no such folder, and as a Hub repository id it is not in the cache while Hub downloads "
+            "are off (HF_HUB_OFFLINE=1). Give a folder that exists, or go online to download the repository."
+        )
+
+
+def looks_like_hub_repo_id(value: str) -> bool:
+    """`name` or `namespace/name` as the Hub spells them, not a path (`./x`, `/abs/x`, `~/x`, `a/b/c`)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if value.startswith((".", "/", "~")) or value.count("/") > 1:
+        return False
+    try:
+        validate_repo_id(value)
+    except HFValidationError:
+        return False
+    return True
 
 
 # --- config overrides -------------------------------------------------------------------------------------------
@@ -244,5 +281,6 @@ __all__ = [
     "modern_options",
     "option_name",
     "parse_config_overrides",
+    "require_folder_or_hub_id",
     "run_command",
 ]

@@ -7,25 +7,25 @@ from pathlib import Path
 
 import torch
 
+from . import output_paths
+
 
 SEQ2SEQ_ARCHITECTURE = "VaswaniForConditionalGeneration"
 
 
 def check_output_dir(output_dir: Path, model_dir: Path, overwrite_output_dir: bool) -> None:
-    """Refuse a file, a non-empty folder (unless overwriting) and a folder that holds the checkpoint itself."""
+    """Refuse a file, a non-empty folder (unless overwriting), a folder that is, holds or lies inside the checkpoint
+    (vaswani.output_paths, the check of every command), and a symbolic link that overwriting would delete through."""
     if output_dir.exists() and not output_dir.is_dir():
         raise ValueError(f"output_dir (--output_dir) {output_dir} is a file; pass a folder (new or empty).")
+    output_paths.check_output_dir(output_dir, {"model_dir (--model)": model_dir}, option="output_dir (--output_dir)")
     if output_dir.exists() and any(output_dir.iterdir()) and not overwrite_output_dir:
         raise ValueError(
             f"output_dir (--output_dir) {output_dir} exists and is not empty. Choose a new or empty folder, or "
             "replace its contents with --overwrite_output_dir (overwrite_output_dir=True)."
         )
-    resolved = output_dir.resolve()
-    if overwrite_output_dir and (resolved == model_dir.resolve() or resolved in model_dir.resolve().parents):
-        raise ValueError(
-            f"output_dir (--output_dir) {output_dir} holds the checkpoint {model_dir}: overwriting it would delete "
-            "the model being exported. Choose another folder."
-        )
+    if overwrite_output_dir:
+        output_paths.refuse_symbolic_link(output_dir, option="output_dir (--output_dir)")
 
 
 def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwargs):

@@ -17,10 +17,11 @@ from pathlib import Path
 import datasets
 from transformers import Pipeline
 
-from .data import evaluated_source
+from .data import evaluated_source, split_paths
 from .finetuning.splits import load_checked_split
 from .finetuning.label_sets import LabelSet
 from .metrics import load_metric, rouge_percent
+from .output_paths import write_text_atomically
 
 
 @dataclass
@@ -53,6 +54,13 @@ class EvaluatedSplitArguments:
         if self.max_eval_samples is not None and self.max_eval_samples < 1:
             raise ValueError(f"--max_eval_samples must be at least 1, got {self.max_eval_samples}.")
         return evaluated_source(self.validation_file, self.test_file, self.dataset_name, self.split)
+
+    def files(self) -> dict[str, list[str]]:
+        """The local files given, by option: what the results file must not overwrite (vaswani.output_paths)."""
+        return {
+            "--validation_file": split_paths(self.validation_file or ""),
+            "--test_file": split_paths(self.test_file or ""),
+        }
 
     def load(self, columns: dict[str, str]) -> tuple[datasets.Dataset, str, dict]:
         """The rows to score (with `columns`, each value text), where they came from (for messages), and the
@@ -152,9 +160,8 @@ def write_results(
         "conventions": conventions, **extra, "time_seconds": round(seconds, 2),
         "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    # whole or not at all, even for a reader that opens it while it is written (vaswani.output_paths)
+    write_text_atomically(path, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     return results
 
 

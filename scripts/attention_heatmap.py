@@ -19,8 +19,9 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArg
 
 import vaswani  # noqa: F401  (registers the project's classes with the Auto classes)
 from vaswani.attention_map import PICTURE_FORMATS, CrossAttentionMap, cross_attention_map, save_heatmap
-from vaswani.cli import run_command
+from vaswani.cli import require_folder_or_hub_id, run_command
 from vaswani.finetuning.head_loading import require_trained_head
+from vaswani.output_paths import check_output_file
 
 
 
@@ -54,6 +55,13 @@ def check_arguments(args: HeatmapArguments) -> None:
             raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
 
 
+def check_heatmap_files(picture: Path, inputs: dict) -> None:
+    """The picture and the matrix beside it (`x.png` -> `x.json`) each stay apart from the inputs
+    (vaswani.output_paths): `--output_file MODEL/config.png` would replace the model's config.json."""
+    check_output_file(picture, inputs)
+    check_output_file(picture.with_suffix(".json"), inputs, option="--output_file (its .json beside the picture)")
+
+
 def load_translation_model(path: str):
     """The seq2seq model (eager attention, so that it returns its attention weights) and its tokenizer. A checkpoint
     trained as something else (a classifier) is refused before its weights are loaded into the wrong class."""
@@ -73,6 +81,8 @@ def load_translation_model(path: str):
 def main(argv: list[str] | None = None) -> CrossAttentionMap:
     (args,) = HfArgumentParser(HeatmapArguments).parse_args_into_dataclasses(args=argv)
     check_arguments(args)
+    require_folder_or_hub_id(args.model, "--model")
+    check_heatmap_files(Path(args.output_file), {"--model": args.model})
     model, tokenizer = load_translation_model(args.model)
     attention_map = cross_attention_map(
         model, tokenizer, args.text, args.layer, args.head, args.num_beams, args.length_penalty, args.max_new_tokens

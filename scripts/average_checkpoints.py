@@ -21,6 +21,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
 import vaswani  # noqa: F401  (registers the Vaswani classes with the Auto classes)
 from vaswani.cli import run_command
+from vaswani.output_paths import check_output_dir
 from vaswani.training.checkpoints import list_checkpoints, write_averaging_record
 
 
@@ -34,6 +35,8 @@ class AveragingArguments:
 
 def model_folder(path: Path) -> Path:
     """A full training checkpoint keeps its loadable model in `model/`; a saved model folder is one itself."""
+    if not path.is_dir():
+        raise FileNotFoundError(f"--checkpoints {path}: no such folder; give checkpoint or saved model folders.")
     if (path / "model" / "config.json").is_file():
         return path / "model"
     if (path / "config.json").is_file():
@@ -76,9 +79,11 @@ def average_models(folders: list[Path]):
 
 def main(argv: list[str] | None = None) -> Path:
     (args,) = HfArgumentParser(AveragingArguments).parse_args_into_dataclasses(args=argv)
-    folders = [model_folder(path) for path in chosen_checkpoints(args)]
-    model = average_models(folders)
+    checkpoints = chosen_checkpoints(args)
     output_dir = Path(args.output_dir)
+    check_output_dir(output_dir, {"a checkpoint of --run_dir" if args.run_dir else "--checkpoints": checkpoints})
+    folders = [model_folder(path) for path in checkpoints]
+    model = average_models(folders)
     model.save_pretrained(output_dir)
     AutoTokenizer.from_pretrained(folders[-1]).save_pretrained(output_dir)
     write_averaging_record(output_dir, folders)

@@ -1,4 +1,4 @@
-"""Translate English sentences to German with the project's shipped Multi30k model, through the standard pipeline, and
+"""Translate English sentences to German with the project's shipped Multi30k model, through the package's translation pipeline, and
 draw where the model looks while it translates the first one.
 
     python scripts/demo.py                                   # four sentences; writes attention.png (+ .json)
@@ -11,12 +11,14 @@ of a scene. The picture is the cross-attention of its last decoder layer, averag
 """
 
 import argparse
+import json
 from pathlib import Path
 
-from transformers import pipeline
-
+from vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
+from vaswani import pipelines as vaswani_pipelines
 from vaswani.attention_map import PICTURE_FORMATS, cross_attention_map, save_heatmap
 from vaswani.cli import run_command
+from vaswani.output_paths import check_output_file
 
 
 MODEL = Path(__file__).resolve().parents[1] / "results" / "multi30k_en_de" / "model"
@@ -30,6 +32,21 @@ NUM_BEAMS = 5  # the recipe's evaluation settings
 MAX_NEW_TOKENS = 80
 
 
+def load_translator(model_dir: Path):
+    """The translation pipeline of a checkpoint of this project, built from the installed package's classes: the
+    code files the folder carries (its own `pipeline_vaswani.py`, `modeling_vaswani.py`, ...) are never run, so a
+    folder from elsewhere can hold weights and a tokenizer, not code."""
+    model_type = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
+    if model_type != VaswaniConfig.model_type:
+        raise ValueError(
+            f"--model {model_dir} holds a {model_type!r} model; the demo translates with checkpoints of this project "
+            f"(model_type {VaswaniConfig.model_type!r})."
+        )
+    model = VaswaniForConditionalGeneration.from_pretrained(model_dir)
+    tokenizer = VaswaniTokenizer.from_pretrained(model_dir)
+    return vaswani_pipelines.pipeline("translation", model=model, tokenizer=tokenizer)
+
+
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--text", nargs="+", default=SENTENCES, help="English sentences to translate.")
@@ -40,13 +57,19 @@ def main(argv: list[str] | None = None) -> list[str]:
         raise ValueError(f"--output_file {args.output_file}: the picture must end in one of {list(PICTURE_FORMATS)}.")
     if not all(text.strip() for text in args.text):
         raise ValueError("--text has an empty sentence: give sentences to translate.")
-    if not (Path(args.model) / "config.json").is_file():
+    model_dir, picture = Path(args.model), Path(args.output_file)
+    if not model_dir.is_dir():
         raise FileNotFoundError(
-            f"--model {args.model} is not a checkpoint folder (no config.json). The shipped models come with a clone "
-            "of the repository (results/*/model)."
+            f"--model {model_dir}: no such folder. The shipped models come with a clone of the repository "
+            "(results/*/model)."
         )
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"--model {model_dir} is not a checkpoint folder (no config.json).")
+    check_output_file(picture, {"--model": model_dir})
+    matrix_file = picture.with_suffix(".json")
+    check_output_file(matrix_file, {"--model": model_dir}, option="--output_file (its .json beside the picture)")
 
-    translator = pipeline("translation", model=args.model, trust_remote_code=True)
+    translator = load_translator(model_dir)
     outputs = translator(args.text, num_beams=NUM_BEAMS, max_new_tokens=MAX_NEW_TOKENS, batch_size=len(args.text))
     translations = [output["translation_text"] for output in outputs]
     for source, translation in zip(args.text, translations):
@@ -57,7 +80,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     attention_map = cross_attention_map(
         model, tokenizer, args.text[0], num_beams=NUM_BEAMS, max_new_tokens=MAX_NEW_TOKENS
     )
-    picture, _ = save_heatmap(attention_map, Path(args.output_file), model, args.model)
+    picture, _ = save_heatmap(attention_map, picture, model, args.model)
     print(f"Wrote {picture}: where the model looks while translating {args.text[0]!r}")
     return translations
 

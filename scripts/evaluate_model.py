@@ -47,7 +47,7 @@ from transformers import (
 )
 
 from vaswani import pipelines as vaswani_pipelines
-from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
+from vaswani.cli import OLD_OPTIONS, modern_argv, require_folder_or_hub_id, run_command
 from vaswani.cpu_inference import for_cpu_inference
 from vaswani.diagnostics import encoder_collapse, format_encoder_collapse, input_independence_warning, output_diversity
 from vaswani.scoring import (
@@ -61,6 +61,7 @@ from vaswani.scoring import (
 )
 from vaswani.finetuning.head_loading import require_trained_head
 from vaswani.finetuning.label_sets import LabelSet
+from vaswani.output_paths import check_output_file
 from vaswani.training.checkpoints import weights_provenance
 
 
@@ -257,10 +258,12 @@ def main(argv: list[str] | None = None) -> dict:
     argv = modern_argv(argv, OLD_OPTIONS["evaluation"], program=Path(__file__).name)
     args, data = HfArgumentParser((EvaluationArguments, EvaluatedSplitArguments)).parse_args_into_dataclasses(args=argv)
     check_arguments(args)
+    require_folder_or_hub_id(args.model, "--model")
     output_file = Path(args.output_file) if args.output_file else Path(args.model) / RESULTS_FILE
     if args.output_file is None and not Path(args.model).is_dir():
         raise ValueError(f"--model {args.model} is not a local folder: give --output_file for the results.")
     data.source()  # bad data options stop here, before the model is loaded
+    check_output_file(output_file, {"--model": args.model, **data.files()})
 
     model = require_trained_head(AUTO_CLASSES[args.task], args.model, args.task, args.trust_remote_code).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)

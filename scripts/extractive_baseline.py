@@ -25,6 +25,7 @@ from transformers import HfArgumentParser
 
 from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
 from vaswani.extractive import METHODS, extract
+from vaswani.output_paths import check_output_file
 from vaswani.scoring import EvaluatedSplitArguments, rouge_metrics, write_results
 
 
@@ -59,6 +60,8 @@ def main(argv: list[str] | None = None) -> dict:
     argv = modern_argv(argv, OLD_OPTIONS["evaluation"], program=Path(__file__).name)
     args, data = HfArgumentParser((BaselineArguments, EvaluatedSplitArguments)).parse_args_into_dataclasses(args=argv)
     check_arguments(args)
+    data.source()  # bad data options stop here, before the output is checked against the data files
+    check_output_file(args.output_file, data.files())
     dataset, _, dataset_record = data.load({"source": args.source_column, "target": args.target_column})
     started = time.perf_counter()
     settings = {"count": args.count, "min_sentence_words": args.min_sentence_words, "max_words": args.max_words}

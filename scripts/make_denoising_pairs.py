@@ -26,6 +26,7 @@ from transformers import HfArgumentParser
 
 from vaswani.cli import run_command
 from vaswani.data import load_split, require_columns, write_train_validation
+from vaswani.output_paths import check_output_dir
 
 
 @dataclass
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
         )
     if args.validation_size < 0:
         raise ValueError(f"--validation_size must be 0 or more, got {args.validation_size}.")
+    check_output_dir(args.output_dir, {"--texts": [spec.rpartition(":")[0] for spec in args.texts]})
     unique, counts = {}, {}
     for spec in args.texts:
         found = [piece for text in read_texts(spec) for piece in pieces(text, args.min_words, args.max_words)]

@@ -34,9 +34,10 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
-from vaswani.data import data_source, load_split, require_columns, write_train_validation
+from vaswani.data import data_source, load_split, require_columns, split_paths, write_train_validation
 from vaswani.extractive import METHODS, extract
 from vaswani.metrics import rouge_percent
+from vaswani.output_paths import check_output_dir
 
 
 @dataclass
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> dict[str, int | float]:
     if args.max_train_samples is not None and args.max_train_samples < 1:
         raise ValueError(f"--max_train_samples must be at least 1, got {args.max_train_samples}.")
     source = data_source(args.train_file, args.dataset_name, needed_by="Making pairs")
+    check_output_dir(args.output_dir, {"--train_file": split_paths(args.train_file or "")})
     dataset = load_split(source, args.split, args.dataset_config_name)
     columns = [args.column] + ([args.reference_column] if args.reference_column else [])
     require_columns(dataset, columns, where=source)

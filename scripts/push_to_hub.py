@@ -41,6 +41,7 @@ from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 import vaswani
 from vaswani.cli import run_command
 from vaswani.model_card import TEMPLATE, load_results, render_model_card, training_from_record
+from vaswani.output_paths import check_output_dir, refuse_symbolic_link
 from vaswani.recipes import Recipe, find_recipe, load_recipes
 
 
@@ -106,6 +107,8 @@ def check_arguments(args: PushArguments) -> None:
         except HFValidationError as error:
             raise ValueError(f"--repo_id {args.repo_id!r} is not a valid Hub repository id: {error}") from None
     model_dir = Path(args.model_dir)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"--model_dir {model_dir}: no such folder; give a checkpoint folder.")
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"--model_dir {model_dir} is not a checkpoint folder: it has no config.json.")
     if not (model_dir / "tokenizer.json").is_file():
@@ -119,13 +122,21 @@ def check_arguments(args: PushArguments) -> None:
         output_dir = Path(args.output_dir)
         if output_dir.exists() and not output_dir.is_dir():
             raise ValueError(f"--output_dir {output_dir} is a file, not a folder.")
+        check_output_dir(output_dir, {
+            "--model_dir": model_dir,
+            "--results": args.results,
+            "--template": args.template,
+            "--recipe (the recipes file)": RECIPES_FILE if args.recipe else None,
+        })
         if output_dir.exists() and any(output_dir.iterdir()) and not args.overwrite_output_dir:
             raise ValueError(
                 f"--output_dir {output_dir} exists and is not an empty folder: everything in it would be uploaded. "
                 "Choose a new folder, or replace its contents with --overwrite_output_dir."
             )
-        if args.overwrite_output_dir and output_dir.resolve() in (Path(args.model_dir).resolve(), REPO.resolve()):
-            raise ValueError(f"--output_dir {output_dir} with --overwrite_output_dir would delete the checkpoint itself.")
+        if args.overwrite_output_dir:
+            refuse_symbolic_link(output_dir)
+            if output_dir.resolve() == REPO.resolve():
+                raise ValueError(f"--output_dir {output_dir} with --overwrite_output_dir would delete the project.")
 
 
 def git(*arguments: str) -> str | None:

@@ -21,7 +21,7 @@ JSON) sets any of them, and the command line overrides the file. The output fold
 
 from transformers.utils import logging as transformers_logging
 
-from vaswani.cli import run_command
+from vaswani.cli import require_folder_or_hub_id, run_command
 from vaswani.training.arguments import parse_arguments
 from vaswani.training.errors import TrainingError
 from vaswani.training.loop import train
@@ -29,6 +29,8 @@ from vaswani.training.loop import train
 
 def main(argv: list[str] | None = None):
     data, model, training = parse_arguments(argv)
+    if model.tokenizer is not None:
+        require_folder_or_hub_id(model.tokenizer, "--tokenizer", needed_file="tokenizer_config.json")
     transformers_logging.disable_progress_bar()  # one "Writing model shards" bar per save would bury the training bar
     outcome = train(data, model, training)
     outcome.accelerator.end_training()  # closes the trackers and the process group

@@ -14,7 +14,8 @@ from transformers import HfArgumentParser
 
 from vaswani import VaswaniTokenizer
 from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
-from vaswani.data import data_source, iter_texts, load_split, require_columns
+from vaswani.data import data_source, iter_texts, load_split, require_columns, split_paths
+from vaswani.output_paths import check_output_dir
 
 
 @dataclass
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> VaswaniTokenizer:
     if args.max_train_samples is not None and args.max_train_samples < 1:
         raise ValueError(f"--max_train_samples must be at least 1, got {args.max_train_samples}.")
     source = data_source(args.train_file, args.dataset_name, needed_by="Learning a vocabulary")
+    check_output_dir(args.output_dir, {"--train_file": split_paths(args.train_file or "")})
     dataset = load_split(source, args.split, args.dataset_config_name)
     require_columns(dataset, args.columns, where=source)
     if args.max_train_samples is not None:

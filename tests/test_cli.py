@@ -10,7 +10,7 @@ from conftest import REPO
 
 @pytest.mark.parametrize("script, arguments, message", [
     ("evaluate_model.py", ["--model", "no/such/folder", "--task", "translation", "--validation_file", "x.jsonl"],
-     "is not a local folder"),
+     "--model no/such/folder: no such folder"),
     ("train_tokenizer.py", ["--train_file", "no/such/file.jsonl", "--columns", "en", "--output_dir", "unused"],
      "--train_file no/such/file.jsonl: no such file."),
     ("finetune_classification.py", ["--model_name_or_path", "no/such/folder", "--output_dir", "unused"],

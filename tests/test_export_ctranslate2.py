@@ -292,7 +292,7 @@ def test_an_existing_output_folder_is_refused_unless_overwritten(tiny_checkpoint
     assert [path.name for path in output.iterdir()] == ["notes.txt"]
     export_to_ctranslate2(tiny_checkpoint, output, overwrite_output_dir=True)
     assert not (output / "notes.txt").exists() and (output / "model.bin").is_file()
-    with pytest.raises(ValueError, match="would delete the model being exported"):
+    with pytest.raises(ValueError, match=r" is model_dir \(--model\) .* would delete or overwrite"):
         export_to_ctranslate2(tiny_checkpoint, tiny_checkpoint, overwrite_output_dir=True)
     assert (tiny_checkpoint / "model.safetensors").is_file()
 

@@ -237,7 +237,7 @@ def test_a_non_empty_output_folder_is_refused(tiny, tmp_path):
     with pytest.raises(ValueError, match="--overwrite_output_dir"):
         export_to_onnx(checkpoint, output)
     assert [path.name for path in output.iterdir()] == ["notes.txt"]
-    with pytest.raises(ValueError, match="would delete the model being exported"):
+    with pytest.raises(ValueError, match=r" is model_dir \(--model\) .* would delete or overwrite"):
         export_to_onnx(checkpoint, checkpoint, overwrite_output_dir=True)
     assert (checkpoint / "model.safetensors").is_file()
     # the script: one line naming the argument, no traceback

@@ -402,7 +402,7 @@ def test_recipe_and_overwrite_mistakes_are_refused_with_a_message(checkpoint, tm
     assert not (tmp_path / "o").exists()
     with pytest.raises(ValueError, match="--repo_id is needed to upload"):
         run(["--model_dir", str(checkpoint)])
-    with pytest.raises(ValueError, match="would delete the checkpoint itself"):
+    with pytest.raises(ValueError, match="is --model_dir .* would delete or overwrite what the command reads"):
         run(["--model_dir", str(checkpoint), "--dry-run", "--output_dir", str(checkpoint), "--overwrite_output_dir"])
     assert (checkpoint / "config.json").is_file()
 

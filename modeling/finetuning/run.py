@@ -16,8 +16,10 @@ import transformers
 from transformers import HfArgumentParser, PreTrainedModel, Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
-from ..cli import OLD_OPTIONS, modern_argv
+from ..cli import OLD_OPTIONS, modern_argv, require_folder_or_hub_id
+from ..data import split_paths
 from ..model_card import ARGUMENTS_FILE
+from ..output_paths import check_output_dir
 from .head_loading import ModelArguments
 from .splits import DataArguments
 
@@ -37,6 +39,7 @@ def start_run(
     model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     setup_logging(training_args)
     check_run(training_args)
+    check_paths(model_args, data_args, training_args)
     set_seed(training_args.seed)
     return model_args, data_args, task_args, training_args
 
@@ -68,6 +71,22 @@ def check_run(training_args: TrainingArguments) -> None:
             "(or set ACCELERATE_USE_CPU=1) to train on CPU processes together."
         )
     resume_checkpoint(training_args)  # a checkpoint that is not there is an error now, not after loading everything
+
+
+def check_paths(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
+    """The checkpoint and tokenizer folders are there (or are Hub ids), and --output_dir, where the Trainer saves
+    the model and its checkpoints and deletes the older ones, stays apart from them and from the data files
+    (vaswani.output_paths)."""
+    if model_args.model_name_or_path is not None:
+        require_folder_or_hub_id(model_args.model_name_or_path, "--model_name_or_path")
+    if model_args.tokenizer_name is not None:
+        require_folder_or_hub_id(model_args.tokenizer_name, "--tokenizer_name", needed_file="tokenizer_config.json")
+    check_output_dir(training_args.output_dir, {
+        "--model_name_or_path": model_args.model_name_or_path,
+        "--tokenizer_name": model_args.tokenizer_name,
+        "--train_file": split_paths(data_args.train_file or ""),
+        "--validation_file": split_paths(data_args.validation_file or ""),
+    })
 
 
 def loss_is_a_batch_mean(trainer: Trainer) -> Trainer:

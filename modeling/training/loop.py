@@ -51,7 +51,7 @@ from .errors import CheckpointError, TrainingDiverged, TrainingError
 from .evaluation import evaluate, to_device
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 from .ownership import die_with_the_launcher, release_output_dir
-from .preparation import build_model, generation_settings, obtain_tokenizer, prepare_output_dir
+from .preparation import build_model, generation_settings, obtain_tokenizer, prepare_output_dir, run_inputs
 from .reporting import MetricsLog, format_summary, plot_training_curves
 from .seq2seq_data import (
     BpeDropoutEpochs,
@@ -242,7 +242,7 @@ def set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: Trai
             "(`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N ...`) to train on CPU processes "
             "together."
         )
-    lock = prepare_output_dir(accelerator, output_dir, args, model_args.tokenizer)
+    lock = prepare_output_dir(accelerator, output_dir, args, run_inputs(data, model_args))
     try:
         return prepare_run(accelerator, lock, data, model_args, args)
     except BaseException:

@@ -1,6 +1,7 @@
 """What a run needs before its first update: an output folder that holds no other run and can be written, the
 tokenizer (given, or learned from the training data), and the model built from a preset."""
 
+import os
 import shutil
 from pathlib import Path
 
@@ -8,6 +9,8 @@ from transformers import AutoTokenizer
 
 from .. import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from ..cli import parse_config_overrides
+from ..data import split_paths
+from ..output_paths import Inputs, check_output_dir
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments
 from .checkpoints import ARGUMENTS_FILE, remove_leftovers
 from .errors import TrainingError
@@ -20,10 +23,14 @@ RUN_FILES = ("checkpoints", "best", "last", "tokenizer", "tensorboard", "metrics
              "training_curves.png", ARGUMENTS_FILE)
 
 
-def prepare_output_dir(accelerator, output_dir: Path, args: TrainArguments, tokenizer: str | None = None) -> int | None:
+def prepare_output_dir(
+    accelerator, output_dir: Path, args: TrainArguments, inputs: Inputs | None = None
+) -> int | None:
     """Take the folder for this run (one writer: `ownership`), refuse to mix two runs in it, and find out before
     training whether it is writable. Returns the lock's descriptor on the main process (None on the others).
-    `tokenizer` is the --tokenizer given: --overwrite_output_dir must not delete it."""
+    `inputs` (option -> path: `run_inputs`) are what the run reads: the folder must be apart from them
+    (vaswani.output_paths), so that neither --overwrite_output_dir nor the run's own files replace them."""
+    check_output_dir(output_dir, inputs or {})  # on every process: they all stop together
     lock = None
     if accelerator.is_main_process:
         if output_dir.exists() and not output_dir.is_dir():
@@ -36,23 +43,15 @@ def prepare_output_dir(accelerator, output_dir: Path, args: TrainArguments, toke
         if note:
             accelerator.print(f"Note: {note}; taking the folder over.")
         try:
-            previous = [name for name in RUN_FILES if (output_dir / name).exists()]
+            previous = [name for name in RUN_FILES if os.path.lexists(output_dir / name)]
             if previous and not args.resume:
                 if not args.overwrite_output_dir:
                     raise TrainingError(
                         f"--output_dir {output_dir} already holds a run ({', '.join(previous)}). Continue it with "
                         "--resume, start over with --overwrite_output_dir, or choose another folder."
                     )
-                inside = [name for name in previous if tokenizer and is_within(Path(tokenizer), output_dir / name)]
-                if inside:
-                    raise TrainingError(
-                        f"--tokenizer {tokenizer} lies in {output_dir / inside[0]}, which --overwrite_output_dir would "
-                        "delete before the run could read it: copy the tokenizer elsewhere first, or choose another "
-                        "--output_dir."
-                    )
                 for name in previous:
-                    path = output_dir / name
-                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+                    remove_run_file(output_dir / name)
             try:
                 probe = output_dir / ".write-test"
                 probe.write_bytes(b"ok")
@@ -68,9 +67,22 @@ def prepare_output_dir(accelerator, output_dir: Path, args: TrainArguments, toke
     return lock
 
 
-def is_within(path: Path, folder: Path) -> bool:
-    path, folder = path.resolve(), folder.resolve()
-    return path == folder or folder in path.parents
+def run_inputs(data: TrainDataArguments, model_args: TrainModelArguments) -> Inputs:
+    """What a run reads from disk, by option: its data files and its tokenizer."""
+    return {
+        "--train_file": split_paths(data.train_file or ""),
+        "--validation_file": split_paths(data.validation_file or ""),
+        "--tokenizer": model_args.tokenizer,
+    }
+
+
+def remove_run_file(path: Path) -> None:
+    """Delete what an earlier run wrote under one of RUN_FILES. A symbolic link there (`best` -> a published copy)
+    is removed itself, never followed: what it points to was never this run's to delete."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def obtain_tokenizer(accelerator, model_args: TrainModelArguments, train_raw, data: TrainDataArguments, output_dir: Path):

@@ -53,6 +53,7 @@ from vaswani.benchmarking import (
     vaswani_model,
 )
 from vaswani.cpu_inference import for_cpu_inference
+from vaswani.output_paths import write_text_atomically
 
 
 # --- training ------------------------------------------------------------------------------------------------------
@@ -428,9 +429,8 @@ def main(argv=None):
     if args.engines and any(count < 1 for count in args.threads):
         parser.error(f"--threads must be 1 or more, got {args.threads}")
     report = run_engines(args) if args.engines else run(args)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(report, handle, indent=2)
+    if args.json:  # it reads no file, so nothing to keep apart from; written whole (vaswani.output_paths)
+        write_text_atomically(args.json, json.dumps(report, indent=2))
     return report
 
 

@@ -1012,8 +1012,8 @@ def test_a_full_disk_inside_the_safetensors_writer_is_a_checkpoint_error(tmp_pat
 
 def test_overwriting_a_folder_refuses_to_delete_the_tokenizer_the_run_was_given(finished_run, tmp_path):
     run = copy_of(finished_run[0], tmp_path)
-    with pytest.raises(TrainingError, match=r"--tokenizer .*run/last lies in .*run/last, which --overwrite_output_dir "
-                                            r"would delete"):
+    with pytest.raises(ValueError, match=r"--output_dir .*run holds --tokenizer .*run/last: writing there would "
+                                         r"delete or overwrite"):
         run_in_process(tiny_argv(run, overwrite_output_dir=True, tokenizer=str(run / "last"), vocab_size=None))
     assert (run / "last" / "tokenizer.json").is_file()
 
