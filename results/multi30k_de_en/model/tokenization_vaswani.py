@@ -10,6 +10,10 @@ mark) is escaped on the way in and restored on the way out.
 Every sequence ends with `</s>`; the decoder starts from `<s>`. Optional language tags (`>>de<<`) are special tokens
 that a multilingual model reads at the start of the source: set `tokenizer.tgt_lang = "de"` and every source it
 encodes starts with the tag's id (targets, `text_target=...`, never do), as NLLB's tokenizer does with `src_lang`.
+`tgt_lang` is a setting of the tokenizer, not of a call: the tag lives in the backend's post-processor, which a call
+with `text_target` takes off and puts back around the targets. A tokenizer shared by threads should therefore not
+have `tgt_lang` changed per call, nor be called with `text_target` while another thread encodes tagged sources; the
+pipelines put each call's tag first themselves and never set it.
 
 This file is copied into every saved checkpoint, so it imports nothing from this project.
 """
