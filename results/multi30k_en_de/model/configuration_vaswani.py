@@ -4,6 +4,9 @@ The defaults are the paper's base model: d_model 512, 6 + 6 layers, 8 heads, d_f
 post-LayerNorm, sinusoidal positions, embeddings scaled by sqrt(d_model), and one embedding matrix shared by the
 encoder, the decoder and the output projection.
 
+A config can come from anywhere (the Hub, a shared folder), so every value is checked when the config is built
+(`_check_values`).
+
 This file is copied into every saved checkpoint, so it imports nothing from this project.
 """
 
@@ -220,8 +223,27 @@ class VaswaniConfig(PreTrainedConfig):
                 raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(self, name)!r}.")
         if self.position_embedding_type == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"`d_model` must be even for sinusoidal positions (sin/cos pairs), got {self.d_model}.")
-        if not self.layer_norm_eps > 0:
-            raise ValueError(f"`layer_norm_eps` must be positive, got {self.layer_norm_eps!r}.")
+        eps = self.layer_norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0.0 < eps < 1.0:
+            # an infinite epsilon divides every normalized value to zero: the model would ignore its input
+            raise ValueError(f"`layer_norm_eps` must be a finite number in (0, 1) (the paper's 1e-5), got {eps!r}.")
+        self._check_token_ids()
+
+    def _check_token_ids(self):
+        """Every special-token id (`pad_token_id`, `eos_token_id`, ... and any other `*_token_id`) indexes the
+        embedding table: an id outside it fails deep inside the model, or silently pads with a wrong row."""
+        names = [name for name in vars(self) if name.endswith("_token_id") and not name.startswith("_")]
+        for name in names:
+            value = getattr(self, name)
+            token_ids = value if isinstance(value, (list, tuple)) else [] if value is None else [value]
+            if not all(self._in_vocabulary(token_id) for token_id in token_ids):
+                raise ValueError(
+                    f"`{name}` is {value!r}, outside the vocabulary: a special-token id must be an integer from 0 to "
+                    f"{self.vocab_size - 1} (vocab_size={self.vocab_size}), or None."
+                )
+
+    def _in_vocabulary(self, token_id) -> bool:
+        return isinstance(token_id, int) and not isinstance(token_id, bool) and 0 <= token_id < self.vocab_size
 
 
 def _reject_misspelled_fields(config_class, kwargs: dict):
