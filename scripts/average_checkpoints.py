@@ -21,6 +21,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
 import vaswani  # noqa: F401  (registers the Vaswani classes with the Auto classes)
 from vaswani.cli import run_command
+from vaswani.safe_loading import check_checkpoint_folder
 from vaswani.training.checkpoints import list_checkpoints, write_averaging_record
 
 
@@ -77,6 +78,8 @@ def average_models(folders: list[Path]):
 def main(argv: list[str] | None = None) -> Path:
     (args,) = HfArgumentParser(AveragingArguments).parse_args_into_dataclasses(args=argv)
     folders = [model_folder(path) for path in chosen_checkpoints(args)]
+    for folder in folders:
+        check_checkpoint_folder(folder)  # every one before any is loaded
     model = average_models(folders)
     output_dir = Path(args.output_dir)
     model.save_pretrained(output_dir)

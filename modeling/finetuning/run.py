@@ -18,6 +18,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from ..cli import OLD_OPTIONS, modern_argv
 from ..model_card import ARGUMENTS_FILE
+from ..safe_loading import check_trainer_checkpoint
 from .head_loading import ModelArguments
 from .splits import DataArguments
 
@@ -67,7 +68,10 @@ def check_run(training_args: TrainingArguments) -> None:
             f"(world_size={training_args.world_size}): on a machine without GPUs pass --use_cpu true "
             "(or set ACCELERATE_USE_CPU=1) to train on CPU processes together."
         )
-    resume_checkpoint(training_args)  # a checkpoint that is not there is an error now, not after loading everything
+    # a checkpoint that is not there, or that holds what is never loaded, is an error now, not after loading everything
+    checkpoint = resume_checkpoint(training_args)
+    if checkpoint is not None:
+        check_trainer_checkpoint(checkpoint)
 
 
 def loss_is_a_batch_mean(trainer: Trainer) -> Trainer:

@@ -341,6 +341,14 @@ def test_threads_translating_into_different_languages_each_get_their_own_tag(one
         assert given[code] == [[tag] + ids for ids in untagged], code
 
 
+def test_a_tokenizer_larger_than_the_models_embedding_table_is_refused(translator, tokenizer):
+    """Ids past the embedding table would end in an IndexError inside the model on the first text that uses one."""
+    small = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer) - 1)).eval()
+    with pytest.raises(ValueError, match=rf"tokenizer has {len(tokenizer):,} tokens but the model's embedding table "
+                                         rf"has {len(tokenizer) - 1:,} rows"):
+        TranslationPipeline(model=small, tokenizer=tokenizer)
+
+
 # --- bad input -------------------------------------------------------------------------------------------------------
 
 

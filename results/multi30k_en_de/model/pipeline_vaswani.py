@@ -43,6 +43,18 @@ def check_text(value, where: str) -> None:
         raise ValueError(f"{where} is not valid text ({error.reason}: {value[error.start:error.end]!a}).") from None
 
 
+def check_vocabulary(model, tokenizer) -> None:
+    """Refuse a tokenizer with more tokens than the model has embedding rows: its higher ids would index past the
+    table, an IndexError deep inside the model on the first text that uses one. They were not trained together."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer):,} tokens but the model's embedding table has {rows:,} rows: token ids "
+            f"from {rows:,} up would index past it, so the two do not belong together. Use the tokenizer saved with "
+            "the model."
+        )
+
+
 class Text2TextGenerationPipeline(Pipeline):
     """Text in, generated text out, with an encoder-decoder model's `generate()`.
 
@@ -77,6 +89,7 @@ class Text2TextGenerationPipeline(Pipeline):
                 f"{type(self).__name__} needs an encoder-decoder model that can generate (such as "
                 f"VaswaniForConditionalGeneration), got {type(self.model).__name__}."
             )
+        check_vocabulary(self.model, self.tokenizer)
 
     # -- arguments ------------------------------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ Read top to bottom, this file follows the paper:
     ->  encoder and decoder layers with residual connections and LayerNorm (3.1)  ->  the two stacks
     ->  the encoder-decoder with shared embeddings (3.4)  ->  the task heads.
 
-Last come the helpers of the checkpoint files: the weights check on loading, the code files a checkpoint carries.
+Last come the helpers of the checkpoint files: the checks on loading (the files of a folder from elsewhere), the
+code files a checkpoint carries.
 
 Attention goes through transformers' attention-function interface (`eager`, `sdpa`, `flash_attention_2`), decoding
 uses transformers' cache classes, and the outputs are transformers' output classes, so that `generate()`, the
@@ -44,7 +45,7 @@ from transformers.utils import can_return_tuple, logging
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_vaswani import MAX_SIZES, VaswaniConfig
+from .configuration_vaswani import MAX_SIZES, VaswaniConfig, check_json_file
 
 
 logger = logging.get_logger(__name__)
@@ -451,12 +452,11 @@ class VaswaniPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """As in transformers, except that a damaged weights file in a local folder gives an error naming it (the
-        safetensors reader alone says only "incomplete metadata")."""
+        """As in transformers, except that a local folder's files are checked first (`check_model_files`): a damaged
+        or hostile file is named, pickled weights are refused."""
         folder = Path(str(pretrained_model_name_or_path)) / (kwargs.get("subfolder") or "")
         if folder.is_dir():
-            for weights_file in sorted(folder.glob("*.safetensors")):
-                check_weights_file(weights_file)
+            check_model_files(folder)
         return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -1060,6 +1060,39 @@ def current_umask() -> int:
     umask = os.umask(0o022)
     os.umask(umask)
     return umask
+
+
+# The weights files transformers unpickles (torch.load) where a folder has no safetensors weights.
+PICKLED_WEIGHTS_PATTERNS = ("pytorch_model*.bin", "pytorch_model.bin.index.json")
+SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+# The files of a model folder that transformers parses as JSON.
+MODEL_JSON_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json")
+
+
+def check_model_files(folder: Path) -> None:
+    """What a model folder from elsewhere must pass before anything in it is parsed or loaded: its JSON files are
+    bounded (`check_json_file`), its safetensors headers readable, and pickled weights are refused."""
+    for name in MODEL_JSON_FILES:
+        if (folder / name).is_file():
+            check_json_file(folder / name)
+    refuse_pickled_weights(folder)
+    for weights_file in sorted(folder.glob("*.safetensors")):
+        check_weights_file(weights_file)
+
+
+def refuse_pickled_weights(folder: Path) -> None:
+    """Refuse a folder whose weights would be unpickled (`pytorch_model.bin`, with no safetensors weights beside it):
+    OSError naming the file. Pickled weights are never loaded here: unpickling runs whatever code the file holds,
+    and torch's `weights_only` guard, which would stop most of it, answers with advice to turn itself off."""
+    if any((folder / name).is_file() for name in SAFETENSORS_WEIGHTS):
+        return  # transformers and the Trainer read the safetensors weights and ignore any pickle beside them
+    pickled = sorted(path for pattern in PICKLED_WEIGHTS_PATTERNS for path in folder.glob(pattern))
+    if pickled:
+        raise OSError(
+            f"{pickled[0]} is refused: it holds pickled weights, which are never loaded (unpickling a file can run "
+            "code hidden in it). Convert it to safetensors (model.safetensors) with a tool you trust, or save the "
+            "model again with save_pretrained where it was made."
+        )
 
 
 def check_weights_file(path: Path) -> None:
