@@ -1,8 +1,8 @@
 """Checkpoints from elsewhere that must not load: a pickled weights file with a payload, JSON files nested or sized to
-exhaust the parser, a tokenizer larger than the model's embedding table, config values the model cannot use. Each is
-refused before anything is parsed, by the classes (from_pretrained) and by every command that loads a checkpoint,
-with a user error (one line from vaswani.cli.run_command) that names the file or the field, never a traceback, and
-no code from the file ever runs."""
+exhaust the parser, a tokenizer larger than the model's embedding table, a config whose weights do not fit in memory.
+Each is refused before anything is parsed or allocated, by the classes (from_pretrained / from_config) and by every
+command that loads a checkpoint, with a user error (one line from vaswani.cli.run_command) that names the file or the
+fields, never a traceback, and no code from the file ever runs."""
 
 import importlib.util
 import json
@@ -13,9 +13,12 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import vaswani.configuration_vaswani
+import vaswani.modeling_vaswani
 from conftest import QUIET, load_script, save_seq2seq_checkpoint, tiny_config, write_jsonl
 from vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from vaswani.pipelines import pipeline
+from vaswani.training.arguments import TrainArguments, TrainDataArguments, TrainModelArguments
+from vaswani.training.preparation import build_model
 
 
 evaluate_model = load_script("evaluate_model")
@@ -208,7 +211,7 @@ def test_brackets_inside_strings_do_not_count_as_nesting():
     assert vaswani.configuration_vaswani.json_nesting_depth(text) == 3
 
 
-# --- a tokenizer that does not belong to the model, a config it cannot use ------------------------------------------
+# --- a tokenizer that does not belong to the model, a config that does not ----------------------------------------
 
 
 def test_evaluating_with_a_tokenizer_larger_than_the_embedding_table_is_refused(tokenizer, data, tmp_path):
@@ -231,3 +234,38 @@ def test_a_config_json_with_a_value_the_model_cannot_use_is_named_on_loading(fie
         evaluate_model.main(["--model", str(folder), "--task", "translation", "--test_file", str(data),
                              "--output_file", str(tmp_path / "results.json")])
 
+
+# --- weights that do not fit in memory -------------------------------------------------------------------------------
+
+
+NOT_ENOUGH = r"This config's weights need about [\d.]+ KB \([\d,]+ parameters in float32\), more than the 1\.0 KB of " \
+             r"memory available on cpu: lower d_model, encoder_layers / decoder_layers"
+
+
+@pytest.fixture
+def little_memory(monkeypatch):
+    """A machine with 1 KB free: the tiny model (about 300 KB of weights) does not fit."""
+    monkeypatch.setattr(vaswani.modeling_vaswani, "available_memory", lambda device: 1_000)
+
+
+def test_weights_that_do_not_fit_are_refused_by_from_pretrained(checkpoint, little_memory):
+    with pytest.raises(ValueError, match=NOT_ENOUGH):
+        AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
+
+
+def test_weights_that_do_not_fit_are_refused_by_from_config(little_memory):
+    with pytest.raises(ValueError, match=NOT_ENOUGH):
+        AutoModelForSeq2SeqLM.from_config(tiny_config())
+
+
+def test_weights_that_do_not_fit_are_refused_before_training(tokenizer, little_memory):
+    with pytest.raises(ValueError, match=NOT_ENOUGH):
+        build_model(TrainModelArguments(preset="tiny"), TrainDataArguments(max_source_length=64, max_target_length=64),
+                    TrainArguments(eval_max_new_tokens=32), tokenizer)
+
+
+def test_the_memory_check_reads_the_machines_free_memory(checkpoint):
+    available = vaswani.modeling_vaswani.available_memory(torch.device("cpu"))
+    assert available is None or available > 0
+    assert vaswani.modeling_vaswani.available_memory(torch.device("meta")) is None
+    AutoModelForSeq2SeqLM.from_pretrained(checkpoint)  # a tiny model fits
