@@ -264,6 +264,16 @@ def test_weights_that_do_not_fit_are_refused_before_training(tokenizer, little_m
                     TrainArguments(eval_max_new_tokens=32), tokenizer)
 
 
+@pytest.mark.parametrize("overrides", [
+    {}, {"tie_word_embeddings": False}, {"position_embedding_type": "learned"}, {"position_embedding_type": "relative"},
+])
+def test_the_estimate_of_the_weights_is_within_ten_percent(overrides):
+    config = VaswaniConfig.from_preset("small", **overrides)
+    with torch.device("meta"):  # counted, not allocated
+        parameters = VaswaniForConditionalGeneration(config).num_parameters()
+    assert 0.9 < config.estimated_parameters() / parameters < 1.1
+
+
 def test_the_memory_check_reads_the_machines_free_memory(checkpoint):
     available = vaswani.modeling_vaswani.available_memory(torch.device("cpu"))
     assert available is None or available > 0

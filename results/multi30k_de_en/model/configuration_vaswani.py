@@ -191,13 +191,15 @@ class VaswaniConfig(PreTrainedConfig):
 
     def estimated_parameters(self) -> int:
         """About how many numbers the encoder-decoder holds (embeddings, a position table, attention, feed-forward,
-        relative-position biases), before building it: what the size bounds check."""
+        relative-position biases), before building it: what the size bounds and the memory check compare. Untied, the
+        model holds four vocabulary matrices: the shared one, the encoder's, the decoder's and the output projection."""
         d = self.d_model
         encoder = self.encoder_layers * (4 * d * d + 2 * d * self.encoder_ffn_dim)
         decoder = self.decoder_layers * (8 * d * d + 2 * d * self.decoder_ffn_dim)
         heads = self.encoder_attention_heads + 2 * self.decoder_attention_heads
         relative = (2 * self.relative_attention_max_distance + 1) * heads
-        return (self.vocab_size + self.max_position_embeddings) * d + encoder + decoder + relative
+        embeddings = self.vocab_size * d * (1 if self.tie_word_embeddings else 4)
+        return embeddings + self.max_position_embeddings * d + encoder + decoder + relative
 
     def _check_values(self):
         sizes = (
