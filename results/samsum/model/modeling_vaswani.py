@@ -1174,6 +1174,8 @@ def loading_device(device_map) -> torch.device | None:
 def available_memory(device: torch.device) -> int | None:
     """Bytes that can still be allocated on `device`; None where that cannot be read."""
     if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return None  # transformers says so itself
         free, _ = torch.cuda.mem_get_info(device)
         return free
     if device.type == "cpu":
