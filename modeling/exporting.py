@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 
 from . import output_paths
+from .pipelines.pipeline_vaswani import check_vocabulary
+from .safe_loading import check_checkpoint_folder
 
 
 SEQ2SEQ_ARCHITECTURE = "VaswaniForConditionalGeneration"
@@ -42,6 +44,7 @@ def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwar
             f"model_dir (--model) {model_dir} is not a folder; pass a checkpoint folder (a {SEQ2SEQ_ARCHITECTURE} "
             "saved with save_pretrained, with its tokenizer)."
         )
+    check_checkpoint_folder(model_dir)  # before any of its files is parsed
     config_file = model_dir / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"model_dir (--model) {model_dir} is not a checkpoint: it has no config.json.")
@@ -65,7 +68,9 @@ def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwar
             "tokenize text. Save it beside the model with tokenizer.save_pretrained(folder)."
         )
     model = VaswaniForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32, **from_pretrained_kwargs)
-    return model.eval(), AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    check_vocabulary(model, tokenizer)
+    return model.eval(), tokenizer
 
 
 __all__ = ["SEQ2SEQ_ARCHITECTURE", "check_output_dir", "load_seq2seq_checkpoint"]

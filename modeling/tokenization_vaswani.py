@@ -10,17 +10,28 @@ mark) is escaped on the way in and restored on the way out.
 Every sequence ends with `</s>`; the decoder starts from `<s>`. Optional language tags (`>>de<<`) are special tokens
 that a multilingual model reads at the start of the source: set `tokenizer.tgt_lang = "de"` and every source it
 encodes starts with the tag's id (targets, `text_target=...`, never do), as NLLB's tokenizer does with `src_lang`.
+`tgt_lang` is a setting of the tokenizer, not of a call: the tag lives in the backend's post-processor, which a call
+with `text_target` takes off and puts back around the targets. A tokenizer shared by threads should therefore not
+have `tgt_lang` changed per call, nor be called with `text_target` while another thread encodes tagged sources; the
+pipelines put each call's tag first themselves and never set it.
 
-This file is copied into every saved checkpoint, so it imports nothing from this project.
+A tokenizer folder may come from elsewhere: its JSON files are bounded before transformers parses them
+(`from_pretrained`).
+
+This file is copied into every saved checkpoint, so it imports from this project only configuration_vaswani.py (the
+bounds of a checkpoint's files), with a relative import: transformers copies that file beside it.
 """
 
 import json
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import BPE
 from tokenizers.trainers import BpeTrainer
 from transformers import PreTrainedTokenizerFast
+
+from .configuration_vaswani import check_json_file
 
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -31,6 +42,10 @@ WORD_START = "\u2581"  # "▁" marks the start of a word, as in SentencePiece
 # and a literal ESCAPE as ESCAPE + ESCAPED_ESCAPE, so every ESCAPE in the normalized text starts one of these two pairs
 # and decoding undoes both exactly (private-use characters: they reach the model as UTF-8 byte tokens).
 ESCAPE, ESCAPED_ESCAPE, ESCAPED_WORD_START = "\ue000", "\ue001", "\ue002"
+
+
+# The files of a saved tokenizer that transformers parses as JSON.
+TOKENIZER_JSON_FILES = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "added_tokens.json")
 
 
 def language_tag(code: str) -> str:
@@ -51,6 +66,15 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
     # (no __init__ of its own: transformers then loads tokenizer.json as it is, instead of rebuilding the backend)
     _tgt_lang: str | None = None
     _template_tag: str | None = None  # the tag the post-processor now puts first
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """As in transformers, except that the JSON files of a local folder are bounded first (`check_json_file`): a
+        damaged or hostile file is named, instead of exhausting the interpreter's stack while it is parsed."""
+        folder = Path(str(pretrained_model_name_or_path)) / (kwargs.get("subfolder") or "")
+        if folder.is_dir():
+            check_tokenizer_files(folder)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @classmethod
     def train_from_texts(
@@ -190,6 +214,13 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
             for token in self.all_special_tokens
             if token.startswith(">>") and token.endswith("<<") and len(token) > 4
         }
+
+
+def check_tokenizer_files(folder: Path) -> None:
+    """Bound the JSON files of a tokenizer folder before anything parses them (`check_json_file`)."""
+    for name in TOKENIZER_JSON_FILES:
+        if (folder / name).is_file():
+            check_json_file(folder / name)
 
 
 def _strings(texts: Iterable[str]) -> Iterator[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import transformers
 
+from ..safe_loading import check_checkpoint_folder
 from .pipeline_vaswani import SummarizationPipeline, Text2TextGenerationPipeline, TranslationPipeline
 
 
@@ -46,6 +47,7 @@ def check_serves(task: str, model) -> None:
     """A checkpoint (folder or model object) of this project declares in its config the pipelines its head serves
     (`custom_pipelines`): a classifier declares none, so it is never turned into a translator with a random decoder."""
     if isinstance(model, (str, Path)):
+        check_checkpoint_folder(model)  # before any of its files is parsed
         config_file = Path(model) / "config.json"
         if not config_file.is_file():
             return  # a Hub id: transformers resolves it

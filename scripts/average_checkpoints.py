@@ -22,6 +22,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 import vaswani  # noqa: F401  (registers the Vaswani classes with the Auto classes)
 from vaswani.cli import run_command
 from vaswani.output_paths import check_output_dir
+from vaswani.safe_loading import check_checkpoint_folder
 from vaswani.training.checkpoints import list_checkpoints, write_averaging_record
 
 
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> Path:
     output_dir = Path(args.output_dir)
     check_output_dir(output_dir, {"a checkpoint of --run_dir" if args.run_dir else "--checkpoints": checkpoints})
     folders = [model_folder(path) for path in checkpoints]
+    for folder in folders:
+        check_checkpoint_folder(folder)  # every one before any is loaded
     model = average_models(folders)
     model.save_pretrained(output_dir)
     AutoTokenizer.from_pretrained(folders[-1]).save_pretrained(output_dir)

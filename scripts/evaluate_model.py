@@ -59,9 +59,10 @@ from vaswani.scoring import (
     score_translation,
     write_results,
 )
-from vaswani.finetuning.head_loading import require_trained_head
+from vaswani.finetuning.head_loading import check_vocabulary, require_trained_head
 from vaswani.finetuning.label_sets import LabelSet
 from vaswani.output_paths import check_output_file
+from vaswani.safe_loading import check_checkpoint_folder
 from vaswani.training.checkpoints import weights_provenance
 
 
@@ -265,8 +266,10 @@ def main(argv: list[str] | None = None) -> dict:
     data.source()  # bad data options stop here, before the model is loaded
     check_output_file(output_file, {"--model": args.model, **data.files()})
 
+    check_checkpoint_folder(args.model)  # before transformers parses any of its files
     model = require_trained_head(AUTO_CLASSES[args.task], args.model, args.task, args.trust_remote_code).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+    check_vocabulary(model, tokenizer)
     # never feed the model more positions than it has
     max_positions = getattr(model.config, "max_position_embeddings", None)
     if max_positions:

@@ -43,6 +43,7 @@ from vaswani.cli import run_command
 from vaswani.model_card import TEMPLATE, load_results, render_model_card, training_from_record
 from vaswani.output_paths import check_output_dir, refuse_symbolic_link
 from vaswani.recipes import Recipe, find_recipe, load_recipes
+from vaswani.safe_loading import check_checkpoint_folder
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -188,6 +189,7 @@ def results_files(args: PushArguments, recipe: Recipe | None = None) -> list[Pat
 
 
 def load_model(model_dir: Path):
+    check_checkpoint_folder(model_dir)  # before any of its files is parsed
     config = AutoConfig.from_pretrained(model_dir)
     if config.model_type != vaswani.VaswaniConfig.model_type:
         raise ValueError(f"--model_dir {model_dir} holds a {config.model_type!r} model, not a Vaswani one.")

@@ -67,6 +67,15 @@ def test_unknown_preset():
         (dict(activation_function="relu6"), "activation_function"),
         (dict(d_model=63, encoder_attention_heads=1, decoder_attention_heads=1), "d_model"),
         (dict(d_modle=256), "d_model"),
+        (dict(layer_norm_eps=float("inf")), "layer_norm_eps"),
+        (dict(layer_norm_eps=float("nan")), "layer_norm_eps"),
+        (dict(layer_norm_eps=0.0), "layer_norm_eps"),
+        (dict(layer_norm_eps=1.5), "layer_norm_eps"),
+        (dict(vocab_size=100, pad_token_id=100), "pad_token_id"),
+        (dict(bos_token_id=-1), "bos_token_id"),
+        (dict(eos_token_id=[2, 37000]), "eos_token_id"),
+        (dict(decoder_start_token_id=1.0), "decoder_start_token_id"),
+        (dict(sep_token_id=37000), "sep_token_id"),
     ],
 )
 def test_invalid_values_name_the_field(overrides, field):
@@ -119,3 +128,30 @@ def test_sizes_within_the_bounds_that_add_up_to_too_much_memory_are_refused():
         VaswaniConfig(d_model=32768, encoder_layers=512, decoder_layers=512, encoder_ffn_dim=131072,
                       decoder_ffn_dim=131072, encoder_attention_heads=8, decoder_attention_heads=8)
     assert VaswaniConfig.from_preset("big").estimated_parameters() < 300_000_000  # the paper's big model passes
+
+
+def test_a_special_token_id_outside_the_vocabulary_is_named_with_the_allowed_range(tmp_path):
+    """The embedding table has vocab_size rows: an id past it failed as an AssertionError while the model was built
+    (padding_idx), or indexed past the table at the first input."""
+    with pytest.raises(ValueError, match=r"`pad_token_id` is 1000, outside the vocabulary: a special-token id must be "
+                                         r"an integer from 0 to 999 \(vocab_size=1000\), or None"):
+        VaswaniConfig.from_preset("tiny", pad_token_id=1000)
+    (tmp_path / "config.json").write_text(json.dumps({**VaswaniConfig.from_preset("tiny").to_dict(), "eos_token_id": 5000}))
+    with pytest.raises(ValueError, match=r"`eos_token_id` is 5000, outside the vocabulary"):
+        AutoConfig.from_pretrained(tmp_path)
+
+
+def test_an_infinite_layer_norm_epsilon_in_a_config_file_is_refused(tmp_path):
+    """With an infinite epsilon every normalized value is 0: the model ignores its input."""
+    text = json.dumps(VaswaniConfig.from_preset("tiny").to_dict())[:-1] + ', "layer_norm_eps": Infinity}'
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ValueError, match=r"`layer_norm_eps` must be a finite number in \(0, 1\).*got inf"):
+        AutoConfig.from_pretrained(tmp_path)
+
+
+def test_values_set_after_construction_save_and_load_again(tmp_path):
+    config = VaswaniConfig.from_preset("tiny")
+    config.vocab_size, config.sep_token_id, config.eos_token_id, config.layer_norm_eps = 900, 899, [2, 3], 1e-6
+    config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert (loaded.vocab_size, loaded.sep_token_id, loaded.eos_token_id, loaded.layer_norm_eps) == (900, 899, [2, 3], 1e-6)

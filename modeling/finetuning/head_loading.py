@@ -13,6 +13,10 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedT
 
 from ..cli import parse_config_overrides
 from ..configuration_vaswani import PRESETS, VaswaniConfig
+# the pipelines make the same check where a model and a tokenizer meet; it lives in their file, which travels with
+# every checkpoint and can import nothing of this package
+from ..pipelines.pipeline_vaswani import check_vocabulary
+from ..safe_loading import check_checkpoint_folder
 from .label_sets import LabelSet, resolve_label_set
 from .splits import Splits
 
@@ -102,6 +106,7 @@ def load_head(
         )
         model, report = auto_class.from_config(config), None
     else:
+        check_checkpoint_folder(checkpoint)
         model, info = auto_class.from_pretrained(
             checkpoint, trust_remote_code=model_args.trust_remote_code, output_loading_info=True, **overrides
         )
@@ -118,20 +123,12 @@ def load_head(
     return model, report
 
 
-def check_vocabulary(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
-    embedding_rows = model.get_input_embeddings().num_embeddings
-    if len(tokenizer) > embedding_rows:
-        raise ValueError(
-            f"The tokenizer has {len(tokenizer)} tokens but the model's embedding has {embedding_rows} rows: they do "
-            "not belong together. Use the tokenizer saved with the checkpoint (--tokenizer_name)."
-        )
-
-
 def label_names_of_fine_tuned(model_name_or_path: str | None, head_suffix: str, trust_remote_code: bool = False):
     """The label names of a checkpoint already fine-tuned with a head whose class name ends in `head_suffix`
     (e.g. "ForTokenClassification"), or None: a seq2seq checkpoint's default id2label means nothing."""
     if model_name_or_path is None:
         return None
+    check_checkpoint_folder(model_name_or_path)
     config = AutoConfig.from_pretrained(model_name_or_path, trust_remote_code=trust_remote_code)
     if not any(name.endswith(head_suffix) for name in config.architectures or []):
         return None
@@ -140,6 +137,7 @@ def label_names_of_fine_tuned(model_name_or_path: str | None, head_suffix: str, 
 
 def require_trained_head(auto_class, model_name_or_path: str, task: str, trust_remote_code: bool = False):
     """Load a checkpoint for evaluation, refusing one that lacks weights of the task's head (they would be random)."""
+    check_checkpoint_folder(model_name_or_path)
     model, info = auto_class.from_pretrained(
         model_name_or_path, trust_remote_code=trust_remote_code, output_loading_info=True
     )
@@ -159,6 +157,7 @@ def load_tokenizer(model_args: ModelArguments):
     source = model_args.tokenizer_name or model_args.model_name_or_path
     if source is None:
         raise ValueError("Training from scratch (--preset) needs --tokenizer_name: see scripts/train_tokenizer.py.")
+    check_checkpoint_folder(source)
     return AutoTokenizer.from_pretrained(source, trust_remote_code=model_args.trust_remote_code)
 
 

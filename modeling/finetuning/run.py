@@ -20,6 +20,7 @@ from ..cli import OLD_OPTIONS, modern_argv, require_folder_or_hub_id
 from ..data import split_paths
 from ..model_card import ARGUMENTS_FILE
 from ..output_paths import check_output_dir
+from ..safe_loading import check_trainer_checkpoint
 from .head_loading import ModelArguments
 from .splits import DataArguments
 
@@ -70,7 +71,10 @@ def check_run(training_args: TrainingArguments) -> None:
             f"(world_size={training_args.world_size}): on a machine without GPUs pass --use_cpu true "
             "(or set ACCELERATE_USE_CPU=1) to train on CPU processes together."
         )
-    resume_checkpoint(training_args)  # a checkpoint that is not there is an error now, not after loading everything
+    # a checkpoint that is not there, or that holds what is never loaded, is an error now, not after loading everything
+    checkpoint = resume_checkpoint(training_args)
+    if checkpoint is not None:
+        check_trainer_checkpoint(checkpoint)
 
 
 def check_paths(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:

@@ -11,6 +11,7 @@ from .. import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from ..cli import parse_config_overrides
 from ..data import split_paths
 from ..output_paths import Inputs, check_output_dir
+from ..modeling_vaswani import check_fits_in_memory
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments
 from .checkpoints import ARGUMENTS_FILE, remove_leftovers
 from .errors import TrainingError
@@ -132,6 +133,7 @@ def build_model(model_args: TrainModelArguments, data: TrainDataArguments, args:
                 f"{option} is {length}, beyond the model's max_position_embeddings={config.max_position_embeddings}; "
                 f"lower it, or raise the limit with --config_overrides max_position_embeddings={length}."
             )
+    check_fits_in_memory(config)  # before it is built: a model too large for this machine is refused in one line
     model = VaswaniForConditionalGeneration(config)
     # the saved tokenizer cuts inputs (in the pipelines) to what the model accepts
     tokenizer.model_max_length = config.max_position_embeddings

@@ -5,6 +5,7 @@ import ast
 import copy
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -291,6 +292,61 @@ def test_target_language_tag_is_put_before_the_source():
     ].tolist() == expected[0]
     with pytest.raises(ValueError, match=r"tgt_lang='es'.*\['de', 'fr'\]"):
         translate(SOURCES[0], tgt_lang="es")
+
+
+def test_threads_translating_into_different_languages_each_get_their_own_tag(one_thread):
+    """One pipeline shared by threads, each asking for another target language: each call's input reaches the model
+    with its own language's tag. The threads meet inside the tokenizer (a barrier in its encoding step), so every
+    call has picked its language before any encodes: a tag kept on the shared tokenizer would be the last thread's
+    for all of them."""
+    codes = ["de", "fr", "es", "it"]
+    texts = [text for pair in PAIRS for text in pair]
+    tagged = VaswaniTokenizer.train_from_texts(texts, vocab_size=400, min_frequency=1, language_codes=codes)
+    model = spread_weights(VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tagged), source_lang="en")))
+    translate = TranslationPipeline(model=model.eval(), tokenizer=tagged)
+
+    given = {}  # thread name -> the input ids of each of its calls, as the model received them
+    generate = model.generate
+
+    def recording_generate(*args, input_ids, **kwargs):
+        given.setdefault(threading.current_thread().name, []).append(input_ids[0].tolist())
+        return generate(*args, input_ids=input_ids, **kwargs)
+
+    meeting = threading.Barrier(len(codes), timeout=60)
+    encode = tagged._encode_plus
+
+    def encode_together(*args, **kwargs):
+        meeting.wait()
+        return encode(*args, **kwargs)
+
+    model.generate, tagged._encode_plus = recording_generate, encode_together
+    errors = []
+
+    def translate_all(code):
+        try:
+            for source in SOURCES[:3]:
+                translate(source, tgt_lang=code, max_new_tokens=2)
+        except Exception as error:  # reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=translate_all, args=(code,), name=code) for code in codes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    untagged = [encode(source)["input_ids"] for source in SOURCES[:3]]
+    for code in codes:
+        tag = tagged.convert_tokens_to_ids(f">>{code}<<")
+        assert given[code] == [[tag] + ids for ids in untagged], code
+
+
+def test_a_tokenizer_larger_than_the_models_embedding_table_is_refused(translator, tokenizer):
+    """Ids past the embedding table would end in an IndexError inside the model on the first text that uses one."""
+    small = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer) - 1)).eval()
+    with pytest.raises(ValueError, match=rf"tokenizer has {len(tokenizer):,} tokens but the model's embedding table "
+                                         rf"has {len(tokenizer) - 1:,} rows"):
+        TranslationPipeline(model=small, tokenizer=tokenizer)
 
 
 # --- bad input -------------------------------------------------------------------------------------------------------

@@ -4,11 +4,16 @@ The defaults are the paper's base model: d_model 512, 6 + 6 layers, 8 heads, d_f
 post-LayerNorm, sinusoidal positions, embeddings scaled by sqrt(d_model), and one embedding matrix shared by the
 encoder, the decoder and the output projection.
 
+A config can come from anywhere (the Hub, a shared folder), so every value is checked when the config is built
+(`_check_values`), and its file is bounded before it is parsed (`check_json_file`).
+
 This file is copied into every saved checkpoint, so it imports nothing from this project.
 """
 
 import copy
 import difflib
+import os
+import re
 from dataclasses import fields
 from typing import Any
 
@@ -72,6 +77,16 @@ MAX_SIZES = {
     "decoder_ffn_dim": 2**18, "max_position_embeddings": 2**20, "relative_attention_max_distance": 2**20,
 }
 MAX_FP32_GIGABYTES = 400  # about 100B parameters
+
+# Bounds on a JSON file of a checkpoint (config, tokenizer, generation settings), checked before it is parsed.
+# Python's json module recurses once per level of nesting, so a file nested 200,000 levels deep ends in a
+# RecursionError; the files this project writes are nested 6 levels at most. tokenizer.json holds the vocabulary and
+# the merges (4 MB for 37,000 tokens) and may be large; every other file is a few KB.
+MAX_JSON_DEPTH = 100
+MAX_JSON_BYTES = 16 * 2**20
+MAX_VOCABULARY_JSON_BYTES = 1024 * 2**20  # tokenizer.json: room for the largest vocabulary allowed (MAX_SIZES)
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
 
 
 class VaswaniConfig(PreTrainedConfig):
@@ -162,6 +177,12 @@ class VaswaniConfig(PreTrainedConfig):
         self._check_values()
 
     @classmethod
+    def _dict_from_json_file(cls, json_file):
+        """transformers' reader of config.json, after the file's size and nesting are checked (`check_json_file`)."""
+        check_json_file(json_file)
+        return super()._dict_from_json_file(json_file)
+
+    @classmethod
     def from_preset(cls, name: str, **overrides) -> "VaswaniConfig":
         """A config from one of the named sizes (`tiny`, `small`, `base`, `big`), with any field overridden."""
         if name not in PRESETS:
@@ -170,13 +191,15 @@ class VaswaniConfig(PreTrainedConfig):
 
     def estimated_parameters(self) -> int:
         """About how many numbers the encoder-decoder holds (embeddings, a position table, attention, feed-forward,
-        relative-position biases), before building it: what the size bounds check."""
+        relative-position biases), before building it: what the size bounds and the memory check compare. Untied, the
+        model holds four vocabulary matrices: the shared one, the encoder's, the decoder's and the output projection."""
         d = self.d_model
         encoder = self.encoder_layers * (4 * d * d + 2 * d * self.encoder_ffn_dim)
         decoder = self.decoder_layers * (8 * d * d + 2 * d * self.decoder_ffn_dim)
         heads = self.encoder_attention_heads + 2 * self.decoder_attention_heads
         relative = (2 * self.relative_attention_max_distance + 1) * heads
-        return (self.vocab_size + self.max_position_embeddings) * d + encoder + decoder + relative
+        embeddings = self.vocab_size * d * (1 if self.tie_word_embeddings else 4)
+        return embeddings + self.max_position_embeddings * d + encoder + decoder + relative
 
     def _check_values(self):
         sizes = (
@@ -220,8 +243,61 @@ class VaswaniConfig(PreTrainedConfig):
                 raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(self, name)!r}.")
         if self.position_embedding_type == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"`d_model` must be even for sinusoidal positions (sin/cos pairs), got {self.d_model}.")
-        if not self.layer_norm_eps > 0:
-            raise ValueError(f"`layer_norm_eps` must be positive, got {self.layer_norm_eps!r}.")
+        eps = self.layer_norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0.0 < eps < 1.0:
+            # an infinite epsilon divides every normalized value to zero: the model would ignore its input
+            raise ValueError(f"`layer_norm_eps` must be a finite number in (0, 1) (the paper's 1e-5), got {eps!r}.")
+        self._check_token_ids()
+
+    def _check_token_ids(self):
+        """Every special-token id (`pad_token_id`, `eos_token_id`, ... and any other `*_token_id`) indexes the
+        embedding table: an id outside it fails deep inside the model, or silently pads with a wrong row."""
+        names = [name for name in vars(self) if name.endswith("_token_id") and not name.startswith("_")]
+        for name in names:
+            value = getattr(self, name)
+            token_ids = value if isinstance(value, (list, tuple)) else [] if value is None else [value]
+            if not all(self._in_vocabulary(token_id) for token_id in token_ids):
+                raise ValueError(
+                    f"`{name}` is {value!r}, outside the vocabulary: a special-token id must be an integer from 0 to "
+                    f"{self.vocab_size - 1} (vocab_size={self.vocab_size}), or None."
+                )
+
+    def _in_vocabulary(self, token_id) -> bool:
+        return isinstance(token_id, int) and not isinstance(token_id, bool) and 0 <= token_id < self.vocab_size
+
+
+def check_json_file(path) -> None:
+    """Refuse a JSON file of a checkpoint that is larger or more deeply nested than any this project writes, before
+    anything parses it: ValueError naming the file. tokenizer.json may be larger than the others (it holds the
+    vocabulary)."""
+    name = os.path.basename(os.fspath(path))
+    limit = MAX_VOCABULARY_JSON_BYTES if name == "tokenizer.json" else MAX_JSON_BYTES
+    size = os.path.getsize(path)
+    if size > limit:
+        raise ValueError(
+            f"{path} is {size:,} bytes, more than the {limit:,} a checkpoint's {name} may have: the file is damaged "
+            "or not what it claims to be. Save or download the checkpoint again."
+        )
+    with open(path, encoding="utf-8", errors="replace") as file:
+        depth = json_nesting_depth(file.read(), stop_above=MAX_JSON_DEPTH)
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(
+            f"{path} is nested more than {MAX_JSON_DEPTH} levels deep (the files of a checkpoint are nested a few "
+            "levels): the file is damaged or hostile, and parsing it would exhaust the interpreter's stack. Save or "
+            "download the checkpoint again."
+        )
+
+
+def json_nesting_depth(text: str, stop_above: int | None = None) -> int:
+    """How deeply the arrays and objects of a JSON text nest (brackets inside strings do not count), read without
+    parsing it; counting stops once the depth passes `stop_above`."""
+    depth = deepest = 0
+    for bracket in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
+        depth += 1 if bracket.group() in "[{" else -1
+        deepest = max(deepest, depth)
+        if stop_above is not None and deepest > stop_above:
+            break
+    return deepest
 
 
 def _reject_misspelled_fields(config_class, kwargs: dict):
@@ -236,4 +312,4 @@ def _reject_misspelled_fields(config_class, kwargs: dict):
             raise ValueError(f"Unknown config field {key!r}; did you mean {close[0]!r}?")
 
 
-__all__ = ["VaswaniConfig", "PRESETS"]
+__all__ = ["VaswaniConfig", "PRESETS", "check_json_file"]

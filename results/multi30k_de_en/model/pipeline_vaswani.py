@@ -11,6 +11,11 @@ from the checkpoint's own copy of this file. They behave as transformers 4.x's p
 
 `SummarizationPipeline` answers with "summary_text", `Text2TextGenerationPipeline` with "generated_text".
 
+One pipeline may be called from several threads at once: a call keeps what it needs (its target language, its
+settings) to itself and sets nothing on the shared tokenizer or model. The tokenizer is called with the same
+arguments on every call, so it never switches state between calls (transformers' fast tokenizers set their truncation
+on the shared backend at each call), and the target-language tag is put first by the call itself.
+
 This file is copied into every saved checkpoint and imported there on its own (where the `vaswani` package may not be
 installed), so it imports only the standard library, torch and transformers.
 """
@@ -36,6 +41,18 @@ def check_text(value, where: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
         raise ValueError(f"{where} is not valid text ({error.reason}: {value[error.start:error.end]!a}).") from None
+
+
+def check_vocabulary(model, tokenizer) -> None:
+    """Refuse a tokenizer with more tokens than the model has embedding rows: its higher ids would index past the
+    table, an IndexError deep inside the model on the first text that uses one. They were not trained together."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer):,} tokens but the model's embedding table has {rows:,} rows: token ids "
+            f"from {rows:,} up would index past it, so the two do not belong together. Use the tokenizer saved with "
+            "the model."
+        )
 
 
 class Text2TextGenerationPipeline(Pipeline):
@@ -72,6 +89,7 @@ class Text2TextGenerationPipeline(Pipeline):
                 f"{type(self).__name__} needs an encoder-decoder model that can generate (such as "
                 f"VaswaniForConditionalGeneration), got {type(self.model).__name__}."
             )
+        check_vocabulary(self.model, self.tokenizer)
 
     # -- arguments ------------------------------------------------------------------------------------------------
 
@@ -150,30 +168,52 @@ class Text2TextGenerationPipeline(Pipeline):
         return results
 
     def preprocess(self, text, truncation=True):
+        return self._encode(text, truncation)
+
+    def _encode(self, text, truncation: bool, first_ids: list[int] | None = None) -> dict:
+        """The model inputs for one text: its token ids, cut to the length the model accepts (or refused, without
+        `truncation`). With `first_ids` (a language tag), any tag the tokenizer put first is replaced by them."""
         check_text(text, "The input")
         max_length = self._max_source_length()
-        # one token of headroom tells whether the text was longer than the model accepts
-        encoding = self.tokenizer(text, truncation=True, max_length=max_length + 1, return_tensors="pt")
-        if encoding["input_ids"].shape[1] > max_length:
+        # Always these arguments (see the module's docstring). Two tokens of headroom: one tells whether the text was
+        # longer than the model accepts, one stands for a language tag of the tokenizer's that the call replaces.
+        encoding = self.tokenizer(text, truncation=True, max_length=max_length + 2, return_special_tokens_mask=True)
+        ids, special = encoding["input_ids"], encoding["special_tokens_mask"]
+        if first_ids is not None:
+            tags = set(self._language_tag_ids().values())
+            kept = [index for index, token in enumerate(ids) if not (special[index] and token in tags)]
+            ids, special = list(first_ids) + [ids[i] for i in kept], [1] * len(first_ids) + [special[i] for i in kept]
+        if len(ids) > max_length:
             if not truncation:
                 raise ValueError(
                     f"An input is longer than the {max_length} tokens this model accepts. Shorten it, or pass "
                     "truncation=True to cut it to that length."
                 )
-            if not self._warned_about_truncation:
-                warnings.warn(
-                    f"An input was longer than the {max_length} tokens this model accepts and was truncated to "
-                    "that length (this warning is shown once per pipeline).",
-                    UserWarning,
-                    stacklevel=2,
-                )
-                self._warned_about_truncation = True
-            encoding = self.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
+            self._warn_about_truncation_once(max_length)
+            ids = cut_text_tokens(ids, special, max_length)
+        input_ids = torch.tensor([ids], dtype=torch.long)
         return {
-            "input_ids": encoding["input_ids"],
-            "attention_mask": encoding["attention_mask"],
+            "input_ids": input_ids,
+            "attention_mask": torch.ones_like(input_ids),
             "source_is_blank": not text.strip(),
         }
+
+    def _language_tags(self) -> dict[str, str]:
+        """Language code -> tag token (`>>de<<`), for a tokenizer with language tags; {} for others."""
+        return dict(getattr(self.tokenizer, "language_tags", None) or {})
+
+    def _language_tag_ids(self) -> dict[str, int]:
+        return {code: self.tokenizer.convert_tokens_to_ids(tag) for code, tag in self._language_tags().items()}
+
+    def _warn_about_truncation_once(self, max_length: int) -> None:
+        if not self._warned_about_truncation:
+            warnings.warn(
+                f"An input was longer than the {max_length} tokens this model accepts and was truncated to that "
+                "length (this warning is shown once per pipeline).",
+                UserWarning,
+                stacklevel=4,
+            )
+            self._warned_about_truncation = True
 
     def _forward(self, model_inputs, **generate_kwargs):
         input_ids = model_inputs["input_ids"]
@@ -227,6 +267,17 @@ class Text2TextGenerationPipeline(Pipeline):
         return start if start is not None else self.model.config.decoder_start_token_id
 
 
+def cut_text_tokens(ids: list[int], special: list[int], length: int) -> list[int]:
+    """`ids` cut to `length` tokens by dropping text tokens from the end of the text, keeping the special tokens
+    around it (a language tag before, `</s>` after), as the tokenizer's own truncation does."""
+    text_positions = [index for index, flag in enumerate(special) if not flag]
+    if not text_positions:
+        return ids[:length]
+    start, end = text_positions[0], text_positions[-1] + 1
+    room = max(length - start - (len(ids) - end), 0)
+    return ids[:start] + ids[start : start + room] + ids[end:]
+
+
 class SummarizationPipeline(Text2TextGenerationPipeline):
     """Summarize texts: `[{"summary_text": ...}]` per input."""
 
@@ -270,9 +321,6 @@ class TranslationPipeline(Text2TextGenerationPipeline):
             preprocess_params["tgt_lang"] = tgt_lang
         return preprocess_params, forward_params, postprocess_params
 
-    def _language_tags(self) -> dict:
-        return dict(getattr(self.tokenizer, "language_tags", None) or {})
-
     def _check_direction(self, src_lang, tgt_lang) -> None:
         config = self.model.config
         known_source, known_target = getattr(config, "source_lang", None), getattr(config, "target_lang", None)
@@ -297,6 +345,9 @@ class TranslationPipeline(Text2TextGenerationPipeline):
             )
 
     def preprocess(self, text, truncation=True, src_lang=None, tgt_lang=None):
-        if self._language_tags():  # the tokenizer puts the tag's id first (a ">>de<<" typed in the text stays text)
-            self.tokenizer.tgt_lang = tgt_lang or self.tgt_lang
-        return super().preprocess(text, truncation=truncation)
+        """With language tags, the call's target-language tag goes first (a ">>de<<" typed in the text stays text);
+        the tag is this call's own, never set on the shared tokenizer, which other threads may be using."""
+        if not self._language_tags():
+            return self._encode(text, truncation)
+        code = tgt_lang or self.tgt_lang
+        return self._encode(text, truncation, first_ids=[self._language_tag_ids()[code]] if code else [])

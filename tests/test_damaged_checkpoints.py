@@ -1,0 +1,297 @@
+"""Checkpoints from elsewhere that must not load: a pickled weights file with a payload, JSON files nested or sized to
+exhaust the parser, a tokenizer larger than the model's embedding table, a config whose weights do not fit in memory.
+Each is refused before anything is parsed or allocated, by the classes (from_pretrained / from_config) and by every
+command that loads a checkpoint, with a user error (one line from vaswani.cli.run_command) that names the file or the
+fields, never a traceback, and no code from the file ever runs."""
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+import vaswani.configuration_vaswani
+import vaswani.modeling_vaswani
+from conftest import QUIET, REPO, load_script, save_seq2seq_checkpoint, tiny_config, write_jsonl
+from vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
+from vaswani.pipelines import pipeline
+from vaswani.training.arguments import TrainArguments, TrainDataArguments, TrainModelArguments
+from vaswani.training.preparation import build_model
+
+
+evaluate_model = load_script("evaluate_model")
+export_onnx = load_script("export_onnx")
+export_ctranslate2 = load_script("export_ctranslate2")
+average_checkpoints = load_script("average_checkpoints")
+push_to_hub = load_script("push_to_hub")
+finetune_classification = load_script("finetune_classification")
+
+
+class Payload:
+    """Unpickled, it would create the file `marker` (it calls open(marker, "w")): the proof that code ran."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tokenizer, tmp_path_factory):
+    """A sound en->de checkpoint, copied by each test before it damages the copy."""
+    return save_seq2seq_checkpoint(
+        tmp_path_factory.mktemp("sound"), tokenizer, source_lang="en", target_lang="de"
+    )
+
+
+@pytest.fixture
+def copy_of(checkpoint, tmp_path):
+    def copy(name="damaged"):
+        return shutil.copytree(checkpoint, tmp_path / name)
+
+    return copy
+
+
+@pytest.fixture
+def data(tmp_path):
+    return write_jsonl(tmp_path / "test.jsonl", [{"en": "A man is riding a horse.", "de": "Ein Mann reitet ein Pferd."}])
+
+
+def command_loaders(checkpoint, data, tmp_path):
+    """Every command that loads a checkpoint, as a function of the checkpoint folder."""
+    out = tmp_path / "out"
+    return {
+        "evaluate_model": lambda folder: evaluate_model.main([
+            "--model", str(folder), "--task", "translation", "--test_file", str(data), "--output_file",
+            str(tmp_path / "results.json")]),
+        "export_onnx": lambda folder: export_onnx.main(["--model", str(folder), "--output_dir", str(out)]),
+        "export_ctranslate2": lambda folder: export_ctranslate2.main(["--model", str(folder), "--output_dir", str(out)]),
+        "average_checkpoints": lambda folder: average_checkpoints.main([
+            "--checkpoints", str(checkpoint), str(folder), "--output_dir", str(out)]),
+        "push_to_hub": lambda folder: push_to_hub.main(["--model_dir", str(folder), "--dry-run", "--output_dir",
+                                                        str(out)]),
+        "pipeline": lambda folder: pipeline("translation", model=str(folder)),
+    }
+
+
+def needs(*modules):
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)} (an optional extra)")
+
+
+COMMANDS = [
+    "evaluate_model",
+    pytest.param("export_onnx", marks=needs("onnx", "onnxruntime")),
+    pytest.param("export_ctranslate2", marks=needs("ctranslate2")),
+    "average_checkpoints",
+    "push_to_hub",
+    "pipeline",
+]
+
+
+# --- pickled weights -------------------------------------------------------------------------------------------------
+
+
+def plant_pickled_weights(folder, marker):
+    """Replace the safetensors weights by a pytorch_model.bin whose unpickling would create `marker`."""
+    (folder / "model.safetensors").unlink()
+    torch.save({"model.shared.weight": Payload(marker)}, folder / "pytorch_model.bin")
+    return folder / "pytorch_model.bin"
+
+
+PICKLE_REFUSED = r"pytorch_model\.bin is refused: it holds pickled weights, which are never loaded"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_pickled_weights_are_refused_by_every_command_and_nothing_in_them_runs(
+    command, checkpoint, copy_of, data, tmp_path
+):
+    marker = tmp_path / "payload-ran"
+    weights = plant_pickled_weights(copy_of(), marker)
+    with pytest.raises(OSError, match=PICKLE_REFUSED) as refused:
+        command_loaders(checkpoint, data, tmp_path)[command](weights.parent)
+    assert str(weights) in str(refused.value) and "convert it to safetensors" in str(refused.value).lower()
+    assert "weights_only" not in str(refused.value)
+    assert not marker.exists()
+
+
+def test_a_command_given_pickled_weights_says_so_in_one_line(copy_of, data, tmp_path):
+    marker = tmp_path / "payload-ran"
+    weights = plant_pickled_weights(copy_of(), marker)
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "evaluate_model.py"), "--model", str(weights.parent), "--task",
+         "translation", "--test_file", str(data), "--output_file", str(tmp_path / "results.json")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1
+    assert f"evaluate_model.py: error: {weights} is refused: it holds pickled weights" in result.stderr
+    assert "Traceback" not in result.stderr and "weights_only" not in result.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("load", [VaswaniForConditionalGeneration.from_pretrained, AutoModelForSeq2SeqLM.from_pretrained])
+def test_pickled_weights_are_refused_by_from_pretrained(load, copy_of, tmp_path):
+    marker = tmp_path / "payload-ran"
+    weights = plant_pickled_weights(copy_of(), marker)
+    with pytest.raises(OSError, match=PICKLE_REFUSED):
+        load(weights.parent)
+    assert not marker.exists()
+
+
+def trainer_checkpoint(folder):
+    """A folder the fine-tuning scripts accept as a Trainer checkpoint to resume from."""
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 1}))
+    return folder
+
+
+def resume_from(folder, tmp_path):
+    write_jsonl(tmp_path / "train.jsonl", [{"text": "a", "label": 0}, {"text": "b", "label": 1}])
+    return finetune_classification.main([
+        "--model_name_or_path", str(folder), "--train_file", str(tmp_path / "train.jsonl"), "--output_dir",
+        str(tmp_path / "run"), "--do_train", "--resume_from_checkpoint", str(folder), *QUIET,
+    ])
+
+
+def test_resuming_fine_tuning_from_pickled_weights_is_refused(copy_of, tmp_path):
+    marker = tmp_path / "payload-ran"
+    folder = trainer_checkpoint(plant_pickled_weights(copy_of(), marker).parent)
+    with pytest.raises(OSError, match=PICKLE_REFUSED):
+        resume_from(folder, tmp_path)
+    assert not marker.exists()
+
+
+def test_resuming_fine_tuning_from_an_optimizer_state_with_a_payload_is_refused(copy_of, tmp_path):
+    """The Trainer's own states are pickles it loads with weights_only=True: one holding anything else is named,
+    instead of torch's advice to load it with weights_only=False."""
+    marker = tmp_path / "payload-ran"
+    folder = trainer_checkpoint(copy_of())
+    torch.save({"state": Payload(marker)}, folder / "optimizer.pt")
+    with pytest.raises(ValueError, match=r"cannot be resumed from: optimizer\.pt: it holds objects other than tensors"):
+        resume_from(folder, tmp_path)
+    assert not marker.exists()
+
+
+# --- JSON files nested or sized to exhaust the parser --------------------------------------------------------------
+
+
+DEPTH = 200_000
+
+
+def nest_deeply(path):
+    """Add a value nested DEPTH levels deep to a JSON file: Python's json module recurses once per level."""
+    content = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps(content)[:-1] + ', "nested": ' + "[" * DEPTH + "]" * DEPTH + "}", encoding="utf-8")
+
+
+JSON_FILES = ["config.json", "tokenizer_config.json", "tokenizer.json"]
+
+
+@pytest.mark.parametrize("name", JSON_FILES)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_deeply_nested_json_file_is_named_by_every_command(name, command, checkpoint, copy_of, data, tmp_path):
+    folder = copy_of()
+    nest_deeply(folder / name)
+    with pytest.raises(ValueError, match=rf"{folder / name} is nested more than 100 levels deep"):
+        command_loaders(checkpoint, data, tmp_path)[command](folder)
+
+
+@pytest.mark.parametrize("name, load", [
+    ("config.json", VaswaniConfig.from_pretrained),
+    ("config.json", VaswaniForConditionalGeneration.from_pretrained),
+    ("tokenizer_config.json", VaswaniTokenizer.from_pretrained),
+    ("tokenizer.json", VaswaniTokenizer.from_pretrained),
+    ("tokenizer.json", AutoTokenizer.from_pretrained),
+])
+def test_a_deeply_nested_json_file_is_named_by_the_classes(name, load, copy_of):
+    folder = copy_of()
+    nest_deeply(folder / name)
+    with pytest.raises(ValueError, match=rf"{folder / name} is nested more than 100 levels deep"):
+        load(folder)
+
+
+def test_a_json_file_larger_than_any_checkpoint_holds_is_refused_before_it_is_read(copy_of, monkeypatch):
+    folder = copy_of()
+    monkeypatch.setattr(vaswani.configuration_vaswani, "MAX_JSON_BYTES", 100)  # instead of writing 16 MiB
+    with pytest.raises(ValueError, match=rf"{folder / 'config.json'} is [\d,]+ bytes, more than the 100 a "
+                                         r"checkpoint's config.json may have"):
+        VaswaniConfig.from_pretrained(folder)
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    text = json.dumps({"merges": [["[", "{"], ["]]", "}"]], "a": "[[[[" * 1000, "b": {"c": [1]}})
+    assert vaswani.configuration_vaswani.json_nesting_depth(text) == 3
+
+
+# --- a tokenizer that does not belong to the model, a config that does not ----------------------------------------
+
+
+def test_evaluating_with_a_tokenizer_larger_than_the_embedding_table_is_refused(tokenizer, data, tmp_path):
+    folder = tmp_path / "mismatched"
+    VaswaniForConditionalGeneration(
+        tiny_config(vocab_size=len(tokenizer) - 10, source_lang="en", target_lang="de")).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    with pytest.raises(ValueError, match=rf"The tokenizer has {len(tokenizer):,} tokens but the model's embedding "
+                                         rf"table has {len(tokenizer) - 10:,} rows"):
+        evaluate_model.main(["--model", str(folder), "--task", "translation", "--test_file", str(data),
+                             "--output_file", str(tmp_path / "results.json")])
+
+
+@pytest.mark.parametrize("field, value", [("pad_token_id", 100_000), ("layer_norm_eps", "Infinity")])
+def test_a_config_json_with_a_value_the_model_cannot_use_is_named_on_loading(field, value, copy_of, data, tmp_path):
+    folder = copy_of()
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config)[:-1] + f', "{field}": {value}' + "}")
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        evaluate_model.main(["--model", str(folder), "--task", "translation", "--test_file", str(data),
+                             "--output_file", str(tmp_path / "results.json")])
+
+
+# --- weights that do not fit in memory -------------------------------------------------------------------------------
+
+
+NOT_ENOUGH = r"This config's weights need about [\d.]+ KB \([\d,]+ parameters in float32\), more than the 1\.0 KB of " \
+             r"memory available on cpu: lower d_model, encoder_layers / decoder_layers"
+
+
+@pytest.fixture
+def little_memory(monkeypatch):
+    """A machine with 1 KB free: the tiny model (about 300 KB of weights) does not fit."""
+    monkeypatch.setattr(vaswani.modeling_vaswani, "available_memory", lambda device: 1_000)
+
+
+def test_weights_that_do_not_fit_are_refused_by_from_pretrained(checkpoint, little_memory):
+    with pytest.raises(ValueError, match=NOT_ENOUGH):
+        AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
+
+
+def test_weights_that_do_not_fit_are_refused_by_from_config(little_memory):
+    with pytest.raises(ValueError, match=NOT_ENOUGH):
+        AutoModelForSeq2SeqLM.from_config(tiny_config())
+
+
+def test_weights_that_do_not_fit_are_refused_before_training(tokenizer, little_memory):
+    with pytest.raises(ValueError, match=NOT_ENOUGH):
+        build_model(TrainModelArguments(preset="tiny"), TrainDataArguments(max_source_length=64, max_target_length=64),
+                    TrainArguments(eval_max_new_tokens=32), tokenizer)
+
+
+@pytest.mark.parametrize("overrides", [
+    {}, {"tie_word_embeddings": False}, {"position_embedding_type": "learned"}, {"position_embedding_type": "relative"},
+])
+def test_the_estimate_of_the_weights_is_within_ten_percent(overrides):
+    config = VaswaniConfig.from_preset("small", **overrides)
+    with torch.device("meta"):  # counted, not allocated
+        parameters = VaswaniForConditionalGeneration(config).num_parameters()
+    assert 0.9 < config.estimated_parameters() / parameters < 1.1
+
+
+def test_the_memory_check_reads_the_machines_free_memory(checkpoint):
+    available = vaswani.modeling_vaswani.available_memory(torch.device("cpu"))
+    assert available is None or available > 0
+    assert vaswani.modeling_vaswani.available_memory(torch.device("meta")) is None
+    AutoModelForSeq2SeqLM.from_pretrained(checkpoint)  # a tiny model fits
