@@ -35,6 +35,7 @@ from .batching import TokenBudgetBatches, collate
 from .checkpoints import (
     ARGUMENTS_FILE,
     PROGRESS_FILE,
+    all_processes_succeeded,
     checkpoint_path,
     describe_load_error,
     latest_checkpoint,
@@ -44,7 +45,7 @@ from .checkpoints import (
     resumable_checkpoint,
     save_checkpoint,
 )
-from .errors import CheckpointError, TrainingDiverged, TrainingError
+from .errors import CheckpointError, MetricsWriteError, TrainingDiverged, TrainingError
 from .evaluation import evaluate, to_device
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 from .ownership import die_with_the_launcher, release_output_dir
@@ -388,7 +389,7 @@ def train_until_done(run: Run, bar, stop: StopSignals | None = None) -> tuple[st
                 "tokens": progress.tokens,
                 **({"grad_norm": grad_norm} if grad_norm is not None else {}),
             }
-            run.metrics.write(record)
+            log_metrics(run, record)
             accelerator.log(record, step=progress.step)
             window = LoggingWindow()
 
@@ -420,6 +421,28 @@ def stop_with_a_checkpoint(run: Run, stop: StopSignals, saved: bool) -> None:
     )
 
 
+def log_metrics(run: Run, record: dict) -> None:
+    """Append `record` to metrics.jsonl (the main process writes it). A write that fails (a full disk) leaves the
+    file as it was and stops every process here together, after a checkpoint of this update if one can still be
+    written; the message says what was kept."""
+    failure = None
+    try:
+        run.metrics.write(record)
+    except MetricsWriteError as error:
+        failure = error
+    if all_processes_succeeded(run.accelerator, failure is None):
+        return
+    failure = failure or f"The main process could not write to {run.metrics.path}."
+    try:
+        save_full_checkpoint(run)
+        kept = f"Saved the checkpoint of update {run.progress.step} all the same"
+    except CheckpointError:
+        latest = latest_checkpoint(run.output_dir / "checkpoints")
+        kept = (f"A checkpoint of update {run.progress.step} could not be written either (its temporary folder is "
+                f"removed); {f'the latest one is {latest}' if latest else 'none was saved before'}")
+    raise MetricsWriteError(f"{failure} {kept}. Free disk space, then continue with --resume.")
+
+
 def evaluate_and_keep_best(run: Run) -> dict:
     """Evaluate, log, and publish the model as `best/` when it scores better than every earlier evaluation."""
     progress, accelerator = run.progress, run.accelerator
@@ -440,7 +463,7 @@ def evaluate_and_keep_best(run: Run) -> dict:
     else:
         progress.evaluations_without_improvement += 1
     record = {"step": progress.step, **{k: v for k, v in results.items() if k not in ("samples", "warning")}}
-    run.metrics.write(record)
+    log_metrics(run, record)
     accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=progress.step)
     if accelerator.is_main_process:
         source, output, reference = results["samples"][0]
