@@ -2,7 +2,8 @@
 
 How it ends on a problem with its input or its environment (a bad argument, a missing file, an extra not installed):
 one line, `script.py: error: <message>`, and exit status 1. The messages say what to do; a traceback would bury them.
-Anything else is a bug and keeps its traceback.
+Anything else is a bug and keeps its traceback. A training command stopped by SIGTERM or SIGUSR1 after saving a
+checkpoint (`vaswani.training.preemption`) says so in one line and exits with status 75, "resumable".
 
     if __name__ == "__main__":
         run_command(main)
@@ -22,15 +23,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .data import looks_like_hub_dataset
+from .training.preemption import StoppedBySignal
 
 
 USER_ERRORS = (ValueError, OSError, ImportError)  # OSError: missing files, folders given as files, full disks
 
 
 def run_command(main, *more_user_errors: type[BaseException]) -> None:
-    """Call `main(sys.argv[1:])`, reporting the user's errors (and `more_user_errors`) as one line."""
+    """Call `main(sys.argv[1:])`, reporting the user's errors (and `more_user_errors`) as one line, and a stop by a
+    signal as one line (from the first process of a distributed launch) with its own exit status."""
     try:
         main(sys.argv[1:])
+    except StoppedBySignal as stop:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"{Path(sys.argv[0]).name}: {stop}", file=sys.stderr)
+        sys.exit(stop.exit_status)
     except (*USER_ERRORS, *more_user_errors) as error:
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
         sys.exit(1)

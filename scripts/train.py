@@ -8,7 +8,8 @@ Accelerate: the same command runs in one CPU process, on several GPUs and on sev
     accelerate launch --multi_gpu --num_processes 4 scripts/train.py --config scripts/configs/multi30k_en_de.yaml \
         --mixed_precision bf16
 
-    # continue a run that was stopped or killed, from its latest checkpoint
+    # continue a run that was stopped or killed, from its latest checkpoint (SIGTERM or SIGUSR1, as a preempted job
+    # gets, stops it after the update under way with a checkpoint and exit status 75)
     python scripts/train.py --config scripts/configs/multi30k_en_de.yaml --resume
 
 Options come from the dataclasses in `vaswani.training.arguments` (`--help` lists them); `--config FILE` (YAML or

@@ -1,6 +1,7 @@
 """One fine-tuning run on the standard `Trainer` path: parsing the command line, the checks before anything is
 loaded, the checkpoint to resume from, the callbacks and settings a Vaswani model needs under the Trainer, and the
-train -> save -> evaluate sequence."""
+train -> save -> evaluate sequence, which a stop signal (SIGTERM, SIGUSR1: `vaswani.training.preemption`) ends
+after the update under way, with a checkpoint to resume from."""
 
 import copy
 import json
@@ -14,13 +15,14 @@ import datasets
 import torch
 import transformers
 from transformers import HfArgumentParser, PreTrainedModel, Trainer, TrainerCallback, TrainingArguments, set_seed
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from ..cli import OLD_OPTIONS, modern_argv, require_folder_or_hub_id
 from ..data import split_paths
 from ..model_card import ARGUMENTS_FILE
 from ..output_paths import check_output_dir
 from ..safe_loading import check_trainer_checkpoint
+from ..training.preemption import RESUMABLE, StoppedBySignal, StopSignals
 from .head_loading import ModelArguments
 from .splits import DataArguments
 
@@ -126,6 +128,60 @@ class KeepGenerationConfig(TrainerCallback):
     on_prediction_step = on_evaluate
 
 
+class SaveAndStopOnSignal(TrainerCallback):
+    """On a stop signal during `trainer.train()`: at the end of the update under way, the Trainer saves a checkpoint
+    (`control.should_save`) and stops (`control.should_training_stop`), every process after the same update (they
+    agree through one small reduction per update when there are several). Any evaluation due at that update runs
+    first, as it would have: the checkpoint then holds the same best score as in a run that was not stopped."""
+
+    def __init__(self, accelerator, signals: StopSignals):
+        self.accelerator, self.signals = accelerator, signals
+        self.stopped_at: int | None = None  # the update after which the run stopped
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.signals.received_by_any_process(self.accelerator):
+            control.should_save = control.should_training_stop = True
+            self.stopped_at = state.global_step
+        return control
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        # stopped inside an epoch: the end-of-epoch evaluation and save that follow the Trainer's early exit from the
+        # epoch would not have happened here, and would overwrite the checkpoint with a different best score
+        if self.stopped_at is not None and not float(state.epoch).is_integer():
+            control.should_evaluate = control.should_save = False
+        return control
+
+
+def train_or_stop(trainer: Trainer, training_args: TrainingArguments, signals: StopSignals):
+    """`trainer.train()`, resuming where asked; a stop signal (`signals`) ends it after the update under way, with
+    a checkpoint: StoppedBySignal."""
+    stopping = SaveAndStopOnSignal(trainer.accelerator, signals)
+    trainer.add_callback(stopping)
+    try:
+        outcome = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+    finally:
+        trainer.remove_callback(stopping)
+    if stopping.stopped_at is None:
+        return outcome
+    end_process_group()
+    folder = Path(training_args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{stopping.stopped_at}"
+    raise StoppedBySignal(
+        f"stopped by {signals.describe()} after update {stopping.stopped_at}: its checkpoint {folder} holds the run "
+        f"so far; the same command with --resume_from_checkpoint last continues it ({RESUMABLE})."
+    )
+
+
+def end_process_group() -> None:
+    """The Trainer leaves the process group up; left to the interpreter's exit, gloo's threads sometimes abort the
+    process after the run is done ("terminate called without an active exception", exit -6 under torchrun). Every
+    process calls this at the same point. The barrier lets gloo's threads finish with the last collective first: a
+    group destroyed while one of its threads waits for the interpreter lock to let go of that collective's tensors
+    deadlocks (seen when a stop signal ends training right after the Trainer's gather of the loss)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
 def resume_checkpoint(training_args: TrainingArguments) -> str | None:
     """The Trainer checkpoint to resume from: `--resume_from_checkpoint PATH`, or `last` for the newest
     `checkpoint-*` folder in `--output_dir`."""
@@ -148,6 +204,19 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
     return value
 
 
+def save_trained_model(trainer: Trainer, training_args: TrainingArguments, arguments: tuple) -> None:
+    """The model and tokenizer in --output_dir, the Trainer's state, and arguments.json (see train_and_evaluate)."""
+    trainer.save_model()
+    trainer.save_state()
+    if trainer.is_world_process_zero():
+        record = {"script": Path(sys.argv[0]).name, **{kind: asdict(value) for kind, value in
+                                                        zip(("model", "data", "task"), arguments)}}
+        record["training"] = training_args.to_dict()  # tokens are masked by transformers
+        (Path(training_args.output_dir) / ARGUMENTS_FILE).write_text(
+            json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8"
+        )
+
+
 def argmax_logits(logits, labels):
     """`preprocess_logits_for_metrics`: keep only the predicted ids, so that evaluation gathers one id per position
     across processes rather than the logits and the encoder states a seq2seq head also returns."""
@@ -166,16 +235,10 @@ def train_and_evaluate(
     results = dict(extra or {})
     loss_is_a_batch_mean(trainer)
     if training_args.do_train:
-        outcome = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-        trainer.save_model()
-        trainer.save_state()
-        if trainer.is_world_process_zero():
-            record = {"script": Path(sys.argv[0]).name, **{kind: asdict(value) for kind, value in
-                                                            zip(("model", "data", "task"), arguments)}}
-            record["training"] = training_args.to_dict()  # tokens are masked by transformers
-            (Path(training_args.output_dir) / ARGUMENTS_FILE).write_text(
-                json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8"
-            )
+        # a stop signal is acted on while there is training to lose: after the last update it lets the saves finish
+        with StopSignals() as signals:
+            outcome = train_or_stop(trainer, training_args, signals)
+            save_trained_model(trainer, training_args, arguments)
         metrics = {**outcome.metrics, "num_processes": training_args.world_size}
         trainer.log_metrics("train", metrics)
         trainer.save_metrics("train", metrics)
@@ -185,8 +248,5 @@ def train_and_evaluate(
         trainer.log_metrics("eval", metrics)
         trainer.save_metrics("eval", metrics)
         results.update(metrics)
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        # the Trainer leaves the process group up; left to the interpreter's exit, gloo's threads sometimes abort the
-        # process after the run is done ("terminate called without an active exception", exit -6 under torchrun)
-        torch.distributed.destroy_process_group()
+    end_process_group()
     return results

@@ -7,6 +7,7 @@
     optimization    Adam and the paper's inverse-square-root schedule with warmup
     preparation     the output folder, the tokenizer and the model, before the first update
     ownership       one run per output folder (a lock), workers that die with their launcher
+    preemption      SIGTERM / SIGUSR1: finish the update, checkpoint, exit with status 75 (resumable)
     checkpoints     atomic full checkpoints without pickles to load, resuming, published `best/` and `last/` models
     evaluation      validation loss and sacreBLEU / ROUGE of beam-search outputs, across processes
     reporting       metrics as JSON Lines, the training-curves PNG, the closing summary

@@ -16,7 +16,9 @@ the data and the tokenizer it was trained with (DATA_FILE), which a resume compa
 
 Every folder is written under a temporary name, flushed to disk, and only then renamed to its final name: a rename
 within one file system is atomic, so a folder named `step-*` is always complete, whatever happened during the save.
-Published models (`best/`, `last/`) are swapped in the same way. Only the last `keep` checkpoints are kept.
+Published models (`best/`, `last/`) are swapped in the same way. Only the last `keep` checkpoints are kept. A save
+that fails (a full disk: an OSError, safetensors' own error, or torch's RuntimeError from its zip writer) removes its
+temporary folder and raises CheckpointError in one line, the earlier checkpoints and models left as they were.
 
 An averaged model carries `checkpoint_averaging.json`, naming the checkpoints it was made of, so that the evaluation
 conventions beside its scores can state the averaging (`weights_provenance`).
@@ -323,6 +325,35 @@ def save_model(accelerator, model, tokenizer, folder: Path) -> None:
         tokenizer.save_pretrained(folder)
 
 
+# How torch.save reports a failed write: a RuntimeError from its zip writer (PytorchStreamWriter), whose message
+# names no cause ("[enforce fail at inline_container.cc:672] . unexpected pos 640 vs 534" on a full disk, raised while
+# handling "basic_ios::clear: iostream error"; "PytorchStreamWriter failed writing file data/0: file write failed" in
+# other versions)
+TORCH_WRITE_FAILURES = ("PytorchStreamWriter", "inline_container.cc", "iostream error", "file write failed")
+
+
+def is_write_failure(error: BaseException) -> bool:
+    """Whether `error` says that a file could not be written (rather than a bug to show with its traceback)."""
+    if isinstance(error, (OSError, SafetensorError)):
+        return True
+    return isinstance(error, RuntimeError) and any(
+        marker in str(cause) for cause in (error, error.__context__) for marker in TORCH_WRITE_FAILURES
+    )
+
+
+def describe_write_error(error: BaseException, folder: Path) -> str:
+    """One line for a failed write into `folder`; torch's own message names no cause, so the space left on that disk
+    (before the temporary files go) is added."""
+    if isinstance(error, (OSError, SafetensorError)):
+        return str(error)
+    lines = str(error).strip().splitlines()
+    try:
+        free = f"{shutil.disk_usage(folder if folder.exists() else folder.parent).free:,} bytes left on that disk"
+    except OSError:
+        free = "free space unknown"
+    return f"torch could not write a file ({lines[0] if lines else type(error).__name__}; {free})"
+
+
 def save_checkpoint(
     accelerator, model, tokenizer, root: Path, step: int, keep: int, records: dict[str, dict] | None = None,
     kill_halfway: bool = False,
@@ -347,7 +378,9 @@ def save_checkpoint(
             if accelerator.is_main_process:
                 for name, content in (records or {}).items():
                     (temporary / name).write_text(json.dumps(content, indent=1) + "\n", encoding="utf-8")
-        except (OSError, SafetensorError) as caught:  # safetensors reports a full disk as its own error
+        except Exception as caught:  # safetensors and torch report a full disk as errors of their own
+            if not is_write_failure(caught):
+                raise
             error = caught
     if kill_halfway:
         os.kill(os.getpid(), signal.SIGKILL)  # testing only: die with a half-finished save on disk
@@ -363,14 +396,15 @@ def save_checkpoint(
         except OSError as caught:
             error = caught
     if not all_processes_succeeded(accelerator, error is None):
+        reason = describe_write_error(error, root) if error is not None else "another process failed to write its part"
         if accelerator.is_main_process:
             shutil.rmtree(temporary, ignore_errors=True)
         latest = latest_checkpoint(root)
         kept = f"the latest complete one is {latest}" if latest else "there is no earlier checkpoint"
-        reason = error if error is not None else "another process failed to write its part"
         raise CheckpointError(
-            f"Could not save the checkpoint of update {step} to {final}: {reason}. Earlier checkpoints are intact "
-            f"({kept}). Free disk space or make {root} writable, then continue with --resume."
+            f"Could not save the checkpoint of update {step} to {final}: {reason}. Its temporary folder is removed; "
+            f"earlier checkpoints are intact ({kept}). Free disk space or make {root} writable, then continue with "
+            "--resume."
         )
     return final
 
@@ -391,14 +425,17 @@ def publish_model(accelerator, model, tokenizer, final: Path) -> None:
                 final.rename(retired)
             temporary.rename(final)
             shutil.rmtree(retired, ignore_errors=True)
-    except (OSError, SafetensorError) as caught:
+    except Exception as caught:  # safetensors and torch report a full disk as errors of their own
+        if not is_write_failure(caught):
+            raise
         error = caught
     if not all_processes_succeeded(accelerator, error is None):
+        reason = describe_write_error(error, final.parent) if error else "another process failed to write its part"
         if accelerator.is_main_process:
             shutil.rmtree(temporary, ignore_errors=True)
             if retired.exists() and not final.exists():
                 retired.rename(final)
         raise CheckpointError(
-            f"Could not save the model to {final}: {error or 'another process failed to write its part'}. "
-            "The previous version there is intact. Free disk space or make the folder writable."
+            f"Could not save the model to {final}: {reason}. The previous version there is intact (its temporary "
+            "folder is removed). Free disk space or make the folder writable."
         )

@@ -11,3 +11,7 @@ class CheckpointError(TrainingError):
 
 class TrainingDiverged(TrainingError):
     """The loss or the gradient stopped being a finite number; the update was not applied."""
+
+
+class MetricsWriteError(TrainingError):
+    """metrics.jsonl could not be written (a full disk); the lines it held are intact."""

@@ -37,6 +37,8 @@ from .checkpoints import (
     ARGUMENTS_FILE,
     DATA_FILE,
     PROGRESS_FILE,
+    all_processes_succeeded,
+    checkpoint_path,
     describe_load_error,
     describe_value,
     is_count,
@@ -47,10 +49,11 @@ from .checkpoints import (
     resumable_checkpoint,
     save_checkpoint,
 )
-from .errors import CheckpointError, TrainingDiverged, TrainingError
+from .errors import CheckpointError, MetricsWriteError, TrainingDiverged, TrainingError
 from .evaluation import evaluate, to_device
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 from .ownership import die_with_the_launcher, release_output_dir
+from .preemption import RESUMABLE, StoppedBySignal, StopSignals
 from .preparation import build_model, generation_settings, obtain_tokenizer, prepare_output_dir, run_inputs
 from .reporting import MetricsLog, format_summary, plot_training_curves
 from .seq2seq_data import (
@@ -191,23 +194,34 @@ class LoggingWindow:
 
 
 def train(data: TrainDataArguments, model_args: TrainModelArguments, args: TrainArguments) -> TrainingOutcome:
+    """Train until the run's end, and publish `best/` and `last/`. A stop signal (SIGTERM, SIGUSR1: see
+    `preemption`) during training ends it after the update under way, with a checkpoint: StoppedBySignal."""
     started = time.perf_counter()
     die_with_the_launcher()
     run = set_up(data, model_args, args)
     try:
         run.started, run.earlier_seconds = started, run.progress.wall_seconds
-        bar = tqdm(total=args.max_steps, initial=run.progress.step, desc="training",
-                   disable=not run.accelerator.is_main_process)
-        try:
-            stopped_because, last_evaluated, last_saved = train_until_done(run, bar)
-        finally:
-            bar.close()  # also when an error stops the run, so that its message does not end up on the bar's line
-        if last_evaluated != run.progress.step:
-            evaluate_and_keep_best(run)
-        if last_saved != run.progress.step:
-            save_full_checkpoint(run)
-        publish_model(run.accelerator, run.model, run.tokenizer, run.output_dir / "last")
-        summary = finish(run, stopped_because)
+        # from the first update on, a stop signal is noted and acted on between updates; after the last update it
+        # lets the run finish (its evaluation and saves), and ends it normally
+        with StopSignals() as stop:
+            bar = tqdm(total=args.max_steps, initial=run.progress.step, desc="training",
+                       disable=not run.accelerator.is_main_process)
+            try:
+                stopped_because, last_evaluated, last_saved = train_until_done(run, bar, stop)
+            finally:
+                bar.close()  # also when an error stops the run, so that its message does not end up on the bar's line
+            if last_evaluated != run.progress.step:
+                evaluate_and_keep_best(run)
+            if last_saved != run.progress.step:
+                save_full_checkpoint(run)
+            publish_model(run.accelerator, run.model, run.tokenizer, run.output_dir / "last")
+            summary = finish(run, stopped_because)
+    except StoppedBySignal:
+        # the caller gets no accelerator back: the trackers are flushed and the process group ended here, after a
+        # barrier (see vaswani.finetuning.run.end_process_group for why)
+        run.accelerator.wait_for_everyone()
+        run.accelerator.end_training()
+        raise
     finally:
         if run.lock is not None:
             release_output_dir(run.lock)
@@ -499,9 +513,10 @@ def set_peak_learning_rate(schedule, peak_learning_rate: float) -> None:
     scheduler._last_lr = rates
 
 
-def train_until_done(run: Run, bar) -> tuple[str, int | None, int | None]:
+def train_until_done(run: Run, bar, stop: StopSignals | None = None) -> tuple[str, int | None, int | None]:
     """Updates until max_steps, max_epochs or early stopping; logs, evaluates and saves on the way. Returns why it
-    stopped, and the last update evaluated and saved."""
+    stopped, and the last update evaluated and saved. When any process received a stop signal (`stop`), every
+    process stops after the same update, saves a checkpoint of it and raises StoppedBySignal."""
     args, progress, accelerator = run.args, run.progress, run.accelerator
     stream = run.batches.stream(progress.epoch, progress.position)
     train_rows = run.prepared.train.select_columns(["input_ids", "labels"])
@@ -520,7 +535,7 @@ def train_until_done(run: Run, bar) -> tuple[str, int | None, int | None]:
         progress.epoch, progress.position = run.batches.next_position(epoch, position)
 
         loss, tokens, grad_norm = run_update(
-            accelerator, run.model, run.optimizer, run.schedule, micro_batches, args, progress
+            accelerator, run.model, run.optimizer, run.schedule, micro_batches, args, progress, stop
         )
         seconds = time.perf_counter() - update_started
         progress.step, progress.tokens = progress.step + 1, progress.tokens + tokens
@@ -541,7 +556,7 @@ def train_until_done(run: Run, bar) -> tuple[str, int | None, int | None]:
                 "tokens": progress.tokens,
                 **({"grad_norm": grad_norm} if grad_norm is not None else {}),
             }
-            run.metrics.write(record)
+            log_metrics(run, record)
             accelerator.log(record, step=progress.step)
             window = LoggingWindow()
 
@@ -557,7 +572,42 @@ def train_until_done(run: Run, bar) -> tuple[str, int | None, int | None]:
         patience = args.early_stopping_patience
         if patience is not None and progress.evaluations_without_improvement >= patience:
             return f"no better {run.score_name} in {patience} evaluations (early stopping)", last_evaluated, last_saved
+        if stop is not None and stop.agreed:
+            stop_with_a_checkpoint(run, stop, saved=last_saved == progress.step)
     return f"reached max_steps={args.max_steps}", last_evaluated, last_saved
+
+
+def stop_with_a_checkpoint(run: Run, stop: StopSignals, saved: bool) -> None:
+    """End the run on a stop signal, after the checkpoint of its last update (unless it was just saved)."""
+    if not saved:
+        save_full_checkpoint(run)
+    folder = checkpoint_path(run.output_dir / "checkpoints", run.progress.step)
+    raise StoppedBySignal(
+        f"stopped by {stop.describe()} after update {run.progress.step}: its checkpoint {folder} holds the run so "
+        f"far; the same command with --resume continues it exactly ({RESUMABLE})."
+    )
+
+
+def log_metrics(run: Run, record: dict) -> None:
+    """Append `record` to metrics.jsonl (the main process writes it). A write that fails (a full disk) leaves the
+    file as it was and stops every process here together, after a checkpoint of this update if one can still be
+    written; the message says what was kept."""
+    failure = None
+    try:
+        run.metrics.write(record)
+    except MetricsWriteError as error:
+        failure = error
+    if all_processes_succeeded(run.accelerator, failure is None):
+        return
+    failure = failure or f"The main process could not write to {run.metrics.path}."
+    try:
+        save_full_checkpoint(run)
+        kept = f"Saved the checkpoint of update {run.progress.step} all the same"
+    except CheckpointError:
+        latest = latest_checkpoint(run.output_dir / "checkpoints")
+        kept = (f"A checkpoint of update {run.progress.step} could not be written either (its temporary folder is "
+                f"removed); {f'the latest one is {latest}' if latest else 'none was saved before'}")
+    raise MetricsWriteError(f"{failure} {kept}. Free disk space, then continue with --resume.")
 
 
 def evaluate_and_keep_best(run: Run) -> dict:
@@ -580,7 +630,7 @@ def evaluate_and_keep_best(run: Run) -> dict:
     else:
         progress.evaluations_without_improvement += 1
     record = {"step": progress.step, **{k: v for k, v in results.items() if k not in ("samples", "warning")}}
-    run.metrics.write(record)
+    log_metrics(run, record)
     accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=progress.step)
     if accelerator.is_main_process:
         source, output, reference = results["samples"][0]
@@ -594,9 +644,12 @@ def evaluate_and_keep_best(run: Run) -> dict:
     return results
 
 
-def run_update(accelerator, model, optimizer, schedule, micro_batches, args, progress) -> tuple[float, int, float]:
+def run_update(accelerator, model, optimizer, schedule, micro_batches, args, progress,
+               stop: StopSignals | None = None) -> tuple[float, int, float]:
     """One optimizer update from this process's micro-batches. Returns the update's mean loss per target token (all
-    processes), the source + target tokens it trained on (all processes) and the gradient norm before clipping."""
+    processes), the source + target tokens it trained on (all processes) and the gradient norm before clipping.
+    With `stop`, the reduction that checks the new weights also tells every process whether any of them has
+    received a stop signal (`stop.agreed`), at no extra synchronisation."""
     micro_batches = [to_device(batch, accelerator.device) for batch in micro_batches]
     target_tokens = [int((batch["labels"] != -100).sum()) for batch in micro_batches]
     source_tokens = sum(int(batch["attention_mask"].sum()) for batch in micro_batches)
@@ -626,16 +679,23 @@ def run_update(accelerator, model, optimizer, schedule, micro_batches, args, pro
                 optimizer.step()
                 schedule.step()
                 optimizer.zero_grad(set_to_none=True)
-                if not all_finite(accelerator, model.parameters()):
+                if not all_finite(accelerator, model.parameters(), stop):
                     raise diverged("the update made weights inf or nan", progress, args, accelerator, applied=True)
     return mean_loss, int(all_target_tokens + all_source_tokens), grad_norm
 
 
-def all_finite(accelerator, tensors) -> bool:
-    """Whether every process's `tensors` are finite (its shard, under FSDP): one check, one reduction, one sync."""
+def all_finite(accelerator, tensors, stop: StopSignals | None = None) -> bool:
+    """Whether every process's `tensors` are finite (its shard, under FSDP): one check, one reduction, one sync.
+    With `stop`, the same reduction carries each process's stop-signal flag, and `stop.agreed` says whether any
+    process had received one."""
     flags = [torch.isfinite(tensor).all() for tensor in tensors if tensor.is_floating_point() and tensor.numel()]
     broken = (~torch.stack(flags).all()).float() if flags else torch.zeros((), device=accelerator.device)
-    return accelerator.reduce(broken.to(accelerator.device).reshape(1), reduction="sum").item() == 0
+    stopping = torch.tensor(stop.flag() if stop is not None else 0.0, device=accelerator.device)
+    totals = accelerator.reduce(torch.stack([broken.to(accelerator.device).reshape(()), stopping]), reduction="sum")
+    broken_total, stop_total = totals.tolist()
+    if stop is not None:
+        stop.agree(stop_total > 0)
+    return broken_total == 0
 
 
 def optimizer_tensors(optimizer):

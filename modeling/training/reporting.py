@@ -3,22 +3,45 @@ training curves, and a closing summary. TensorBoard gets the same numbers throug
 
 import json
 import math
+import os
 from pathlib import Path
 
-from .errors import TrainingError
+from .errors import MetricsWriteError, TrainingError
 
 
 class MetricsLog:
-    """`metrics.jsonl`: one JSON object per line, each with its `step`; written by the main process only."""
+    """`metrics.jsonl`: one JSON object per line, each with its `step`; written by the main process only. A write
+    that fails (a full disk) never costs the lines already there."""
 
     def __init__(self, path: Path, enabled: bool):
         self.path = path
         self.enabled = enabled
 
     def write(self, record: dict) -> None:
-        if self.enabled:
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        """Append `record` as one line. When that fails, what the write added is cut off again (no partial line)
+        and MetricsWriteError says so."""
+        if not self.enabled:
+            return
+        line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        try:
+            descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise self.write_error(record, error) from None
+        try:
+            length = os.fstat(descriptor).st_size
+            try:
+                write_all(descriptor, line)
+            except OSError as error:
+                os.ftruncate(descriptor, length)  # shrinking needs no space
+                raise self.write_error(record, error) from None
+        finally:
+            os.close(descriptor)
+
+    def write_error(self, record: dict, error: OSError) -> MetricsWriteError:
+        return MetricsWriteError(
+            f"Could not write the record of update {record.get('step', '?')} to {self.path} ({error}); the lines it "
+            "held before are intact."
+        )
 
     def read(self, tolerate_cut_last_line: bool = False) -> list[dict]:
         """The records; a line that is not a JSON object is an error naming the file and line, except (on resume)
@@ -50,8 +73,23 @@ class MetricsLog:
         if self.enabled and self.path.is_file():
             kept = [record for record in self.read(tolerate_cut_last_line=True) if record.get("step", 0) <= step]
             temporary = self.path.with_suffix(".tmp")
-            temporary.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8")
-            temporary.replace(self.path)
+            try:
+                temporary.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept),
+                                     encoding="utf-8")
+                temporary.replace(self.path)
+            except OSError as error:
+                temporary.unlink(missing_ok=True)
+                raise MetricsWriteError(
+                    f"Could not rewrite {self.path} without the records after update {step} ({error}); it is "
+                    "intact. Free disk space, then resume."
+                ) from None
+
+
+def write_all(descriptor: int, data: bytes) -> None:
+    """os.write until all of `data` is written (a write to a filling disk can be short before it fails)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view):]
 
 
 def plot_training_curves(records: list[dict], score_name: str, path: Path) -> Path:
