@@ -290,6 +290,20 @@ def test_an_aggregation_without_grouped_entities_is_an_error(seq2seq):
                              "--aggregation_strategy", "none"])
 
 
+@pytest.mark.parametrize("value, message", [
+    (5, r"pairs.jsonl, row 2: `de` holds an integer \(5\), not text"),
+    (["Ein", "Mann."], r"pairs.jsonl, row 2: `de` holds a list \(\['Ein', 'Mann.'\]\), not text"),
+], ids=["integer", "list"])
+def test_a_text_column_holding_a_number_or_a_list_is_named_with_its_row(seq2seq, tmp_path, value, message):
+    rows = [{"en": en, "de": de} for en, de in PAIRS[:3]]
+    rows[1]["de"] = value
+    with pytest.raises(ValueError, match=message):
+        evaluate_model.main(["--model", str(seq2seq), "--task", "translation",
+                             "--validation_file", str(write_jsonl(tmp_path / "pairs.jsonl", rows)),
+                             "--output_file", str(tmp_path / "results.json")])
+    assert not (tmp_path / "results.json").exists()
+
+
 def test_a_folder_given_as_the_data_file_is_called_a_folder(seq2seq, tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "test.jsonl").write_text('{"en": "A man.", "de": "Ein Mann."}\n')
