@@ -165,6 +165,23 @@ def columns_for(args: EvaluationArguments, config) -> dict[str, str]:
     return {"source": source, "target": target}
 
 
+def direction_warning(columns: dict[str, str], config) -> str | None:
+    """A warning where the translation columns name the languages of the model's config the other way round (an
+    en -> de model given --source_column de or --target_column en would be scored translating from the references'
+    language): a column is taken to name a language where it is called as the language is (`de`, `translation.de`)."""
+    source_lang, target_lang = getattr(config, "source_lang", None), getattr(config, "target_lang", None)
+    if not source_lang or not target_lang or source_lang == target_lang:
+        return None
+    language = {role: column.rsplit(".", 1)[-1].lower() for role, column in columns.items()}
+    if language["source"] != target_lang.lower() and language["target"] != source_lang.lower():
+        return None
+    return (
+        f"--source_column {columns['source']} and --target_column {columns['target']} contradict the model's "
+        f"direction, {source_lang} -> {target_lang} (source_lang / target_lang in its config.json): the scores would "
+        "be of translating the other way; check the columns."
+    )
+
+
 def score_split(args: EvaluationArguments, model, tokenizer, dataset, columns: dict[str, str], where: str):
     """(metrics, decoding settings ({} where nothing is generated), conventions text, diagnostics ({} where nothing
     is generated)) for the task, through its pipeline."""
@@ -275,6 +292,8 @@ def main(argv: list[str] | None = None) -> dict:
     if max_positions:
         tokenizer.model_max_length = min(tokenizer.model_max_length, max_positions)
     columns = columns_for(args, model.config)
+    if args.task == "translation" and (warning := direction_warning(columns, model.config)):
+        print(f"WARNING: {warning}", file=sys.stderr)
     dataset, where, dataset_record = data.load(columns)
 
     started = time.perf_counter()

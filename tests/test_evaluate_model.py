@@ -304,6 +304,25 @@ def test_a_text_column_holding_a_number_or_a_list_is_named_with_its_row(seq2seq,
     assert not (tmp_path / "results.json").exists()
 
 
+@pytest.mark.parametrize("source, target, warned", [
+    ("de", "en", True), ("en", "en", True), ("de", "de", True), ("en", "de", False), ("text", "reference", False),
+])
+def test_columns_that_contradict_the_models_languages_are_warned_about(seq2seq, tmp_path, capsys, source, target,
+                                                                       warned):
+    """The en->de model scored with the German column as its source would be scored translating de->en; a column
+    named after no language says nothing about the direction."""
+    rows = [{"en": en, "de": de, "text": en, "reference": de} for en, de in PAIRS[:2]]
+    evaluate_model.main(["--model", str(seq2seq), "--task", "translation",
+                         "--validation_file", str(write_jsonl(tmp_path / "pairs.jsonl", rows)),
+                         "--source_column", source, "--target_column", target, "--output_file",
+                         str(tmp_path / "results.json"), "--num_beams", "1", "--max_new_tokens", "4",
+                         "--diagnostic_examples", "0"])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "contradict" in line]
+    expected = (f"WARNING: --source_column {source} and --target_column {target} contradict the model's direction, "
+                "en -> de (source_lang / target_lang in its config.json)")
+    assert [line.startswith(expected) for line in warnings] == ([True] if warned else [])
+
+
 def test_a_folder_given_as_the_data_file_is_called_a_folder(seq2seq, tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "test.jsonl").write_text('{"en": "A man.", "de": "Ein Mann."}\n')
