@@ -12,13 +12,23 @@ How it reads the options of the last release: `modern_argv` rewrites them to tod
 example scripts) before parsing, with one warning line on stderr for each. `OLD_OPTIONS` is the list; it goes in the
 next release. And `parse_config_overrides`, the one reader of `--config_overrides "key=value,key=value"`, and
 `require_folder_or_hub_id`, which names a missing checkpoint or tokenizer folder as missing.
+
+How it checks its numeric options, right after parsing and before anything is loaded: `check_numbers` holds every
+integer and float option of the parsed dataclasses to its type and to a finite value (a config file's values and
+`nan` / `inf` pass the parser as they are), and each option named in its rules (`Allowed`) to its range, in one line
+naming the option, the value and what is allowed.
 """
 
+import dataclasses
 import json
+import math
 import os
+import reprlib
 import shlex
 import sys
-from collections.abc import Callable
+import types
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +87,101 @@ def looks_like_hub_repo_id(value: str) -> bool:
     except HFValidationError:
         return False
     return True
+
+
+# --- numeric options --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The values a numeric option takes: a whole number (`integer`) or any finite number, from `minimum` and up to
+    `maximum` (either bound left out where `above` / `below` say so), or unset where `optional`. `meaning` says what a
+    special value does ("0 turns clipping off")."""
+
+    integer: bool = False
+    minimum: float | None = None
+    maximum: float | None = None
+    above: bool = False  # the minimum itself is not allowed
+    below: bool = False  # the maximum itself is not allowed
+    optional: bool = False
+    meaning: str = ""
+
+    def admits(self, value) -> bool:
+        if value is None:
+            return self.optional
+        if not is_number(value, self.integer):
+            return False
+        if self.minimum is not None and (value <= self.minimum if self.above else value < self.minimum):
+            return False
+        if self.maximum is not None and (value >= self.maximum if self.below else value > self.maximum):
+            return False
+        return True
+
+    def describe(self) -> str:
+        """`a whole number >= 1, or unset (unset: no limit)`"""
+        bounds = []
+        if self.minimum is not None:
+            bounds.append(f"{'>' if self.above else '>='} {plain(self.minimum)}")
+        if self.maximum is not None:
+            bounds.append(f"{'<' if self.below else '<='} {plain(self.maximum)}")
+        text = "a whole number" if self.integer else "a finite number"
+        text += (" " + " and ".join(bounds)) if bounds else ""
+        text += ", or unset" if self.optional else ""
+        return text + (f" ({self.meaning})" if self.meaning else "")
+
+
+def plain(number: float) -> str:
+    """`4294967295`, `1`, `0.5`, `1e-09`: whole numbers without an exponent or a fraction."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
+def is_number(value, integer: bool = False) -> bool:
+    """An int (not a bool) where `integer`, else a finite int or float."""
+    if isinstance(value, bool):
+        return False
+    if integer:
+        return isinstance(value, int)
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def at_least(minimum: float, integer: bool = True, **more) -> Allowed:
+    """`minimum` or more: a whole number unless `integer` is False."""
+    return Allowed(integer=integer, minimum=minimum, **more)
+
+
+POSITIVE = at_least(1)  # a count: updates, tokens, examples, beams
+FRACTION = Allowed(minimum=0, maximum=1, below=True)  # a probability or decay rate in [0, 1)
+SEED = Allowed(integer=True, minimum=0, maximum=2**32 - 1)  # what numpy's seeding takes
+
+
+def check_option(name: str, value, allowed: Allowed) -> None:
+    """`--name value` is allowed, else a ValueError naming the option, the value and what is allowed."""
+    if not allowed.admits(value):
+        raise ValueError(f"--{name} must be {allowed.describe()}; got {reprlib.repr(value)}.")
+
+
+def check_numbers(arguments, rules: Mapping[str, Allowed]) -> None:
+    """Every integer and float option of the dataclasses `arguments` (one, or a sequence) holds a finite value of its
+    type (or None, where its type allows it), and each option named in `rules` is in the range they give."""
+    groups = arguments if isinstance(arguments, (list, tuple)) else [arguments]
+    for group in groups:
+        for name, (kind, optional) in numeric_fields(type(group)).items():
+            rule = rules.get(name, Allowed())
+            check_option(name, getattr(group, name),
+                         dataclasses.replace(rule, integer=rule.integer or kind is int, optional=optional))
+
+
+def numeric_fields(cls) -> dict[str, tuple[type, bool]]:
+    """The fields of dataclass `cls` typed int or float, each with that type and whether None is allowed too."""
+    hints = typing.get_type_hints(cls)
+    found = {}
+    for field in dataclasses.fields(cls):
+        hint = hints[field.name]
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        kinds = set(typing.get_args(hint)) - {type(None)} if union else {hint}
+        if kinds in ({int}, {float}):
+            found[field.name] = (kinds.pop(), union and type(None) in typing.get_args(hint))
+    return found
 
 
 # --- config overrides -------------------------------------------------------------------------------------------
@@ -280,8 +385,15 @@ def check_one_value(settings: list[tuple[str, object, str]], rewritten: set[str]
 
 
 __all__ = [
+    "Allowed",
+    "FRACTION",
     "OLD_OPTIONS",
+    "POSITIVE",
+    "SEED",
     "USER_ERRORS",
+    "at_least",
+    "check_numbers",
+    "check_option",
     "format_config_overrides",
     "given_options",
     "modern_argv",

@@ -9,6 +9,7 @@ Errors name what is wrong: the file and line of a broken record, the missing col
 """
 
 import json
+import reprlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -196,6 +197,51 @@ def require_values(dataset: datasets.Dataset, columns: Sequence[str], where: str
                 raise ValueError(f"{where}, row {row}: `{column}` is null (empty); every row needs a value.")
             if (bad := _unencodable(value, column)) is not None:
                 raise ValueError(f"{where}, row {row}: {bad}.")
+
+
+def require_text(dataset: datasets.Dataset, columns: Sequence[str], where: str = "the dataset") -> None:
+    """Every value of the text `columns` is a string (or null, which the caller reports or counts as empty): a number
+    or a list where text belongs is named with its row and what it is, instead of being taken for an empty text or
+    failing inside the tokenizer. A dotted name reads inside a dict column (`translation.en`). A column typed as text
+    throughout is not read row by row."""
+    for column in columns:
+        if is_text_feature(column_feature(dataset.features, column)):
+            continue
+        for row, value in enumerate(dotted_values(dataset[column.partition(".")[0]], column), start=1):
+            if value is not None and not isinstance(value, str):
+                raise ValueError(
+                    f"{where}, row {row}: `{column}` holds {value_kind(value)} ({reprlib.repr(value)}), not text; "
+                    "every value of a text column must be a string."
+                )
+
+
+def column_feature(features: datasets.Features, column: str):
+    """The type of `column`; of key `en` of the dict column `translation` for `translation.en` (None if unknown)."""
+    top, _, key = column.partition(".")
+    feature = features.get(top)
+    if not key:
+        return feature
+    if isinstance(feature, datasets.Translation):
+        return datasets.Value("string")  # a translation's values are its texts
+    return feature.get(key) if isinstance(feature, dict) else None
+
+
+def is_text_feature(feature) -> bool:
+    return isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
+
+
+def dotted_values(values: Iterable, column: str) -> Iterator:
+    """The values of `column` from those of its top-level column: key `en` of each dict for `translation.en` (None
+    where a row has no such dict or key)."""
+    _, _, key = column.partition(".")
+    for value in values:
+        yield (value.get(key) if isinstance(value, dict) else None) if key else value
+
+
+def value_kind(value) -> str:
+    """What a JSON value is, in words: `an integer`, `a list`."""
+    kinds = {bool: "true/false", int: "an integer", float: "a number", list: "a list", dict: "an object"}
+    return next((kind for cls, kind in kinds.items() if isinstance(value, cls)), f"a {type(value).__name__}")
 
 
 def require_same_lengths(dataset: datasets.Dataset, first: str, second: str, where: str = "the dataset") -> None:

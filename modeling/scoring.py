@@ -24,6 +24,9 @@ from .metrics import load_metric, rouge_percent
 from .output_paths import write_text_atomically
 
 
+TEXT_ROLES = ("source", "target", "text")  # the columns of one text per row, by role (the others: labels, word lists)
+
+
 @dataclass
 class EvaluatedSplitArguments:
     """The split a results file scores (scripts/evaluate_model.py, scripts/extractive_baseline.py), and how the file
@@ -63,11 +66,13 @@ class EvaluatedSplitArguments:
         }
 
     def load(self, columns: dict[str, str]) -> tuple[datasets.Dataset, str, dict]:
-        """The rows to score (with `columns`, each value text), where they came from (for messages), and the
-        results file's `dataset` entry."""
+        """The rows to score (with `columns` by role, each with a value; a string for the roles that are text),
+        where they came from (for messages), and the results file's `dataset` entry."""
         source, split = self.source()
+        text_columns = [column for role, column in columns.items() if role in TEXT_ROLES]
         dataset, where = load_checked_split(
-            source, split, self.dataset_config_name, list(columns.values()), self.max_eval_samples, "evaluation"
+            source, split, self.dataset_config_name, list(columns.values()), self.max_eval_samples, "evaluation",
+            text_columns,
         )
         record = {"name": self.dataset_label or source, "config": self.dataset_config_name, "split": split,
                   "columns": columns, "num_examples": len(dataset)}

@@ -47,7 +47,15 @@ from transformers import (
 )
 
 from vaswani import pipelines as vaswani_pipelines
-from vaswani.cli import OLD_OPTIONS, modern_argv, require_folder_or_hub_id, run_command
+from vaswani.cli import (
+    OLD_OPTIONS,
+    POSITIVE,
+    at_least,
+    check_numbers,
+    modern_argv,
+    require_folder_or_hub_id,
+    run_command,
+)
 from vaswani.cpu_inference import for_cpu_inference
 from vaswani.diagnostics import encoder_collapse, format_encoder_collapse, input_independence_warning, output_diversity
 from vaswani.scoring import (
@@ -126,19 +134,25 @@ class EvaluationArguments:
     )
 
 
-def check_arguments(args: EvaluationArguments) -> None:
+# What each numeric option allows; every one is a finite number of its type (vaswani.cli.check_numbers), so that no
+# NaN reaches a results file (the length penalty may be any finite number: below 0 it favours short outputs).
+NUMBER_RULES = {
+    "batch_size": POSITIVE,
+    "num_beams": POSITIVE,
+    "max_new_tokens": POSITIVE,
+    "no_repeat_ngram_size": at_least(1, meaning="unset: no such rule"),
+    "diagnostic_examples": at_least(0, meaning="0 skips the diagnostics"),
+    "max_eval_samples": at_least(1, meaning="unset: every row"),
+}
+
+
+def check_arguments(args: EvaluationArguments, data: EvaluatedSplitArguments) -> None:
+    check_numbers((args, data), NUMBER_RULES)
     if args.aggregation_strategy not in GROUPED_AGGREGATIONS:
         raise ValueError(
             f"--aggregation_strategy {args.aggregation_strategy!r}: scoring needs grouped entities, so use one of "
             f"{list(GROUPED_AGGREGATIONS)}."
         )
-    if args.diagnostic_examples < 0:
-        raise ValueError(f"--diagnostic_examples must be 0 (skip) or more, got {args.diagnostic_examples}.")
-    if args.no_repeat_ngram_size is not None and args.no_repeat_ngram_size < 1:
-        raise ValueError(f"--no_repeat_ngram_size must be at least 1 (or unset), got {args.no_repeat_ngram_size}.")
-    for name in ("batch_size", "num_beams", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
     if args.engine == "ctranslate2" and args.task not in ("translation", "summarization"):
         raise ValueError(f"--engine ctranslate2 translates and summarizes; --task {args.task} runs with transformers.")
 
@@ -159,6 +173,23 @@ def columns_for(args: EvaluationArguments, config) -> dict[str, str]:
             "target_lang to default to."
         )
     return {"source": source, "target": target}
+
+
+def direction_warning(columns: dict[str, str], config) -> str | None:
+    """A warning where the translation columns name the languages of the model's config the other way round (an
+    en -> de model given --source_column de or --target_column en would be scored translating from the references'
+    language): a column is taken to name a language where it is called as the language is (`de`, `translation.de`)."""
+    source_lang, target_lang = getattr(config, "source_lang", None), getattr(config, "target_lang", None)
+    if not source_lang or not target_lang or source_lang == target_lang:
+        return None
+    language = {role: column.rsplit(".", 1)[-1].lower() for role, column in columns.items()}
+    if language["source"] != target_lang.lower() and language["target"] != source_lang.lower():
+        return None
+    return (
+        f"--source_column {columns['source']} and --target_column {columns['target']} contradict the model's "
+        f"direction, {source_lang} -> {target_lang} (source_lang / target_lang in its config.json): the scores would "
+        "be of translating the other way; check the columns."
+    )
 
 
 def score_split(args: EvaluationArguments, model, tokenizer, dataset, columns: dict[str, str], where: str):
@@ -258,7 +289,7 @@ def generation_diagnostics(args: EvaluationArguments, model, tokenizer, sources,
 def main(argv: list[str] | None = None) -> dict:
     argv = modern_argv(argv, OLD_OPTIONS["evaluation"], program=Path(__file__).name)
     args, data = HfArgumentParser((EvaluationArguments, EvaluatedSplitArguments)).parse_args_into_dataclasses(args=argv)
-    check_arguments(args)
+    check_arguments(args, data)
     require_folder_or_hub_id(args.model, "--model")
     output_file = Path(args.output_file) if args.output_file else Path(args.model) / RESULTS_FILE
     if args.output_file is None and not Path(args.model).is_dir():
@@ -275,6 +306,8 @@ def main(argv: list[str] | None = None) -> dict:
     if max_positions:
         tokenizer.model_max_length = min(tokenizer.model_max_length, max_positions)
     columns = columns_for(args, model.config)
+    if args.task == "translation" and (warning := direction_warning(columns, model.config)):
+        print(f"WARNING: {warning}", file=sys.stderr)
     dataset, where, dataset_record = data.load(columns)
 
     started = time.perf_counter()

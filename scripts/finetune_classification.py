@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> dict:
         ClassificationArguments, argv, program=Path(__file__).name
     )
     tokenizer = load_tokenizer(model_args)
-    splits = load_splits(data_args, training_args, [task_args.text_column, task_args.label_column])
+    splits = load_splits(
+        data_args, training_args, [task_args.text_column, task_args.label_column], text_columns=[task_args.text_column]
+    )
     labels, model, report = load_labelled_head(
         AutoModelForSequenceClassification, model_args, tokenizer, splits, task_args.label_column, task_args.label_set
     )

@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> dict:
     source_column, target_column = resolve_columns(task_args)
 
     tokenizer = load_tokenizer(model_args)
-    splits = load_splits(data_args, training_args, [source_column, target_column])
+    columns = [source_column, target_column]
+    splits = load_splits(data_args, training_args, columns, text_columns=columns)
     languages = {}
     if task_args.task == "translation":
         languages = {

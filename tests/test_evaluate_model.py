@@ -283,17 +283,44 @@ def test_ctranslate2_is_for_generation_tasks_only(seq2seq):
                              "--engine", "ctranslate2"])
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("--aggregation_strategy", "none", "scoring needs grouped entities"),
-    ("--num_beams", "0", "--num_beams must be at least 1"),
-    ("--max_eval_samples", "0", "--max_eval_samples must be at least 1"),
-    ("--no_repeat_ngram_size", "0", "--no_repeat_ngram_size must be at least 1"),
-    ("--diagnostic_examples", "-1", "--diagnostic_examples must be 0 \\(skip\\) or more"),
-])
-def test_bad_settings_are_errors(seq2seq, tmp_path, option, value, message):
-    with pytest.raises(ValueError, match=message):
+def test_an_aggregation_without_grouped_entities_is_an_error(seq2seq):
+    # the numeric options: tests/test_option_checks.py
+    with pytest.raises(ValueError, match="scoring needs grouped entities"):
         evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--validation_file", "unused.jsonl",
-                             option, value])
+                             "--aggregation_strategy", "none"])
+
+
+@pytest.mark.parametrize("value, message", [
+    (5, r"pairs.jsonl, row 2: `de` holds an integer \(5\), not text"),
+    (["Ein", "Mann."], r"pairs.jsonl, row 2: `de` holds a list \(\['Ein', 'Mann.'\]\), not text"),
+], ids=["integer", "list"])
+def test_a_text_column_holding_a_number_or_a_list_is_named_with_its_row(seq2seq, tmp_path, value, message):
+    rows = [{"en": en, "de": de} for en, de in PAIRS[:3]]
+    rows[1]["de"] = value
+    with pytest.raises(ValueError, match=message):
+        evaluate_model.main(["--model", str(seq2seq), "--task", "translation",
+                             "--validation_file", str(write_jsonl(tmp_path / "pairs.jsonl", rows)),
+                             "--output_file", str(tmp_path / "results.json")])
+    assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.parametrize("source, target, warned", [
+    ("de", "en", True), ("en", "en", True), ("de", "de", True), ("en", "de", False), ("text", "reference", False),
+])
+def test_columns_that_contradict_the_models_languages_are_warned_about(seq2seq, tmp_path, capsys, source, target,
+                                                                       warned):
+    """The en->de model scored with the German column as its source would be scored translating de->en; a column
+    named after no language says nothing about the direction."""
+    rows = [{"en": en, "de": de, "text": en, "reference": de} for en, de in PAIRS[:2]]
+    evaluate_model.main(["--model", str(seq2seq), "--task", "translation",
+                         "--validation_file", str(write_jsonl(tmp_path / "pairs.jsonl", rows)),
+                         "--source_column", source, "--target_column", target, "--output_file",
+                         str(tmp_path / "results.json"), "--num_beams", "1", "--max_new_tokens", "4",
+                         "--diagnostic_examples", "0"])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "contradict" in line]
+    expected = (f"WARNING: --source_column {source} and --target_column {target} contradict the model's direction, "
+                "en -> de (source_lang / target_lang in its config.json)")
+    assert [line.startswith(expected) for line in warnings] == ([True] if warned else [])
 
 
 def test_a_folder_given_as_the_data_file_is_called_a_folder(seq2seq, tmp_path):

@@ -17,7 +17,17 @@ import transformers
 from transformers import HfArgumentParser, PreTrainedModel, Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
-from ..cli import OLD_OPTIONS, modern_argv, require_folder_or_hub_id
+from ..cli import (
+    FRACTION,
+    OLD_OPTIONS,
+    POSITIVE,
+    SEED,
+    Allowed,
+    at_least,
+    check_numbers,
+    modern_argv,
+    require_folder_or_hub_id,
+)
 from ..data import split_paths
 from ..model_card import ARGUMENTS_FILE
 from ..output_paths import check_output_dir
@@ -40,11 +50,73 @@ def start_run(
     argv = modern_argv(argv, OLD_OPTIONS["fine-tuning"], program)
     parser = HfArgumentParser((ModelArguments, DataArguments, task_arguments, training_arguments))
     model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    check_numbers((model_args, data_args, task_args, training_args), NUMBER_RULES)
+    check_training_length(training_args)
     setup_logging(training_args)
     check_run(training_args)
     check_paths(model_args, data_args, training_args)
     set_seed(training_args.seed)
     return model_args, data_args, task_args, training_args
+
+
+# What the numeric options of a fine-tuning run allow, ours and those of TrainingArguments that it takes as given
+# (torch's optimizer, the data loader and numpy's seeding would refuse some later, with messages that name no option;
+# others would silently change the run). Every other one is a finite number of its type (vaswani.cli.check_numbers).
+NUMBER_RULES = {
+    **dict.fromkeys(
+        ("max_length", "max_source_length", "max_target_length", "per_device_train_batch_size",
+         "per_device_eval_batch_size", "gradient_accumulation_steps", "generation_max_length", "generation_num_beams"),
+        POSITIVE,
+    ),
+    "max_train_samples": at_least(1, meaning="unset: every row"),
+    "max_eval_samples": at_least(1, meaning="unset: every row"),
+    "seed": SEED,
+    "data_seed": SEED,
+    "learning_rate": at_least(0, integer=False),  # 0 is torch's too: a run that keeps the weights as loaded
+    "adam_beta1": FRACTION,
+    "adam_beta2": FRACTION,
+    "adam_epsilon": Allowed(minimum=0, above=True),
+    "weight_decay": at_least(0, integer=False),
+    "max_grad_norm": at_least(0, integer=False, meaning="0 turns clipping off"),
+    "label_smoothing_factor": FRACTION,
+    "warmup_steps": at_least(0, integer=False, meaning="a whole number of updates, or a fraction of the run below 1"),
+    "dataloader_num_workers": at_least(0, meaning="0 loads in the main process"),
+}
+
+
+def check_training_length(training_args: TrainingArguments) -> None:
+    """A training run makes at least one update (the Trainer takes --max_steps 0 as zero updates, and a negative
+    --max_steps as "--num_train_epochs decides"), and its warmup is a fraction of the run or a whole number of
+    updates within it where --max_steps gives the run's length (else `WarmupWithinRun` checks it at the start)."""
+    max_steps, epochs = training_args.max_steps, training_args.num_train_epochs
+    if max_steps != -1 and max_steps < 1:
+        raise ValueError(f"--max_steps must be a whole number >= 1, or -1 (the default: --num_train_epochs decides); "
+                         f"got {max_steps}.")
+    if training_args.do_train and max_steps == -1 and epochs <= 0:
+        raise ValueError(f"--num_train_epochs {epochs:g} with --max_steps -1 would train no update: give "
+                         "--num_train_epochs > 0, or --max_steps >= 1.")
+    warmup = training_args.warmup_steps
+    if warmup >= 1 and warmup != int(warmup):
+        raise ValueError(f"--warmup_steps must be a whole number of updates, or a fraction of the run below 1; got "
+                         f"{warmup:g}.")
+    if training_args.do_train and max_steps >= 1:
+        check_warmup_within(warmup, max_steps, f"--max_steps {max_steps}")
+
+
+def check_warmup_within(warmup: float, updates: int, run: str) -> None:
+    """A warmup of whole updates no longer than the run's `updates` (`run` says where that number comes from)."""
+    if warmup >= 1 and warmup > updates:
+        raise ValueError(f"--warmup_steps {warmup:g} is longer than the run ({updates} updates, from {run}): the "
+                         "learning rate would never reach --learning_rate. Give at most that many updates, or a "
+                         "fraction of the run below 1.")
+
+
+class WarmupWithinRun(TrainerCallback):
+    """Refuse, before the first update, a warmup longer than a run whose length --num_train_epochs decides (the
+    Trainer knows it only once it has the data)."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        check_warmup_within(args.warmup_steps, state.max_steps, f"--num_train_epochs {args.num_train_epochs:g}")
 
 
 def setup_logging(training_args: TrainingArguments) -> None:
@@ -234,6 +306,7 @@ def train_and_evaluate(
     which the model card reads (transformers' training_args.bin is a pickle: nothing of this project reads it)."""
     results = dict(extra or {})
     loss_is_a_batch_mean(trainer)
+    trainer.add_callback(WarmupWithinRun())
     if training_args.do_train:
         # a stop signal is acted on while there is training to lose: after the last update it lets the saves finish
         with StopSignals() as signals:

@@ -2,12 +2,13 @@
 evaluation splits with the checks that make a bad input fail early and clearly, and preparing them for the Trainer."""
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import datasets
 from transformers import PreTrainedModel, TrainingArguments
 
-from ..data import data_source, is_local, load_split, require_columns, require_values
+from ..data import data_source, is_local, load_split, require_columns, require_text, require_values
 
 
 logger = logging.getLogger(__name__)
@@ -51,9 +52,11 @@ class Splits:
         return self.evaluation, self.evaluation_source
 
 
-def load_splits(data_args: DataArguments, training_args: TrainingArguments, columns: list[str]) -> Splits:
+def load_splits(
+    data_args: DataArguments, training_args: TrainingArguments, columns: list[str], text_columns: Sequence[str] = ()
+) -> Splits:
     """The training and evaluation splits the actions need, each from one source (vaswani.data.data_source). Each
-    must have rows and the given columns."""
+    must have rows and the given columns, with a value in each, a string in each of `text_columns`."""
     train_source = evaluation_source = None
     if training_args.do_train:
         train_source = data_source(data_args.train_file, data_args.dataset_name, "--train_file", "--do_train")
@@ -65,21 +68,23 @@ def load_splits(data_args: DataArguments, training_args: TrainingArguments, colu
     if train_source is not None:
         splits.train, splits.train_source = load_checked_split(
             train_source, data_args.train_split, data_args.dataset_config_name, columns,
-            data_args.max_train_samples, "training",
+            data_args.max_train_samples, "training", text_columns,
         )
     if evaluation_source is not None:
         splits.evaluation, splits.evaluation_source = load_checked_split(
             evaluation_source, data_args.validation_split, data_args.dataset_config_name, columns,
-            data_args.max_eval_samples, "evaluation",
+            data_args.max_eval_samples, "evaluation", text_columns,
         )
     return splits
 
 
 def load_checked_split(
-    source: str, split: str, dataset_config_name: str | None, columns: list[str], max_rows: int | None, role: str
+    source: str, split: str, dataset_config_name: str | None, columns: list[str], max_rows: int | None, role: str,
+    text_columns: Sequence[str] = (),
 ) -> tuple[datasets.Dataset, str]:
-    """One split (its first `max_rows` rows), and a description of where it came from. It must have the columns
-    and at least one row: `role` ("training", "evaluation") says which split, in the errors."""
+    """One split (its first `max_rows` rows), and a description of where it came from. It must have the columns,
+    a value in each (a string in each of `text_columns`) and at least one row: `role` ("training", "evaluation") says
+    which split, in the errors."""
     where = source if is_local(source) else f"{source} (split {split!r})"
     try:
         dataset = load_split(source, split, dataset_config_name)
@@ -92,9 +97,8 @@ def load_checked_split(
         raise ValueError(f"The {role} split {where} has no rows: there is nothing to {ROLE_VERBS[role]}.")
     require_columns(dataset, columns, where=where)
     require_values(dataset, columns, where=where)
+    require_text(dataset, text_columns, where=where)
     if max_rows is not None:
-        if max_rows < 1:
-            raise ValueError(f"The number of {role} rows to use must be at least 1, got {max_rows}.")
         dataset = dataset.select(range(min(max_rows, len(dataset))))
     return dataset, where
 

@@ -24,7 +24,13 @@ import yaml
 from transformers import HfArgumentParser
 
 from ..cli import (
+    FRACTION,
     OLD_OPTIONS,
+    POSITIVE,
+    SEED,
+    Allowed,
+    at_least,
+    check_numbers,
     format_config_overrides,
     given_options,
     modern_argv,
@@ -226,46 +232,50 @@ def same_value(name: str, saved, current) -> bool:
     return saved == current
 
 
+# What each numeric option allows (vaswani.cli.check_numbers holds every other one to a finite value of its type).
+NUMBER_RULES = {
+    **dict.fromkeys(
+        ("max_source_length", "max_target_length", "vocab_size", "max_steps", "max_tokens_per_batch",
+         "tokens_per_update", "logging_steps", "eval_steps", "save_steps", "keep_checkpoints", "eval_num_beams",
+         "eval_max_new_tokens", "eval_batch_size", "warmup_steps", "max_train_samples", "max_eval_samples",
+         "synthetic_train_size", "synthetic_validation_size", "preprocessing_num_workers", "cpu_threads",
+         "debug_kill_at_step"),
+        POSITIVE,
+    ),
+    "max_epochs": at_least(1, meaning="unset: --max_steps alone ends the run"),
+    "early_stopping_patience": at_least(1, meaning="evaluations without a better --best_metric; unset: never stop "
+                                        "early"),
+    "seed": SEED,
+    "learning_rate": Allowed(minimum=0, above=True, meaning="unset: the paper's peak"),
+    "adam_beta1": FRACTION,
+    "adam_beta2": FRACTION,
+    # Adam divides by sqrt(v) + eps, and v stays 0 for weights that get no gradient (the padding embedding)
+    "adam_epsilon": Allowed(minimum=0, above=True),
+    "weight_decay": at_least(0, integer=False),
+    "max_grad_norm": at_least(0, integer=False, meaning="0 turns clipping off"),
+    "dropout": FRACTION,
+    "label_smoothing": FRACTION,
+    "bpe_dropout": Allowed(minimum=0, maximum=1, below=True, meaning="the probability of skipping a merge; 0: off"),
+}
+
+
 def check_arguments(data: TrainDataArguments, model: TrainModelArguments, train: TrainArguments) -> None:
-    """Values that parse but make no sense, reported with the option's name, its value and what is allowed."""
-    positive = {
-        "max_source_length": data.max_source_length,
-        "max_target_length": data.max_target_length,
-        "vocab_size": model.vocab_size,
-        "max_steps": train.max_steps,
-        "max_tokens_per_batch": train.max_tokens_per_batch,
-        "tokens_per_update": train.tokens_per_update,
-        "logging_steps": train.logging_steps,
-        "eval_steps": train.eval_steps,
-        "save_steps": train.save_steps,
-        "keep_checkpoints": train.keep_checkpoints,
-        "eval_num_beams": train.eval_num_beams,
-        "eval_max_new_tokens": train.eval_max_new_tokens,
-        "eval_batch_size": train.eval_batch_size,
-        "warmup_steps": train.warmup_steps,
-    }
-    for name, value in positive.items():
-        if value <= 0:
-            raise ValueError(f"--{name} must be a positive integer, got {value}.")
+    """Values that parse but make no sense, reported with the option's name, its value and what is allowed: every
+    number first (a run that would train no update is among them: --max_steps, --max_epochs and --max_train_samples
+    are at least 1), then the options that depend on each other."""
+    check_numbers((data, model, train), NUMBER_RULES)
     longest = max(data.max_source_length, data.max_target_length)
     if train.max_tokens_per_batch < longest:
         raise ValueError(
             f"--max_tokens_per_batch ({train.max_tokens_per_batch}) is smaller than the longest allowed sequence "
             f"({longest} tokens, from --max_source_length/--max_target_length): such a pair could never be batched."
         )
-    if not 0 <= data.bpe_dropout < 1:
-        raise ValueError(f"--bpe_dropout is the probability of skipping a merge: from 0 (off) up to, not including, "
-                         f"1; got {data.bpe_dropout}.")
-    if train.cpu_threads is not None and train.cpu_threads < 1:
-        raise ValueError(f"--cpu_threads must be at least 1, got {train.cpu_threads}.")
     if not 0 <= train.cooldown_steps <= train.max_steps:
         raise ValueError(
             f"--cooldown_steps must be between 0 and --max_steps ({train.max_steps}), got {train.cooldown_steps}: "
             "the cooldown is the last part of the run (a config's cooldown_steps may need lowering, or 0, together "
             "with a shorter --max_steps)."
         )
-    if train.learning_rate is not None and train.learning_rate <= 0:
-        raise ValueError(f"--learning_rate must be positive, got {train.learning_rate}.")
     overrides = parse_config_overrides(model.config_overrides)
     for name in ("dropout", "label_smoothing"):
         if name in overrides:

@@ -18,7 +18,15 @@ import datasets
 from accelerate.utils import broadcast_object_list
 from tokenizers.models import BPE
 
-from ..data import check_files_exist, data_source, load_split, require_columns, split_paths
+from ..data import (
+    check_files_exist,
+    data_source,
+    dotted_values,
+    load_split,
+    require_columns,
+    require_text,
+    split_paths,
+)
 from .arguments import SYNTHETIC_DATASET, TrainDataArguments
 from .synthetic import write_synthetic_translation
 
@@ -92,18 +100,16 @@ def training_source(data: TrainDataArguments) -> str:
 
 
 def check_columns(split: datasets.Dataset, data: TrainDataArguments, where: str) -> None:
+    """The split has rows and both columns, and their values are text (a null counts as an empty pair)."""
     if len(split) == 0:
         raise ValueError(f"The dataset {where} is empty: it holds no rows to train or validate on.")
     require_columns(split, [c.split(".")[0] for c in (data.source_column, data.target_column)], where=where)
+    require_text(split, [data.source_column, data.target_column], where=where)
 
 
 def column_values(batch: dict, column: str) -> list:
     """The values of `column` in a batch; `translation.en` reads key `en` of the dict column `translation`."""
-    top, _, key = column.partition(".")
-    values = batch[top]
-    if key:
-        values = [value.get(key) if isinstance(value, dict) else None for value in values]
-    return values
+    return list(dotted_values(batch[column.partition(".")[0]], column))
 
 
 def tokenize_pairs(

@@ -2,6 +2,7 @@
 checkpoint, with label checks, activation checkpointing, gradient accumulation, resume and 2 processes."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -147,6 +148,19 @@ def test_nothing_to_do_and_missing_checkpoint_to_resume_are_errors(tokenizer_dir
         script.main(scratch_args(tokenizer_dir, data, tmp_path / "a"))
     with pytest.raises(ValueError, match="no checkpoint-\\* folder"):
         script.main(scratch_args(tokenizer_dir, data, tmp_path / "b", "--do_train", "--resume_from_checkpoint", "last"))
+
+
+def test_a_warmup_longer_than_a_run_of_epochs_is_refused_before_the_first_update(tokenizer_dir, data, tmp_path):
+    """The run's length is known once the data are: 20 rows in batches of 4, 2 epochs -> 10 updates. (A warmup
+    beyond --max_steps is refused with the other options: tests/test_option_checks.py.)"""
+    with pytest.raises(ValueError, match=re.escape("--warmup_steps 11 is longer than the run (10 updates, from "
+                                                   "--num_train_epochs 2)")):
+        script.main(scratch_args(tokenizer_dir, data, tmp_path / "long", "--do_train", "--num_train_epochs", "2",
+                                 "--warmup_steps", "11", "--save_strategy", "no"))
+    assert not (tmp_path / "long" / "model.safetensors").exists()
+    script.main(scratch_args(tokenizer_dir, data, tmp_path / "fits", "--do_train", "--num_train_epochs", "2",
+                             "--warmup_steps", "10", "--save_strategy", "no"))
+    assert (tmp_path / "fits" / "model.safetensors").is_file()
 
 
 def test_activation_checkpointing_recomputes_layers_and_trains_the_same(tokenizer_dir, data, tmp_path, monkeypatch):

@@ -218,7 +218,9 @@ def test_two_processes_with_torchrun_and_activation_checkpointing(checkpoint, da
 @pytest.mark.parametrize("value, message", [
     (None, r"pairs.jsonl, row 2: `de` is null \(empty\); every row needs a value"),
     ("\ud800", r"pairs.jsonl, line 2: `de` is not valid text \(surrogates not allowed: '\\ud800'\)"),
-], ids=["null", "lone surrogate"])
+    (5, r"pairs.jsonl, row 2: `de` holds an integer \(5\), not text"),
+    (["Ein", "Mann."], r"pairs.jsonl, row 2: `de` holds a list \(\['Ein', 'Mann.'\]\), not text"),
+], ids=["null", "lone surrogate", "integer", "list"])
 def test_a_row_without_usable_text_is_named(checkpoint, tmp_path, value, message):
     rows = [{"en": en, "de": de} for en, de in PAIRS]
     rows[1]["de"] = value

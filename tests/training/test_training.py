@@ -220,6 +220,23 @@ def test_missing_column_error_names_it_and_lists_the_columns(tmp_path):
         load_raw_splits(TrainDataArguments(train_file=str(train_file), validation_file=str(train_file)), tmp_path, 0)
 
 
+@pytest.mark.parametrize("rows, columns, message", [
+    ([{"en": "a", "de": "b"}, {"en": "c", "de": 5}], ("en", "de"),
+     r"train.jsonl, row 2: `de` holds an integer \(5\), not text"),
+    ([{"en": "a", "de": "b"}] * 2 + [{"en": ["c"], "de": "d"}], ("en", "de"),
+     r"train.jsonl, row 3: `en` holds a list \(\['c'\]\), not text"),
+    ([{"translation": {"en": "a", "de": "b"}}, {"translation": {"en": "c", "de": 7.5}}],
+     ("translation.en", "translation.de"), r"train.jsonl, row 2: `translation.de` holds a number \(7.5\), not text"),
+], ids=["integer", "list", "number in a dict column"])
+def test_a_text_column_holding_a_number_or_a_list_is_named_with_its_row(tmp_path, rows, columns, message):
+    """Not counted as an empty pair and dropped, as it was: the file is wrong, and the row says where."""
+    train_file = write_jsonl(tmp_path / "train.jsonl", rows)
+    data = TrainDataArguments(train_file=str(train_file), validation_file=str(train_file),
+                              source_column=columns[0], target_column=columns[1])
+    with pytest.raises(ValueError, match=message):
+        load_raw_splits(data, tmp_path, 0)
+
+
 def test_an_empty_dataset_is_an_error(tmp_path, tokenizer):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
@@ -385,7 +402,7 @@ def test_bpe_dropout_pairs_are_cut_at_the_limits_and_batched_by_their_own_length
 
 def test_bpe_dropout_refuses_a_probability_outside_0_to_1_and_a_tokenizer_without_bpe():
     for value in ("1", "-0.1"):
-        with pytest.raises(ValueError, match=rf"--bpe_dropout .* from 0 \(off\) up to, not including, 1; got {value}"):
+        with pytest.raises(ValueError, match=rf"--bpe_dropout must be a finite number >= 0 and < 1 .*; got {value}"):
             parse_arguments(["--bpe_dropout", value])
     word_level = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel({"<unk>": 0}, unk_token="<unk>")))
     with pytest.raises(ValueError, match="--bpe_dropout needs a BPE tokenizer; this one's subword model is WordLevel"):
