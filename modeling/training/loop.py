@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
+from torch.distributed.tensor import DTensor
 from tqdm.auto import tqdm
 
 from .arguments import (
@@ -688,10 +689,15 @@ def all_finite(accelerator, tensors, stop: StopSignals | None = None) -> bool:
     """Whether every process's `tensors` are finite (its shard, under FSDP): one check, one reduction, one sync.
     With `stop`, the same reduction carries each process's stop-signal flag, and `stop.agreed` says whether any
     process had received one."""
-    flags = [torch.isfinite(tensor).all() for tensor in tensors if tensor.is_floating_point() and tensor.numel()]
-    broken = (~torch.stack(flags).all()).float() if flags else torch.zeros((), device=accelerator.device)
-    stopping = torch.tensor(stop.flag() if stop is not None else 0.0, device=accelerator.device)
-    totals = accelerator.reduce(torch.stack([broken.to(accelerator.device).reshape(()), stopping]), reduction="sum")
+    device = accelerator.device
+    # A DTensor (FSDP2's parameters and their optimizer state) is checked through its local shard, and a tensor kept
+    # off the accelerator (Adam's `step` count stays on the CPU) has its flag moved to it, so that one stack holds all.
+    tensors = [tensor.to_local() if isinstance(tensor, DTensor) else tensor for tensor in tensors]
+    flags = [torch.isfinite(tensor).all().to(device) for tensor in tensors
+             if tensor.is_floating_point() and tensor.numel()]
+    broken = (~torch.stack(flags).all()).float() if flags else torch.zeros((), device=device)
+    stopping = torch.tensor(stop.flag() if stop is not None else 0.0, device=device)
+    totals = accelerator.reduce(torch.stack([broken.reshape(()), stopping]), reduction="sum")
     broken_total, stop_total = totals.tolist()
     if stop is not None:
         stop.agree(stop_total > 0)
