@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
+from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
@@ -823,7 +824,7 @@ def update_check(accelerator, loss_sum: torch.Tensor, all_tokens, norm, paramete
 def plain_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """A DTensor (FSDP2's sharded parameters and the norms computed from them) as the whole tensor; others as they
     are."""
-    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def stop_flag(stop: StopSignals | None, device) -> torch.Tensor:
@@ -835,10 +836,12 @@ def non_finite_flag(tensors, device) -> torch.Tensor:
     """1.0 on `device` if any of this process's `tensors` (its shard, under FSDP) holds inf or nan, else 0.0,
     without a kernel per tensor: the largest magnitude of each tensor by `torch._foreach_norm` (a few fused
     kernels on a GPU for all of them; inf or nan whenever the tensor holds one, and unlike a sum of squares never
-    overflowing for finite values), checked at once."""
+    overflowing for finite values), checked at once. A DTensor (FSDP2's parameters and their optimizer state) is
+    checked through its local shard, and tensors kept off the accelerator (Adam's `step` count stays on the CPU) are
+    checked where they are, their flag then moved to `device`."""
     groups: dict[tuple, list[torch.Tensor]] = {}
     for tensor in tensors:
-        local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
         if local.is_floating_point() and local.numel():
             groups.setdefault((local.device, local.dtype), []).append(local.detach())
     flag = torch.zeros((), device=device)
