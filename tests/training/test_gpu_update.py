@@ -214,12 +214,10 @@ def test_batches_collated_in_workers_are_those_of_the_training_process_and_resum
 # --- 2. a compiled update --------------------------------------------------------------------------------------------
 
 
-def test_compiled_updates_give_eagers_losses_with_one_dynamic_recompile(tokenizer, monkeypatch):
+def test_compiled_updates_give_eagers_losses_within_the_recompile_limit(tokenizer):
     """torch.compile(fullgraph=True) with the `eager` backend: dynamo captures the whole forward (a graph break or
     a recompile past the limit is an error, as under inductor), without inductor's code generation, which takes
     minutes on two shared CPU cores; inductor is what a GPU run gets."""
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 3)
-    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", True)
     shapes = BatchShapes(4096, longest=128)
     updates = [tokenized_rows(tokenizer, PAIRS[start:end]) for start, end in ((0, 3), (3, 9), (0, 9), (2, 5))]
     batches = [collate(rows, tokenizer.pad_token_id, shapes) for rows in updates]
@@ -242,7 +240,8 @@ def test_compiled_updates_give_eagers_losses_with_one_dynamic_recompile(tokenize
 
     torch._dynamo.reset()
     counters.clear()
-    compiled = losses(compile_it=True)
+    with torch._dynamo.config.patch(recompile_limit=4, fail_on_recompile_limit_hit=True):
+        compiled = losses(compile_it=True)
     # the first shape's graph, then at most one more as each of the pairs, the source and the target length varies
     assert counters["stats"]["unique_graphs"] <= 4
     assert not counters["graph_break"]
