@@ -173,6 +173,11 @@ class Run:
     update_model: torch.nn.Module | None = None
 
     @property
+    def updating_model(self) -> torch.nn.Module:
+        """The model the updates call (not `update_model or model`: a compiled module has no truth value)."""
+        return self.model if self.update_model is None else self.update_model
+
+    @property
     def output_dir(self) -> Path:
         return Path(self.args.output_dir)
 
@@ -348,7 +353,8 @@ def prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_a
     accumulation = micro_batches_per_update(args, accelerator.num_processes)
     accelerator.gradient_accumulation_steps = accumulation
     fit_deepspeed_config(accelerator, accumulation)
-    shapes = BatchShapes(args.max_tokens_per_batch, model.config.max_position_embeddings) if args.torch_compile else None
+    shapes = (BatchShapes(args.max_tokens_per_batch, model.config.max_position_embeddings) if args.torch_compile
+              else None)
     model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
     update_model = compiled_for_updates(accelerator, model) if args.torch_compile else model
 
@@ -575,7 +581,7 @@ def train_until_done(run: Run, bar, stop: StopSignals | None = None) -> tuple[st
         progress.epoch, progress.position = micro_batches[-1].following
 
         loss, tokens, grad_norm = run_update(
-            accelerator, run.update_model or run.model, run.optimizer, run.schedule,
+            accelerator, run.updating_model, run.optimizer, run.schedule,
             [batch.tensors for batch in micro_batches], args, progress, stop,
             token_counts=[batch.tokens for batch in micro_batches],
         )
