@@ -192,7 +192,8 @@ class TrainArguments:
         default=False,
         metadata={"help": "Not in the paper: train through torch.compile(model, fullgraph=True) (inductor on a GPU), "
                   "with batches padded to a few shapes (lengths and pair counts rounded up to 8, 16, ..., 64, 80, "
-                  "96, ...) so that the compiled graphs are reused; evaluation and generation stay eager."},
+                  "96, ...) so that the compiled graphs are reused (other batches, so fixed on resume); evaluation and "
+                  "generation stay eager."},
     )
     dataloader_num_workers: int | None = field(
         default=None,
