@@ -239,3 +239,60 @@ def test_beam_search_projects_each_distinct_encoder_output_once():
     attention = model.model.decoder.layers[0].encoder_attn
     expected = attention._split_heads(attention.k_proj(encoder_output))
     assert torch.equal(cache.layers[0].keys, expected)
+
+
+# --- compiled decoding (issue 41): fullgraph, a static cache -------------------------------------------------------
+
+
+def compiled_generation_config(model, **settings):
+    """Generation with a static cache and transformers' compiled forward (fullgraph, the `eager` backend: dynamo
+    captures the whole step, and a graph break is an error as under inductor, without inductor's code generation,
+    which takes minutes on a shared CPU), also on a CPU (where transformers compiles only when told)."""
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import CompileConfig
+
+    config = GenerationConfig.from_model_config(model.config)
+    config.update(cache_implementation="static", compile_config=CompileConfig(fullgraph=True, backend="eager"),
+                  **settings)
+    config.compile_config._compile_all_devices = True
+    return config
+
+
+def test_generation_with_a_static_cache_and_a_compiled_forward_gives_eagers_tokens_in_one_graph():
+    from torch._dynamo.utils import counters
+
+    model = model_with(**VARIANTS[2])  # relative positions: their offset in a static cache, beside cross-attention
+    input_ids, attention_mask = batch()
+    torch._dynamo.reset()
+    counters.clear()
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        compiled = model.generate(input_ids, attention_mask=attention_mask,
+                                  generation_config=compiled_generation_config(model, max_new_tokens=8, num_beams=1))
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]  # every decoding step, one graph
+    eager = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=8, num_beams=1)
+    assert torch.equal(compiled, eager)
+
+
+def test_the_forward_compiles_with_fullgraph_and_gives_eagers_logits():
+    model = model_with(**VARIANTS[2])  # relative positions: the bias, and the cross-attention over a cache
+    input_ids, attention_mask = batch()
+    labels = torch.randint(4, VOCAB, (3, 6), generator=torch.Generator().manual_seed(1))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits,
+                                   model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits)
+        encoder_outputs = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
+        step = dict(encoder_outputs=encoder_outputs, attention_mask=attention_mask, decoder_input_ids=labels[:, :1],
+                    past_key_values=EncoderDecoderCache(DynamicCache(), DynamicCache()), use_cache=True)
+        torch.testing.assert_close(compiled(**step).logits, model(**{**step, "past_key_values": EncoderDecoderCache(
+            DynamicCache(), DynamicCache())}).logits)
+
+
+def test_a_static_cache_longer_than_the_positions_is_named():
+    model = model_with()
+    input_ids, attention_mask = batch()
+    too_long = model.config.max_position_embeddings + 1
+    with pytest.raises(ValueError, match="static cache holds.*max_position_embeddings"):
+        model.generate(input_ids, attention_mask=attention_mask, cache_implementation="static", num_beams=1,
+                       max_new_tokens=too_long, min_new_tokens=too_long)

@@ -165,7 +165,9 @@ class TrainArguments:
         default=1.0, metadata={"help": "Clip the gradient norm to this (not in the paper); 0 turns clipping off."}
     )
     mixed_precision: Literal["no", "fp16", "bf16"] | None = field(
-        default=None, metadata={"help": "Unset: whatever `accelerate launch` / the accelerate config says."}
+        default=None,
+        metadata={"help": "Unset: what `accelerate launch` / its config says; run without it, bf16 on a GPU that "
+                  "supports it, else no (fp32)."},
     )
     logging_steps: int = field(default=50, metadata={"help": "Log training loss, lr and tokens/s every N updates."})
     eval_steps: int = field(default=1000, metadata={"help": "Evaluate every N updates (and at the end)."})
@@ -185,6 +187,18 @@ class TrainArguments:
     )
     report_to: Literal["auto", "tensorboard", "none"] = field(
         default="auto", metadata={"help": "Where to log: tensorboard, none, or auto (tensorboard where installed)."}
+    )
+    torch_compile: bool = field(
+        default=False,
+        metadata={"help": "Not in the paper: train through torch.compile(model, fullgraph=True) (inductor on a GPU), "
+                  "with batches padded to a few shapes (lengths and pair counts rounded up to 8, 16, ..., 64, 80, "
+                  "96, ...) so that the compiled graphs are reused (other batches, so fixed on resume); evaluation and "
+                  "generation stay eager."},
+    )
+    dataloader_num_workers: int | None = field(
+        default=None,
+        metadata={"help": "Processes that read and pad the training batches ahead of the updates (the batches are the "
+                  "same). Unset: 2 on a GPU (the batches also go to pinned memory), 0 on a CPU."},
     )
     cpu_threads: int | None = field(
         default=None,
@@ -210,6 +224,7 @@ CHANGEABLE_ON_RESUME = (
     "cooldown_steps", "max_grad_norm", "logging_steps", "eval_steps", "save_steps", "keep_checkpoints",
     "eval_num_beams", "eval_length_penalty", "eval_max_new_tokens", "eval_batch_size", "max_eval_samples",
     "best_metric", "early_stopping_patience", "report_to", "cpu_threads", "preprocessing_num_workers",
+    "dataloader_num_workers",
     "debug_kill_at_step", "debug_kill_during_save",
 )
 
@@ -243,6 +258,8 @@ NUMBER_RULES = {
         POSITIVE,
     ),
     "max_epochs": at_least(1, meaning="unset: --max_steps alone ends the run"),
+    "dataloader_num_workers": at_least(0, meaning="0: the training process reads its batches itself; unset: 2 on a "
+                                       "GPU, 0 on a CPU"),
     "early_stopping_patience": at_least(1, meaning="evaluations without a better --best_metric; unset: never stop "
                                         "early"),
     "seed": SEED,

@@ -10,20 +10,58 @@ The list of an epoch does not depend on the number of processes either: N proces
 after `position` batches each they have trained on its first `position * N`. A run resumed on M processes goes on
 from there (`continue_epoch`), dealing the rest of that epoch out among its M: the same pairs trained on, in the same
 order, grouped into other updates.
+
+For a compiled model (`--torch_compile`), batches also take their shapes from a small set (`BatchShapes`): each
+length is padded up to the next of a geometric series of sizes and the number of pairs likewise, so that the
+compiled step meets a handful of shapes in an epoch, not one per batch. The packing counts the padded sizes against
+the budget. Padding changes nothing in the loss: padded positions are masked in attention and carry the label -100,
+and whole padding rows (which fill up the number of pairs) carry no label at all.
 """
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 
-def pack_by_tokens(order: Sequence[int], source_lengths, target_lengths, max_tokens: int) -> list[list[int]]:
+def bucketed(size: int) -> int:
+    """`size` rounded up to the next of a geometric series of sizes: multiples of 8 up to 64, then four per doubling
+    (80, 96, 112, 128, 160, ...), so that padding adds at most a quarter beyond 64 and every size is a multiple of 8
+    (what tensor cores work in)."""
+    step = max(8, 1 << max(0, (size - 1).bit_length() - 3))
+    return -(-size // step) * step
+
+
+@dataclass(frozen=True)
+class BatchShapes:
+    """The shapes a compiled model is given: lengths and numbers of pairs from the series of `bucketed`, within the
+    token budget `max_tokens` (pairs x length, on each side) and the `longest` sequence the model takes (its
+    max_position_embeddings)."""
+
+    max_tokens: int
+    longest: int
+
+    def length(self, length: int) -> int:
+        """The padded length of a side whose longest sequence has `length` tokens."""
+        return max(length, min(bucketed(length), self.longest, self.max_tokens))
+
+    def rows(self, rows: int, length: int) -> int:
+        """The padded number of pairs of a batch of `rows` pairs padded to `length` tokens: bucketed, but never past
+        the budget (a full batch stays as it is)."""
+        return max(rows, min(bucketed(rows), self.max_tokens // length))
+
+
+def pack_by_tokens(order: Sequence[int], source_lengths, target_lengths, max_tokens: int,
+                   shapes: BatchShapes | None = None) -> list[list[int]]:
     """Cut `order` (already sorted by length) into consecutive batches whose padded size, the longest source or
-    target times the number of pairs, stays within `max_tokens` on each side."""
+    target times the number of pairs, stays within `max_tokens` on each side; with `shapes`, the longest lengths
+    padded as that will pad them."""
+    padded = shapes.length if shapes is not None else int
     batches, batch, longest_source, longest_target = [], [], 0, 0
     for index in order:
-        source, target = int(source_lengths[index]), int(target_lengths[index])
+        source, target = padded(int(source_lengths[index])), padded(int(target_lengths[index]))
         grown_source, grown_target = max(longest_source, source), max(longest_target, target)
         if batch and max(grown_source, grown_target) * (len(batch) + 1) > max_tokens:
             batches.append(batch)
@@ -48,10 +86,13 @@ class TokenBudgetBatches:
         num_processes: int = 1,
         process_index: int = 0,
         epoch_lengths: Callable[[int], tuple[Sequence[int], Sequence[int]]] | None = None,
+        shapes: BatchShapes | None = None,
     ):
         """`epoch_lengths(epoch)`, when given, gives the pairs' lengths of that epoch, which then replace the fixed
-        `source_lengths` and `target_lengths` (BPE-dropout segments the pairs anew every epoch)."""
+        `source_lengths` and `target_lengths` (BPE-dropout segments the pairs anew every epoch). With `shapes`, the
+        batches are packed for the shapes `collate` pads them to."""
         self.epoch_lengths = epoch_lengths
+        self.shapes = shapes
         self.source_lengths = np.asarray(source_lengths)
         self.target_lengths = np.asarray(target_lengths)
         longest = int(max(self.source_lengths.max(), self.target_lengths.max()))
@@ -74,7 +115,7 @@ class TokenBudgetBatches:
         # stable sorts: by target length, then by source length, so source length is the primary key
         order = order[np.argsort(target_lengths[order], kind="stable")]
         order = order[np.argsort(source_lengths[order], kind="stable")]
-        batches = pack_by_tokens(order, source_lengths, target_lengths, self.max_tokens)
+        batches = pack_by_tokens(order, source_lengths, target_lengths, self.max_tokens, self.shapes)
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def batches(self, epoch: int) -> list[list[int]]:
@@ -146,16 +187,65 @@ def generation_shards(source_lengths, batch_size: int, num_processes: int, proce
     return [mine[start : start + batch_size] for start in range(0, len(mine), batch_size)]
 
 
-def collate(rows: dict[str, list], pad_token_id: int) -> dict[str, torch.Tensor]:
+class StreamBatch(NamedTuple):
+    """A batch of the stream, collated: where it is in the data, where the batch after it is, its tensors and its
+    (source, target) tokens before padding."""
+
+    epoch: int
+    position: int
+    following: tuple[int, int]
+    tensors: dict[str, torch.Tensor]
+    tokens: tuple[int, int]
+
+
+class CollatingDataset(torch.utils.data.Dataset):
+    """What a DataLoader's workers do with the batches of the stream: read their pairs and collate them. The keys
+    (from `TokenBudgetBatches.stream`, in its order) are (epoch, position, following, pairs), `pairs` being the
+    indices of the training pairs or, where only the main process holds them (BPE-dropout's segmentation of the
+    epoch), the pairs themselves; nothing here draws a random number, so the batches are the same in any worker."""
+
+    def __init__(self, rows, pad_token_id: int, shapes: BatchShapes | None = None):
+        self.rows = rows  # the training pairs: a datasets.Dataset of input_ids and labels
+        self.pad_token_id = pad_token_id
+        self.shapes = shapes
+
+    def __getitem__(self, key) -> StreamBatch:
+        epoch, position, following, pairs = key
+        rows = pairs if isinstance(pairs, dict) else self.rows[pairs]
+        return StreamBatch(epoch, position, following, collate(rows, self.pad_token_id, self.shapes),
+                           token_counts(rows))
+
+
+def collate(rows: dict[str, list], pad_token_id: int, shapes: BatchShapes | None = None) -> dict[str, torch.Tensor]:
     """Right-pad a batch of tokenized pairs: `input_ids` and `attention_mask`, and `labels` with -100 on padding
-    (left out of the loss)."""
-    batch = {"input_ids": pad(rows["input_ids"], pad_token_id)}
-    batch["attention_mask"] = pad([[1] * len(ids) for ids in rows["input_ids"]], 0)
-    if "labels" in rows:
-        batch["labels"] = pad(rows["labels"], -100)
+    (left out of the loss). With `shapes`, each side is padded to its bucketed length and the batch filled up to its
+    bucketed number of pairs with padding rows: a pad token that attends to itself alone (a row that attends to
+    nothing would make the attention's softmax NaN), and no label."""
+    sources = [list(ids) for ids in rows["input_ids"]]
+    targets = [list(ids) for ids in rows["labels"]] if "labels" in rows else None
+    source_length = max(len(ids) for ids in sources)
+    target_length = max(len(ids) for ids in targets) if targets is not None else 0
+    masks = [[1] * len(ids) for ids in sources]
+    if shapes is not None:
+        source_length = shapes.length(source_length)
+        target_length = shapes.length(target_length) if targets is not None else 0
+        filler = shapes.rows(len(sources), max(source_length, target_length)) - len(sources)
+        sources += [[pad_token_id]] * filler
+        masks += [[1]] * filler
+        targets = targets + [[]] * filler if targets is not None else None
+    batch = {"input_ids": pad(sources, pad_token_id, source_length), "attention_mask": pad(masks, 0, source_length)}
+    if targets is not None:
+        batch["labels"] = pad(targets, -100, target_length)
     return batch
 
 
-def pad(sequences: list[list[int]], value: int) -> torch.Tensor:
-    longest = max(len(sequence) for sequence in sequences)
-    return torch.tensor([list(sequence) + [value] * (longest - len(sequence)) for sequence in sequences])
+def token_counts(rows: dict[str, list]) -> tuple[int, int]:
+    """The source and the target tokens of a batch's pairs, counted on the host before they are padded (reading
+    them off the padded tensors on the GPU would make the host wait for it)."""
+    return sum(map(len, rows["input_ids"])), sum(map(len, rows["labels"]))
+
+
+def pad(sequences: list[list[int]], value: int, length: int | None = None) -> torch.Tensor:
+    """`sequences` right-padded with `value` to `length` (default: the longest)."""
+    length = length if length is not None else max(len(sequence) for sequence in sequences)
+    return torch.tensor([list(sequence) + [value] * (length - len(sequence)) for sequence in sequences])

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
 from torch.distributed.tensor import DTensor
+from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from .arguments import (
@@ -33,7 +35,7 @@ from .arguments import (
     best_metric_name,
     options_changed_on_resume,
 )
-from .batching import TokenBudgetBatches, collate, share_length
+from .batching import BatchShapes, CollatingDataset, StreamBatch, TokenBudgetBatches, share_length
 from .checkpoints import (
     ARGUMENTS_FILE,
     DATA_FILE,
@@ -54,7 +56,7 @@ from .errors import CheckpointError, MetricsWriteError, TrainingDiverged, Traini
 from .evaluation import evaluate, to_device
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 from .ownership import die_with_the_launcher, release_output_dir
-from .preemption import RESUMABLE, StoppedBySignal, StopSignals
+from .preemption import RESUMABLE, STOP_SIGNALS, StoppedBySignal, StopSignals
 from .preparation import build_model, generation_settings, obtain_tokenizer, prepare_output_dir, run_inputs
 from .reporting import MetricsLog, format_summary, plot_training_curves
 from .seq2seq_data import (
@@ -167,6 +169,13 @@ class Run:
     started: float = 0.0  # time.perf_counter() when this process started the run
     earlier_seconds: float = 0.0  # wall time of the run before this process (from the checkpoint resumed)
     fingerprints: dict | None = None  # of the data and the tokenizer (input_fingerprints), saved in each checkpoint
+    # what the updates call: `model` compiled (--torch_compile), or `model` itself; the same weights
+    update_model: torch.nn.Module | None = None
+
+    @property
+    def updating_model(self) -> torch.nn.Module:
+        """The model the updates call (not `update_model or model`: a compiled module has no truth value)."""
+        return self.model if self.update_model is None else self.update_model
 
     @property
     def output_dir(self) -> Path:
@@ -241,7 +250,7 @@ def set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: Trai
         raise TrainingError("--report_to tensorboard: tensorboard is not installed (pip install "
                             "'vaswani-transformer[tensorboard]'); or pass --report_to none.")
     accelerator = Accelerator(
-        mixed_precision=args.mixed_precision,
+        mixed_precision=default_mixed_precision(args.mixed_precision),
         log_with=None if args.report_to == "none" else args.report_to,
         project_dir=str(output_dir),
         step_scheduler_with_optimizer=False,  # the schedule counts updates, however many processes there are
@@ -264,6 +273,24 @@ def set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: Trai
         if lock is not None:
             release_output_dir(lock)
         raise
+
+
+def default_mixed_precision(option: str | None, environment=os.environ, gpu_computes_bf16=None) -> str | None:
+    """The mixed precision of a run: --mixed_precision as given; unset, what `accelerate launch` says (it passes
+    its config's or its options' choice as ACCELERATE_MIXED_PRECISION, which Accelerate reads); run without it,
+    bf16 where the run trains on a GPU that computes in bf16 (`gpu_computes_bf16()`, by default
+    `cuda_computes_bf16`), else None: Accelerate's default, fp32."""
+    if option is not None or "ACCELERATE_MIXED_PRECISION" in environment:
+        return option
+    return "bf16" if (gpu_computes_bf16 or cuda_computes_bf16)() else None
+
+
+def cuda_computes_bf16() -> bool:
+    """Whether Accelerate will put the run on a CUDA GPU with bf16 arithmetic (Ampere and later; older GPUs only
+    emulate it, slowly)."""
+    if parse_flag_from_env("ACCELERATE_USE_CPU") or not torch.cuda.is_available():
+        return False
+    return torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 def installed(package: str) -> bool:
@@ -321,23 +348,27 @@ def prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_a
     optimizer, schedule = build_optimizer_and_schedule(
         model, peak_learning_rate, args.warmup_steps, (args.adam_beta1, args.adam_beta2), args.adam_epsilon,
         args.weight_decay, max_steps=args.max_steps, cooldown_steps=args.cooldown_steps,
+        fused=accelerator.device.type == "cuda" and accelerator.distributed_type in UNSHARDED,
     )
     accumulation = micro_batches_per_update(args, accelerator.num_processes)
     accelerator.gradient_accumulation_steps = accumulation
     fit_deepspeed_config(accelerator, accumulation)
+    shapes = (BatchShapes(args.max_tokens_per_batch, model.config.max_position_embeddings) if args.torch_compile
+              else None)
     model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
+    update_model = compiled_for_updates(accelerator, model) if args.torch_compile else model
 
     resegmented = BpeDropoutEpochs(prepared.train, tokenizer, data, accelerator) if data.bpe_dropout > 0 else None
     batches = TokenBudgetBatches(
         prepared.train["source_length"], prepared.train["target_length"], args.max_tokens_per_batch, args.seed,
         accelerator.num_processes, accelerator.process_index,
-        epoch_lengths=resegmented.lengths if resegmented else None,
+        epoch_lengths=resegmented.lengths if resegmented else None, shapes=shapes,
     )
     metrics = MetricsLog(output_dir / "metrics.jsonl", enabled=accelerator.is_main_process)
     options = arguments_as_dict(data, model_args, args)
     run = Run(data, model_args, args, accelerator, model, optimizer, schedule, tokenizer, prepared, batches,
               accumulation, TrainingProgress(), metrics, best_metric_name(data, args), resegmented, options, lock,
-              fingerprints=fingerprints)
+              fingerprints=fingerprints, update_model=update_model)
     if args.resume:
         resume(run, peak_learning_rate)
         metrics.drop_after(run.progress.step)
@@ -349,9 +380,28 @@ def prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_a
         f"Training a model of {accelerator.unwrap_model(model).num_parameters():,} parameters: "
         f"{accelerator.num_processes} process(es) x {accumulation} micro-batch(es) of <= {args.max_tokens_per_batch} "
         f"tokens per update (target {args.tokens_per_update}); peak learning rate {peak_learning_rate:.2e}; "
-        f"mixed precision: {accelerator.mixed_precision}."
+        f"mixed precision: {accelerator.mixed_precision}{'; compiled' if update_model is not model else ''}."
     )
     return run
+
+
+# what Accelerate sets up without sharding the model: one process, or DDP (every process holds the whole model)
+UNSHARDED = (DistributedType.NO, DistributedType.MULTI_GPU, DistributedType.MULTI_CPU)
+# torch.compile's backend for --torch_compile: inductor generates fused kernels (Triton on a GPU, C++ on a CPU)
+COMPILE_BACKEND = "inductor"
+
+
+def compiled_for_updates(accelerator, model: torch.nn.Module) -> torch.nn.Module:
+    """The model the updates call under --torch_compile: `model` (as Accelerate prepared it) through
+    torch.compile with fullgraph=True, so that a graph break is an error rather than a slow step. Shapes are
+    dynamic after the first change (torch.compile's default), and the batches come in a few shapes
+    (`BatchShapes`), so a run compiles a few graphs and reuses them. Evaluation and generation use `model`, eager,
+    with the same weights. Under FSDP and DeepSpeed, whose hooks break the graph, the updates stay eager (said)."""
+    if accelerator.distributed_type not in UNSHARDED:
+        accelerator.print(f"WARNING: --torch_compile is not used under {accelerator.distributed_type.value}: its "
+                          "hooks around each layer break a fullgraph compilation; the updates run eagerly.")
+        return model
+    return torch.compile(model, fullgraph=True, backend=COMPILE_BACKEND)
 
 
 def micro_batches_per_update(args: TrainArguments, num_processes: int) -> int:
@@ -519,8 +569,7 @@ def train_until_done(run: Run, bar, stop: StopSignals | None = None) -> tuple[st
     stopped, and the last update evaluated and saved. When any process received a stop signal (`stop`), every
     process stops after the same update, saves a checkpoint of it and raises StoppedBySignal."""
     args, progress, accelerator = run.args, run.progress, run.accelerator
-    stream = run.batches.stream(progress.epoch, progress.position)
-    train_rows = run.prepared.train.select_columns(["input_ids", "labels"])
+    batches = training_batches(run)
     window = LoggingWindow()
     last_evaluated = last_saved = None
     run.model.train()
@@ -528,15 +577,13 @@ def train_until_done(run: Run, bar, stop: StopSignals | None = None) -> tuple[st
         if args.max_epochs is not None and progress.epoch >= args.max_epochs:
             return f"reached max_epochs={args.max_epochs}", last_evaluated, last_saved
         update_started = time.perf_counter()
-        micro_batches = []
-        for _ in range(run.accumulation):
-            epoch, position, indices = next(stream)
-            rows = run.resegmented.rows(epoch, indices) if run.resegmented else train_rows[indices]
-            micro_batches.append(collate(rows, run.tokenizer.pad_token_id))
-        progress.epoch, progress.position = run.batches.next_position(epoch, position)
+        micro_batches = [next(batches) for _ in range(run.accumulation)]
+        progress.epoch, progress.position = micro_batches[-1].following
 
         loss, tokens, grad_norm = run_update(
-            accelerator, run.model, run.optimizer, run.schedule, micro_batches, args, progress, stop
+            accelerator, run.updating_model, run.optimizer, run.schedule,
+            [batch.tensors for batch in micro_batches], args, progress, stop,
+            token_counts=[batch.tokens for batch in micro_batches],
         )
         seconds = time.perf_counter() - update_started
         progress.step, progress.tokens = progress.step + 1, progress.tokens + tokens
@@ -576,6 +623,42 @@ def train_until_done(run: Run, bar, stop: StopSignals | None = None) -> tuple[st
         if stop is not None and stop.agreed:
             stop_with_a_checkpoint(run, stop, saved=last_saved == progress.step)
     return f"reached max_steps={args.max_steps}", last_evaluated, last_saved
+
+
+def training_batches(run: Run) -> Iterator[StreamBatch]:
+    """This process's training batches, collated, from where the run is on: the batches of the stream
+    (TokenBudgetBatches.stream) in its order, read and padded by --dataloader_num_workers worker processes ahead of
+    the updates (and put in pinned memory on a GPU, from where they go to it without blocking). The workers only
+    collate: the stream, BPE-dropout's segmentation and the positions in the data are the main process's, so the
+    batches are those the run makes without workers, tensor for tensor."""
+    progress, device = run.progress, run.accelerator.device
+    workers = run.args.dataloader_num_workers
+    if workers is None:
+        workers = 2 if device.type == "cuda" else 0
+    dataset = CollatingDataset(run.prepared.train.select_columns(["input_ids", "labels"]),
+                               run.tokenizer.pad_token_id, run.batches.shapes)
+    loader = DataLoader(
+        dataset, batch_size=None, sampler=batch_keys(run, progress.epoch, progress.position), num_workers=workers,
+        pin_memory=device.type == "cuda", worker_init_fn=ignore_stop_signals,
+        generator=torch.Generator(),  # the workers' seeds, drawn from this one rather than from the run's random state
+    )
+    return iter(loader)
+
+
+def batch_keys(run: Run, epoch: int, position: int) -> Iterator[tuple]:
+    """The stream's batches from (`epoch`, `position`) on, as CollatingDataset's keys: each with the place of the
+    batch after it (read while the stream is in its epoch) and its pairs (under BPE-dropout, segmented here)."""
+    for epoch, position, indices in run.batches.stream(epoch, position):
+        following = run.batches.next_position(epoch, position)
+        yield epoch, position, following, run.resegmented.rows(epoch, indices) if run.resegmented else indices
+
+
+def ignore_stop_signals(worker_id: int) -> None:
+    """A DataLoader worker leaves the stop signals to the training process, which finishes its update and saves
+    (`preemption`): a job's SIGTERM reaches every process of its group, and a worker that died of it would stop
+    the training process with an error first."""
+    for number in STOP_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
 
 
 def stop_with_a_checkpoint(run: Run, stop: StopSignals, saved: bool) -> None:
@@ -646,43 +729,132 @@ def evaluate_and_keep_best(run: Run) -> dict:
 
 
 def run_update(accelerator, model, optimizer, schedule, micro_batches, args, progress,
-               stop: StopSignals | None = None) -> tuple[float, int, float]:
+               stop: StopSignals | None = None,
+               token_counts: list[tuple[int, int]] | None = None) -> tuple[float, int, float | None]:
     """One optimizer update from this process's micro-batches. Returns the update's mean loss per target token (all
     processes), the source + target tokens it trained on (all processes) and the gradient norm before clipping.
-    With `stop`, the reduction that checks the new weights also tells every process whether any of them has
-    received a stop signal (`stop.agreed`), at no extra synchronisation."""
-    micro_batches = [to_device(batch, accelerator.device) for batch in micro_batches]
-    target_tokens = [int((batch["labels"] != -100).sum()) for batch in micro_batches]
-    source_tokens = sum(int(batch["attention_mask"].sum()) for batch in micro_batches)
-    counts = torch.tensor([sum(target_tokens), source_tokens], device=accelerator.device)
-    all_target_tokens, all_source_tokens = accelerator.reduce(counts, reduction="sum").tolist()
 
-    loss_sum = torch.zeros((), device=accelerator.device)
-    grad_norm = None
-    for batch, tokens in zip(micro_batches, target_tokens):
+    The host never waits for the device inside the update: the micro-batches go to the device without blocking
+    (from pinned memory where the DataLoader pinned them), the token counts that weigh each micro-batch's loss come
+    from the host (`token_counts`, each micro-batch's (source, target) tokens before padding; without them, counted
+    on the host tensors given), and the loss is summed on the device. Once per update, after the step, one read of
+    the device brings back the loss, the gradient norm and whether the new weights are finite together (with
+    `stop`, each process's stop-signal flag too: `stop.agreed` then says whether any process received one). A loss
+    or gradient that is not finite stops the run there, before anything of this update is saved."""
+    if token_counts is None:
+        token_counts = [host_token_counts(batch) for batch in micro_batches]
+    device, processes = accelerator.device, accelerator.num_processes
+    local_tokens = [sum(counts) for counts in zip(*token_counts)]  # source, target
+    # every process's counts, summed on the device (the weights below divide by them there; read after the step)
+    all_tokens = (accelerator.reduce(device_values(local_tokens, device), reduction="sum") if processes > 1
+                  else local_tokens)
+    loss_sum = torch.zeros((), device=device)
+    norm = None
+    for batch, (_, tokens) in zip(micro_batches, token_counts):
+        batch = {name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()}
         with accelerator.accumulate(model):
             loss = model(**batch).loss  # mean over this micro-batch's target tokens
             # Weighted so that the summed gradients are the mean over all target tokens of the update: DDP averages
             # over processes and `backward` divides by the accumulation steps, which the weight undoes.
-            weight = tokens * accelerator.num_processes * accelerator.gradient_accumulation_steps / all_target_tokens
-            accelerator.backward(loss * weight)
+            accelerator.backward(loss * (tokens * processes * accelerator.gradient_accumulation_steps / all_tokens[1]))
             loss_sum += loss.detach().float() * tokens
             if accelerator.sync_gradients:
-                mean_loss = accelerator.reduce(loss_sum, reduction="sum").item() / all_target_tokens
-                if not math.isfinite(mean_loss):
-                    raise diverged(f"the loss is {mean_loss}", progress, args, accelerator)
                 if args.max_grad_norm > 0:
                     norm = accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-                    grad_norm = None if norm is None else float(norm)  # None: DeepSpeed clips by its own config
-                    # fp16 overflows are the gradient scaler's business: it skips that step and lowers its scale
-                    if grad_norm is not None and not math.isfinite(grad_norm) and accelerator.mixed_precision != "fp16":
-                        raise diverged(f"the gradient norm is {grad_norm}", progress, args, accelerator)
                 optimizer.step()
                 schedule.step()
                 optimizer.zero_grad(set_to_none=True)
-                if not all_finite(accelerator, model.parameters(), stop):
-                    raise diverged("the update made weights inf or nan", progress, args, accelerator, applied=True)
-    return mean_loss, int(all_target_tokens + all_source_tokens), grad_norm
+    check = update_check(accelerator, loss_sum, all_tokens, norm, model.parameters(), stop)
+    if not math.isfinite(check.loss):
+        raise diverged(f"the loss is {check.loss}", progress, args, accelerator)
+    # fp16 overflows are the gradient scaler's business: it skipped that step and lowered its scale
+    if check.grad_norm is not None and not math.isfinite(check.grad_norm) and accelerator.mixed_precision != "fp16":
+        raise diverged(f"the gradient norm is {check.grad_norm}", progress, args, accelerator)
+    if not check.weights_finite:
+        raise diverged("the update made weights inf or nan", progress, args, accelerator, applied=True)
+    return check.loss, check.tokens, check.grad_norm
+
+
+def host_token_counts(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
+    """A micro-batch's (source, target) tokens, counted on its host tensors (before they go to the device): the
+    attended source positions and the labels that are not -100."""
+    if batch["labels"].device.type != "cpu":
+        raise ValueError("run_update counts tokens on the host: give it the micro-batches as collated there, or "
+                         "their token_counts.")
+    return int(batch["attention_mask"].sum()), int((batch["labels"] != -100).sum())
+
+
+def device_values(values, device, dtype=None) -> torch.Tensor:
+    """A small tensor of host numbers on `device`, copied without making the host wait (torch.tensor(values,
+    device=...) waits for the copy)."""
+    host = torch.tensor(values, dtype=dtype)
+    if device.type == "cuda":
+        host = host.pin_memory()
+    return host.to(device, non_blocking=True)
+
+
+@dataclass
+class UpdateCheck:
+    """What the host learns of an update at its one synchronization."""
+
+    loss: float  # mean loss per target token, all processes
+    tokens: int  # source + target tokens, all processes
+    grad_norm: float | None  # before clipping; None without clipping (or under DeepSpeed, which clips itself)
+    weights_finite: bool  # on every process
+
+
+def update_check(accelerator, loss_sum: torch.Tensor, all_tokens, norm, parameters,
+                 stop: StopSignals | None) -> UpdateCheck:
+    """Sum the update's loss, its new weights' non-finite flag and the stop flags over the processes in one
+    reduction, and read them with the token counts and the gradient norm in one transfer to the host."""
+    device = accelerator.device
+    summed = torch.stack([
+        loss_sum.float(), non_finite_flag(parameters, device), stop_flag(stop, device)
+    ])
+    summed = accelerator.reduce(summed, reduction="sum")
+    read = [summed.double() if device.type != "mps" else summed]
+    if torch.is_tensor(all_tokens):
+        read.append(all_tokens.to(read[0].dtype))
+    if torch.is_tensor(norm):
+        read.append(plain_tensor(norm).detach().reshape(1).to(read[0].dtype))
+    values = torch.cat(read).tolist()  # the one synchronization of the update
+    loss_total, broken, stopping = values[:3]
+    source_tokens, target_tokens = values[3:5] if torch.is_tensor(all_tokens) else all_tokens
+    grad_norm = values[-1] if torch.is_tensor(norm) else (None if norm is None else float(norm))
+    if stop is not None:
+        stop.agree(stopping > 0)
+    return UpdateCheck(loss=loss_total / target_tokens, tokens=int(source_tokens + target_tokens),
+                       grad_norm=grad_norm, weights_finite=broken == 0)
+
+
+def plain_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor (FSDP2's sharded parameters and the norms computed from them) as the whole tensor; others as they
+    are."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def stop_flag(stop: StopSignals | None, device) -> torch.Tensor:
+    """This process's stop-signal flag as a device scalar, made on the device (a fill, no copy from the host)."""
+    return torch.full((), stop.flag() if stop is not None else 0.0, device=device)
+
+
+def non_finite_flag(tensors, device) -> torch.Tensor:
+    """1.0 on `device` if any of this process's `tensors` (its shard, under FSDP) holds inf or nan, else 0.0,
+    without a kernel per tensor: the largest magnitude of each tensor by `torch._foreach_norm` (a few fused
+    kernels on a GPU for all of them; inf or nan whenever the tensor holds one, and unlike a sum of squares never
+    overflowing for finite values), checked at once. A DTensor (FSDP2's parameters and their optimizer state) is
+    checked through its local shard, and tensors kept off the accelerator (Adam's `step` count stays on the CPU) are
+    checked where they are, their flag then moved to `device`."""
+    groups: dict[tuple, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+        if local.is_floating_point() and local.numel():
+            groups.setdefault((local.device, local.dtype), []).append(local.detach())
+    flag = torch.zeros((), device=device)
+    for group in groups.values():
+        largest = torch.stack(torch._foreach_norm(group, math.inf))
+        flag = torch.maximum(flag, (~torch.isfinite(largest).all()).float().to(device))
+    return flag
 
 
 def all_finite(accelerator, tensors, stop: StopSignals | None = None) -> bool:
@@ -690,14 +862,8 @@ def all_finite(accelerator, tensors, stop: StopSignals | None = None) -> bool:
     With `stop`, the same reduction carries each process's stop-signal flag, and `stop.agreed` says whether any
     process had received one."""
     device = accelerator.device
-    # A DTensor (FSDP2's parameters and their optimizer state) is checked through its local shard, and a tensor kept
-    # off the accelerator (Adam's `step` count stays on the CPU) has its flag moved to it, so that one stack holds all.
-    tensors = [tensor.to_local() if isinstance(tensor, DTensor) else tensor for tensor in tensors]
-    flags = [torch.isfinite(tensor).all().to(device) for tensor in tensors
-             if tensor.is_floating_point() and tensor.numel()]
-    broken = (~torch.stack(flags).all()).float() if flags else torch.zeros((), device=device)
-    stopping = torch.tensor(stop.flag() if stop is not None else 0.0, device=device)
-    totals = accelerator.reduce(torch.stack([broken.reshape(()), stopping]), reduction="sum")
+    totals = accelerator.reduce(torch.stack([non_finite_flag(tensors, device), stop_flag(stop, device)]),
+                                reduction="sum")
     broken_total, stop_total = totals.tolist()
     if stop is not None:
         stop.agree(stop_total > 0)
@@ -728,7 +894,7 @@ def diverged(what: str, progress: TrainingProgress, args: TrainArguments, accele
         set_aside = (f" The checkpoint of update {progress.step} holds the weights that gave it, so it was set "
                      f"aside as {quarantine}.")
     latest = latest_checkpoint(root)
-    stopped = ("Stopped before saving the broken weights" if applied else "Stopped before applying it")
+    stopped = "Stopped before saving the broken weights" if applied else "Stopped before saving anything of it"
     return TrainingDiverged(
         f"Training diverged at update {update}: {what}. {stopped}; no checkpoint holds non-finite weights.{set_aside} "
         f"The last good checkpoint is {latest or '(none saved yet)'}. Try a lower --learning_rate, more "

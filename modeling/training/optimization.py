@@ -11,9 +11,13 @@ Not in the paper, and off unless asked for: a cooldown. With `cooldown_steps = C
 updates scale the schedule down linearly, to zero after update T. A short run ends at a learning rate of zero
 instead of wherever the inverse square root happens to be; the updates before T - C are unchanged, so a run can
 still be stopped early and resumed with a longer --max_steps as long as it has not reached its cooldown.
+
+On a GPU, Adam runs fused (`fused=True`: one kernel updates every tensor, instead of several per tensor or group of
+tensors): the same algorithm with the same hyper-parameters; only the order of floating-point operations differs.
 """
 
 import torch
+from accelerate.state import AcceleratorState, is_initialized
 from torch.optim.lr_scheduler import LambdaLR
 
 
@@ -36,6 +40,14 @@ def cooldown_factor(step: int, max_steps: int, cooldown_steps: int) -> float:
     return max(0.0, min(1.0, remaining / (cooldown_steps + 1)))
 
 
+def trains_on_cuda(parameters: list[torch.nn.Parameter]) -> bool:
+    """Whether the weights train on CUDA: the device an Accelerator set up (it moves them there when it prepares
+    the model, after the optimizer is built), else the device they are on."""
+    if is_initialized():
+        return AcceleratorState().device.type == "cuda"
+    return bool(parameters) and all(parameter.device.type == "cuda" for parameter in parameters)
+
+
 def build_optimizer_and_schedule(
     model: torch.nn.Module,
     peak_learning_rate: float,
@@ -45,10 +57,15 @@ def build_optimizer_and_schedule(
     weight_decay: float = 0.0,
     max_steps: int | None = None,
     cooldown_steps: int = 0,
+    fused: bool | None = None,
 ) -> tuple[torch.optim.Optimizer, LambdaLR]:
+    """Adam (AdamW with weight decay) and the schedule. `fused`: Adam's fused implementation; unset, where the
+    weights train on CUDA (`trains_on_cuda`)."""
+    parameters = list(model.parameters())
     optimizer_class = torch.optim.AdamW if weight_decay else torch.optim.Adam
+    fused = trains_on_cuda(parameters) if fused is None else fused
     optimizer = optimizer_class(
-        model.parameters(), lr=peak_learning_rate, betas=betas, eps=eps, weight_decay=weight_decay
+        parameters, lr=peak_learning_rate, betas=betas, eps=eps, weight_decay=weight_decay, fused=fused or None
     )
     # LambdaLR counts the updates already made (0 before the first), so update number k is count + 1
     if cooldown_steps and max_steps is None:

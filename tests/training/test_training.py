@@ -732,6 +732,28 @@ def test_mixed_precision_and_activation_checkpointing_train(tmp_path, precision,
     AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "last")
 
 
+def test_torch_compile_trains_through_one_compiled_graph_giving_eagers_losses(tmp_path, monkeypatch):
+    """--torch_compile with the `eager` backend (dynamo captures each update's forward with fullgraph, without
+    inductor's code generation, minutes on a shared CPU; a GPU run gets inductor), against the same run with the
+    compilation taken out (the same padded batches, eager updates)."""
+    from torch._dynamo.utils import counters
+
+    from vaswani.training import loop as loop_module
+
+    options = dict(dropout=0.0, max_steps=4, eval_steps=4, save_steps=4, torch_compile=True)
+    monkeypatch.setattr(loop_module, "COMPILE_BACKEND", "eager")
+    torch._dynamo.reset()
+    counters.clear()
+    with torch._dynamo.config.patch(recompile_limit=4, fail_on_recompile_limit_hit=True):
+        run_in_process(tiny_argv(tmp_path / "compiled", **options))
+    assert 1 <= counters["stats"]["unique_graphs"] <= 4 and not counters["graph_break"]
+    monkeypatch.setattr(loop_module, "compiled_for_updates", lambda accelerator, model: model)
+    run_in_process(tiny_argv(tmp_path / "eager", **options))
+    compiled, eager = ([r["loss"] for r in metrics_records(tmp_path / name) if "loss" in r] for name in
+                       ("compiled", "eager"))
+    assert len(compiled) == 4 and compiled == pytest.approx(eager, rel=1e-4)
+
+
 def test_the_quickstart_config_runs_and_translates(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     output_dir = tmp_path / "quickstart"
