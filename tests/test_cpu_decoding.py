@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TextStreamer
 
-from conftest import REPO, english_sentences, spread_weights, tiny_config
+from conftest import REPO, english_sentences, load_script, spread_weights, tiny_config
 import vaswani.cpu_decoding as cpu_decoding
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.cpu_inference import for_cpu_inference
@@ -147,3 +147,21 @@ def test_set_up_twice_or_for_int8_keeps_one_path(en_de):
     assert for_cpu_inference(fast).generate is path
     int8 = for_cpu_inference(fast, quantization="int8")
     assert "generate" not in vars(int8)  # its Linear layers hold int8 weights: transformers' loop over the model
+
+
+def test_the_guide_pipeline_example_decodes_through_the_path(searches, capsys):
+    """The pipeline example of scripts/README.md's "Serving fast" section, "In PyTorch"."""
+    guide = (REPO / "scripts" / "README.md").read_text(encoding="utf-8")
+    section = guide.split("### In PyTorch", 1)[1].split("\n### ", 1)[0]
+    example = section.split("```python\n")[2].split("```", 1)[0]
+    exec(compile(example, "scripts/README.md (Serving fast, In PyTorch, a pipeline)", "exec"), {})
+    assert len(searches) == 1 and "'translation_text': 'Ein Mann" in capsys.readouterr().out
+
+
+def test_the_demo_decodes_through_the_path_unless_told_not_to(searches, tmp_path, capsys):
+    demo = load_script("demo")
+    texts = ["A man is riding a horse.", "Two dogs play in the snow."]
+    fast = demo.main(["--text", *texts, "--output_file", str(tmp_path / "fast.png")])
+    assert len(searches) == 2  # the translations, then the first one again for its attention map
+    plain = demo.main(["--text", *texts, "--output_file", str(tmp_path / "plain.png"), "--no-cpu_decoding"])
+    assert len(searches) == 2 and fast == plain
