@@ -180,7 +180,10 @@ class CpuDecoder:
         layers = len(weights.layers)
         cross = torch.addmm(weights.cross_kv_bias, encoder_states.reshape(-1, d_model), weights.cross_kv_weight)
         cross = cross.view(inputs, source_length, layers, 2, heads, head_dim).permute(2, 3, 0, 4, 1, 5).contiguous()
-        self.cross_keys, self.cross_values = list(cross[:, 0]), list(cross[:, 1])
+        # the keys transposed once, (slots, heads, head_dim, source): a product with a contiguous right-hand side is
+        # about twice as fast as with a transposed view at these sizes
+        self.cross_keys = [keys.transpose(-1, -2).contiguous() for keys in cross[:, 0]]
+        self.cross_values = list(cross[:, 1])
         self.source_mask = None
         if source_mask is not None and not bool(source_mask.all()):
             blocked = torch.finfo(encoder_states.dtype).min  # as the model masks padding
@@ -267,7 +270,7 @@ class CpuDecoder:
 
     def cross_attention(self, index: int, layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
         query = self.split_heads(torch.addmm(layer.cross_query[1], hidden, layer.cross_query[0]), layer)
-        scores = torch.matmul(query, self.cross_keys[index].transpose(-1, -2))
+        scores = torch.matmul(query, self.cross_keys[index])
         if self.source_mask is not None:
             scores += self.source_mask
         output = torch.matmul(torch.softmax(scores, dim=-1), self.cross_values[index])
