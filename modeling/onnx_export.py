@@ -3,6 +3,7 @@
     from vaswani.onnx_export import OnnxGenerator, export_to_onnx
     export_to_onnx("results/multi30k_en_de/model", "onnx/multi30k_en_de")
     OnnxGenerator("onnx/multi30k_en_de")(["A man is riding a horse."])   # -> ["Ein Mann reitet auf einem Pferd."]
+    OnnxGenerator("onnx/multi30k_en_de")(texts, num_beams=4, length_penalty=0.6, max_new_tokens=40)
 
 The folder then holds two graphs, the tokenizer, the model config and the generation config:
 
@@ -46,11 +47,12 @@ fails ("Cannot view a tensor with shape [batch, sequence, heads, head_dim] ... a
 the eager path computes the same function and exports for every position type. Then each graph is run with onnxruntime on inputs of other shapes than the traced ones (a past of length 0 included) and compared with
 PyTorch, and an export that fails or disagrees is reported with the name of the graph.
 
-Decoding: `OnnxGenerator` does greedy search with onnxruntime, and gives the tokens of
-`model.generate(..., num_beams=1, do_sample=False)`. Beam search and sampling are not implemented (nor logits
-processors such as `no_repeat_ngram_size` or `repetition_penalty`: a generation config that asks for one is refused by
-name). A checkpoint whose generation config asks for beam search (the shipped translation models use 5 beams) is
-decoded greedily here, so its outputs may differ from those of `generate()` with its defaults.
+Decoding: `OnnxGenerator` runs greedy or beam search (`vaswani.search`, transformers' search step for step: length
+penalty, early stopping, `no_repeat_ngram_size`, `min_length` / `min_new_tokens`) over decoder.onnx and its cache, and
+gives the tokens of `model.generate(..., do_sample=False)` with the same settings; settings not given are read from
+the folder's generation config, as `generate` reads them (the shipped translation models decode with 5 beams).
+Sampling and the other logits processors (`repetition_penalty`, `bad_words_ids`, ...) are not implemented: a
+generation config that asks for one is refused by name.
 
 What is refused, by name: a folder that is not a sequence-to-sequence checkpoint of this project (a classifier,
 another model type), a non-empty output folder without `overwrite_output_dir`.
@@ -72,6 +74,7 @@ import torch
 from torch import nn
 
 from .exporting import check_output_dir, load_seq2seq_checkpoint
+from .search import SearchSettings, search
 
 
 INSTALL_HINT = "pip install 'vaswani-transformer[onnx]'"
@@ -80,15 +83,14 @@ ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder.onnx"
 # the largest difference between onnxruntime's and PyTorch's outputs that the export check accepts
 EXPORT_CHECK_ATOL = 1e-4
-# `generate` options that change which token greedy search picks; `OnnxGenerator` does not implement them, so a
+# `generate` options that change which token the search picks; `OnnxGenerator` does not implement them, so a
 # generation config that sets one (to anything but the neutral value) is refused rather than decoded differently
 UNSUPPORTED_GENERATION_OPTIONS = {
-    "no_repeat_ngram_size": (None, 0),
+    "do_sample": (None, False),
+    "num_beam_groups": (None, 1),
     "encoder_no_repeat_ngram_size": (None, 0),
     "repetition_penalty": (None, 1.0),
     "encoder_repetition_penalty": (None, 1.0),
-    "min_length": (None, 0),
-    "min_new_tokens": (None, 0),
     "forced_bos_token_id": (None,),
     "forced_eos_token_id": (None,),
     "bad_words_ids": (None, []),
@@ -406,14 +408,18 @@ def check_graph(what: str, module: nn.Module, program, check_inputs: list[tuple]
 
 
 class OnnxGenerator:
-    """Greedy decoding of an exported folder with onnxruntime: the tokens of
-    `model.generate(input_ids, attention_mask=..., num_beams=1, do_sample=False, max_new_tokens=...)`.
+    """Decoding of an exported folder with onnxruntime: greedy or beam search, with the tokens of
+    `model.generate(input_ids, attention_mask=..., do_sample=False, ...)` with the same settings.
 
         generator = OnnxGenerator("onnx/multi30k_en_de", num_threads=1)
-        generator(["A man is riding a horse."])            # texts -> texts
-        generator.generate(input_ids, attention_mask)      # token ids -> token ids, starting with the decoder start
+        generator(["A man is riding a horse."])                # texts -> texts, the generation config's settings
+        generator(texts, num_beams=4, length_penalty=0.6)      # other settings, as generate takes them
+        generator.generate(input_ids, attention_mask)          # token ids -> token ids, starting with the decoder start
 
-    Needs onnxruntime and numpy; the tokenizer (for texts) needs transformers. Beam search is not implemented.
+    The search is `vaswani.search` (transformers' greedy and beam search, step for step) over decoder.onnx and its
+    cache (`OnnxDecoder`). The settings default to the folder's generation config, as `generate`'s do: the shipped
+    translation models decode with 5 beams. Needs onnxruntime, numpy and torch; the tokenizer (for texts) needs
+    transformers.
     """
 
     def __init__(self, folder: str | Path, num_threads: int | None = None, tokenizer=None):
@@ -468,10 +474,50 @@ class OnnxGenerator:
             return self.generation_config["max_new_tokens"]
         return self.generation_config.get("max_length", 20) - 1
 
-    def __call__(self, texts: list[str], max_new_tokens: int | None = None) -> list[str]:
+    def __call__(self, texts: list[str], max_new_tokens: int | None = None, **settings) -> list[str]:
+        """Texts -> texts; `settings` as `search_settings` takes them (num_beams, length_penalty, ...)."""
         encoded = self.tokenizer(list(texts), padding=True, truncation=True, return_tensors="np")
-        generated = self.generate(encoded["input_ids"], encoded["attention_mask"], max_new_tokens)
+        generated = self.generate(encoded["input_ids"], encoded["attention_mask"], max_new_tokens, **settings)
         return self.tokenizer.batch_decode(generated, skip_special_tokens=True)
+
+    def search_settings(
+        self,
+        max_new_tokens: int | None = None,
+        *,
+        num_beams: int | None = None,
+        length_penalty: float | None = None,
+        early_stopping: bool | str | None = None,
+        no_repeat_ngram_size: int | None = None,
+        min_length: int | None = None,
+        min_new_tokens: int | None = None,
+        num_return_sequences: int | None = None,
+    ) -> SearchSettings:
+        """The search `generate` would run with these settings, each one not given read from the generation
+        config (then transformers' default), lengths counting the decoder start token as `generate` counts them."""
+
+        def setting(value, name, default):
+            if value is not None:
+                return value
+            configured = self.generation_config.get(name)
+            return default if configured is None else configured
+
+        max_new_tokens = self.default_max_new_tokens() if max_new_tokens is None else max_new_tokens
+        num_beams = setting(num_beams, "num_beams", 1)
+        min_length = setting(min_length, "min_length", 0)
+        min_new_tokens = setting(min_new_tokens, "min_new_tokens", 0)
+        if min_new_tokens:
+            min_length = max(min_length, 1 + min_new_tokens)
+        return SearchSettings(
+            max_length=1 + max_new_tokens,
+            eos_token_ids=tuple(self.eos_token_ids),
+            pad_token_id=self.pad_token_id,
+            num_beams=num_beams,
+            length_penalty=setting(length_penalty, "length_penalty", 1.0) if num_beams > 1 else 1.0,
+            early_stopping=setting(early_stopping, "early_stopping", False) if num_beams > 1 else False,
+            num_return_sequences=setting(num_return_sequences, "num_return_sequences", 1),
+            no_repeat_ngram_size=setting(no_repeat_ngram_size, "no_repeat_ngram_size", 0),
+            min_length=min_length,
+        )
 
     def encode(self, input_ids, attention_mask) -> list[np.ndarray]:
         """encoder.onnx: the last hidden state, then each decoder layer's cross-attention key and value."""
@@ -494,39 +540,29 @@ class OnnxGenerator:
         logits, *self_cache = self.decoder.run(None, feed)
         return logits, self_cache
 
-    def generate(self, input_ids, attention_mask=None, max_new_tokens: int | None = None, return_logits: bool = False):
-        """Greedy search from token ids (arrays or tensors of shape (batch, source)). Returns the ids (batch,
-        1 + generated), starting with the decoder start token, with padding after each sequence's end as `generate`
-        pads; with `return_logits`, also the logits of each step (a list of (batch, vocab) arrays)."""
+    def generate(
+        self, input_ids, attention_mask=None, max_new_tokens: int | None = None, return_logits: bool = False, **settings
+    ):
+        """Greedy or beam search from token ids (arrays or tensors of shape (batch, source)); `settings` as
+        `search_settings` takes them. Returns the ids (batch * num_return_sequences, 1 + generated), starting with the
+        decoder start token, padded as `generate` pads; with `return_logits` (greedy only), also the logits of each
+        step (a list of (batch, vocab) arrays as `generate(output_logits=True)` gives them, NaN in the rows of the
+        inputs that have ended)."""
         input_ids = np.asarray(input_ids, dtype=np.int64)
         attention_mask = (
             np.ones_like(input_ids) if attention_mask is None else np.asarray(attention_mask, dtype=np.int64)
         )
-        max_new_tokens = self.default_max_new_tokens() if max_new_tokens is None else max_new_tokens
+        search_settings = self.search_settings(max_new_tokens, **settings)
         if self.decoder_start_token_id is None:
             raise ValueError(f"{self.folder}: the generation config and config.json set no decoder_start_token_id.")
+        if return_logits and search_settings.num_beams > 1:
+            raise ValueError("return_logits=True records the logits of greedy search: pass num_beams=1 with it.")
         self.check_length(input_ids.shape[1], "input")
-        batch = input_ids.shape[0]
-
         _, *cross_cache = self.encode(input_ids, attention_mask)
-        self_cache = self.empty_cache(batch)
-        sequences = np.full((batch, 1), self.decoder_start_token_id, dtype=np.int64)
-        unfinished = np.ones(batch, dtype=bool)
-        step_logits = []
-        for _ in range(max_new_tokens):
-            self.check_length(sequences.shape[1], "target (with what was generated so far)")
-            logits, self_cache = self.decode(sequences[:, -1:], attention_mask, self_cache, cross_cache)
-            logits = logits[:, -1, :]
-            if return_logits:
-                step_logits.append(logits)
-            next_tokens = logits.argmax(-1)
-            if self.pad_token_id is not None:
-                next_tokens = np.where(unfinished, next_tokens, self.pad_token_id)
-            sequences = np.concatenate([sequences, next_tokens[:, None]], axis=1)
-            unfinished &= ~np.isin(next_tokens, self.eos_token_ids)
-            if not unfinished.any():
-                break
-        return (sequences, step_logits) if return_logits else sequences
+        decoder = OnnxDecoder(self, cross_cache, attention_mask, search_settings.num_beams, return_logits)
+        with torch.no_grad():
+            sequences = search(decoder, input_ids.shape[0], self.decoder_start_token_id, search_settings).numpy()
+        return (sequences, decoder.step_logits) if return_logits else sequences
 
     def check_length(self, length: int, what: str) -> None:
         if self.max_positions is not None and length > self.max_positions:
@@ -536,12 +572,53 @@ class OnnxGenerator:
             )
 
 
+class OnnxDecoder:
+    """decoder.onnx and its cache as `vaswani.search` drives a decoder (`step`, `keep`): `num_beams` rows per input,
+    the cross-attention keys and values and the encoder's mask repeated for each. Choosing beams gathers the
+    self-attention cache by row, as `generate` reorders its cache; an input whose search is over leaves the batch.
+
+    With `record_logits` (greedy search), `step_logits` holds each step's logits (batch, vocab), NaN in the rows of
+    the inputs that have ended (`generate` computes those rows, but they choose nothing)."""
+
+    def __init__(self, generator: OnnxGenerator, cross_cache: list, attention_mask, beams: int, record_logits=False):
+        self.generator = generator
+        self.cross_cache = [np.repeat(cache, beams, axis=0) for cache in cross_cache]
+        self.attention_mask = np.repeat(attention_mask, beams, axis=0)
+        self.self_cache = generator.empty_cache(self.attention_mask.shape[0])
+        self.fed = 0  # tokens fed so far (the positions the cache holds)
+        self.record_logits = record_logits
+        self.step_logits = []
+        self.batch_rows = self.attention_mask.shape[0]
+        self.rows = np.arange(self.batch_rows)  # where each row still decoding started
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.generator.check_length(self.fed + 1, "target (with what was generated so far)")
+        logits, self.self_cache = self.generator.decode(
+            tokens.numpy()[:, None], self.attention_mask, self.self_cache, self.cross_cache
+        )
+        logits = np.ascontiguousarray(logits[:, -1, :])
+        self.fed += 1
+        if self.record_logits:
+            every_row = np.full((self.batch_rows, logits.shape[1]), np.nan, dtype=np.float32)
+            every_row[self.rows] = logits
+            self.step_logits.append(every_row)
+        return torch.from_numpy(logits)
+
+    def keep(self, rows: torch.Tensor, inputs: torch.Tensor | None) -> None:
+        rows = rows.numpy()
+        self.rows = self.rows[rows]
+        self.self_cache = [cache[rows] for cache in self.self_cache]
+        if inputs is not None:  # the rows of an input hold the same cross-attention keys and values
+            self.cross_cache = [cache[rows] for cache in self.cross_cache]
+            self.attention_mask = self.attention_mask[rows]
+
+
 def check_generation_options(generation_config: dict) -> None:
     for name, neutral in UNSUPPORTED_GENERATION_OPTIONS.items():
         value = generation_config.get(name)
         if value not in neutral:
             raise ValueError(
-                f"The generation config sets {name}={value!r}, which the ONNX greedy decoder does not implement: "
+                f"The generation config sets {name}={value!r}, which the ONNX decoder does not implement: "
                 f"its tokens would differ from generate()'s. Remove it from generation_config.json (allowed: "
                 f"{' or '.join(repr(v) for v in neutral)}), or decode with the PyTorch model."
             )
@@ -551,7 +628,7 @@ def onnx_greedy_generate(folder: str | Path, inputs, max_new_tokens: int | None 
     """Greedy decoding of an exported folder: texts -> texts, or token ids (with pad token padding) -> token ids."""
     generator = OnnxGenerator(folder, num_threads=num_threads)
     if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], str)):
-        return generator([inputs] if isinstance(inputs, str) else list(inputs), max_new_tokens)
+        return generator([inputs] if isinstance(inputs, str) else list(inputs), max_new_tokens, num_beams=1)
     input_ids = np.asarray(inputs, dtype=np.int64)
     attention_mask = None if generator.pad_token_id is None else (input_ids != generator.pad_token_id).astype(np.int64)
-    return generator.generate(input_ids, attention_mask, max_new_tokens)
+    return generator.generate(input_ids, attention_mask, max_new_tokens, num_beams=1)

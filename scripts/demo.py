@@ -3,6 +3,7 @@ draw where the model looks while it translates the first one.
 
     python scripts/demo.py                                   # four sentences; writes attention.png (+ .json)
     python scripts/demo.py --text "A dog runs on the beach." "Two girls are reading." --output_file dog.png
+    python scripts/demo.py --no-cpu_decoding                 # the model's own generate loop (same translations)
 
 The model (results/multi30k_en_de/model, 2.35M parameters) was trained from scratch on Multi30k's 29,000 image
 captions by the en->de recipe of scripts/configs/recipes.yaml; it translates sentences like those: short descriptions
@@ -18,6 +19,7 @@ from vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniToken
 from vaswani import pipelines as vaswani_pipelines
 from vaswani.attention_map import PICTURE_FORMATS, cross_attention_map, save_heatmap
 from vaswani.cli import run_command
+from vaswani.cpu_inference import for_cpu_inference
 from vaswani.output_paths import check_output_file
 
 
@@ -32,10 +34,11 @@ NUM_BEAMS = 5  # the recipe's evaluation settings
 MAX_NEW_TOKENS = 80
 
 
-def load_translator(model_dir: Path):
+def load_translator(model_dir: Path, cpu_decoding: bool = True):
     """The translation pipeline of a checkpoint of this project, built from the installed package's classes: the
     code files the folder carries (its own `pipeline_vaswani.py`, `modeling_vaswani.py`, ...) are never run, so a
-    folder from elsewhere can hold weights and a tokenizer, not code."""
+    folder from elsewhere can hold weights and a tokenizer, not code. With `cpu_decoding`, the model decodes through
+    `vaswani.cpu_inference.for_cpu_inference` (the same tokens as its own `generate`, faster)."""
     model_type = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
     if model_type != VaswaniConfig.model_type:
         raise ValueError(
@@ -43,6 +46,8 @@ def load_translator(model_dir: Path):
             f"(model_type {VaswaniConfig.model_type!r})."
         )
     model = VaswaniForConditionalGeneration.from_pretrained(model_dir)
+    if cpu_decoding:
+        model = for_cpu_inference(model)
     tokenizer = VaswaniTokenizer.from_pretrained(model_dir)
     return vaswani_pipelines.pipeline("translation", model=model, tokenizer=tokenizer)
 
@@ -52,6 +57,13 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--text", nargs="+", default=SENTENCES, help="English sentences to translate.")
     parser.add_argument("--model", default=str(MODEL), help="A translation checkpoint (default: the shipped en->de).")
     parser.add_argument("--output_file", default="attention.png", help="The heatmap of the first sentence (.png).")
+    parser.add_argument(
+        "--cpu_decoding",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Decode with the package's CPU decoding loop (vaswani.cpu_inference.for_cpu_inference: the same "
+        "translations as the model's own generate, faster); --no-cpu_decoding runs generate's own loop.",
+    )
     args = parser.parse_args(argv)
     if Path(args.output_file).suffix.lower() not in PICTURE_FORMATS:
         raise ValueError(f"--output_file {args.output_file}: the picture must end in one of {list(PICTURE_FORMATS)}.")
@@ -69,7 +81,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     matrix_file = picture.with_suffix(".json")
     check_output_file(matrix_file, {"--model": model_dir}, option="--output_file (its .json beside the picture)")
 
-    translator = load_translator(model_dir)
+    translator = load_translator(model_dir, args.cpu_decoding)
     outputs = translator(args.text, num_beams=NUM_BEAMS, max_new_tokens=MAX_NEW_TOKENS, batch_size=len(args.text))
     translations = [output["translation_text"] for output in outputs]
     for source, translation in zip(args.text, translations):

@@ -25,8 +25,10 @@ The data are a local file (`--validation_file` or `--test_file`) or a split of a
 local copy of a Hub dataset is named as the dataset.
 
 The results go to `--output_file` (default: `evaluation_results.json` in the checkpoint folder). The checkpoint must
-be fine-tuned for the task: one whose task head would be new (random) is refused. `--quantization int8` runs the
-model with int8 Linear layers (vaswani.cpu_inference); `--engine ctranslate2` exports the checkpoint to CTranslate2
+be fine-tuned for the task: one whose task head would be new (random) is refused. Translation and summarization
+decode on the CPU through the package's own decoding loop (vaswani.cpu_inference.for_cpu_inference: generate's tokens,
+faster; `--cpu_decoding False` runs generate's own loop). `--quantization int8` runs the model with int8 Linear layers
+(vaswani.cpu_inference); `--engine ctranslate2` exports the checkpoint to CTranslate2
 (vaswani.ctranslate2_export, into a temporary folder) and decodes there, with the same decoding settings.
 """
 
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import torch
 import transformers
 from transformers import (
     AutoModelForSeq2SeqLM,
@@ -131,6 +134,12 @@ class EvaluationArguments:
     )
     quantization: Literal["none", "int8"] = field(
         default="none", metadata={"help": "Weights as saved (none) or int8 Linear layers / int8 CTranslate2 weights."}
+    )
+    cpu_decoding: bool = field(
+        default=True,
+        metadata={"help": "Translation / summarization with --engine transformers, fp32 weights: decode with the "
+                  "package's CPU decoding loop (vaswani.cpu_inference.for_cpu_inference: generate's tokens, faster); "
+                  "False runs generate's own loop."},
     )
 
 
@@ -268,6 +277,8 @@ def generation_pipeline(args: EvaluationArguments, model, tokenizer):
             return CTranslate2Pipeline(folder, args.task, tgt_lang=tgt_lang)
     if args.quantization == "int8":
         model = for_cpu_inference(model, quantization="int8")
+    elif args.cpu_decoding and model.device.type == "cpu" and torch.backends.mkldnn.is_available():
+        model = for_cpu_inference(model)
     return vaswani_pipelines.pipeline(args.task, model=model, tokenizer=tokenizer)
 
 

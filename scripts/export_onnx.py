@@ -4,10 +4,12 @@
 
 The folder then holds `encoder.onnx`, `decoder.onnx` (one decoding step: the new token and the cache of the earlier
 steps in, the logits and the grown cache out), the tokenizer, `config.json` and `generation_config.json`. Decode it
-greedily with onnxruntime, to the tokens of `model.generate(..., num_beams=1, do_sample=False)`:
+with onnxruntime, greedy or beam search, to the tokens of `model.generate(...)` with the same settings (by default the
+generation config's, as for `generate`):
 
     from vaswani.onnx_export import OnnxGenerator
     print(OnnxGenerator("onnx/multi30k_en_de", num_threads=1)(["A man is riding a horse."]))
+    print(OnnxGenerator("onnx/multi30k_en_de", num_threads=1)(["A man is riding a horse."], num_beams=4))
 
 The graphs' inputs and outputs are described in `vaswani.onnx_export`. Every position type (sinusoidal, learned,
 relative) and pre- and post-LayerNorm are exported; each graph is checked against PyTorch with onnxruntime before it
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> Path:
     listing = "\n".join(f"  {path.name}  ({path.stat().st_size:,} bytes)" for path in files)
     print(
         f"Exported {args.model} to {output_dir}:\n{listing}\n"
-        f"Decode greedily with onnxruntime: vaswani.onnx_export.OnnxGenerator({str(output_dir)!r})(texts)"
+        f"Decode with onnxruntime: vaswani.onnx_export.OnnxGenerator({str(output_dir)!r})(texts, num_beams=...)"
     )
     return output_dir
 

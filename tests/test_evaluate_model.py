@@ -120,6 +120,22 @@ def test_int8_weights_are_used_and_recorded(seq2seq, tmp_path):
     assert "decoded with transformers, int8 weights" in int8["conventions"]
 
 
+def test_translation_decodes_through_the_cpu_decoding_loop_unless_told_not_to(seq2seq, tmp_path, monkeypatch):
+    import vaswani.cpu_decoding as cpu_decoding
+
+    searches = []
+    search = cpu_decoding.search
+    monkeypatch.setattr(cpu_decoding, "search", lambda *args: searches.append(args) or search(*args))
+    data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:6]])
+    arguments = ["--model", str(seq2seq), "--task", "translation", "--validation_file", str(data), *DECODING,
+                 "--batch_size", "3"]
+    fast = evaluate_model.main([*arguments, "--output_file", str(tmp_path / "fast.json")])
+    assert len(searches) == 2  # one per batch
+    plain = evaluate_model.main([*arguments, "--cpu_decoding", "False", "--output_file", str(tmp_path / "plain.json")])
+    assert len(searches) == 2
+    assert fast["metrics"] == plain["metrics"] and fast["decoding"] == plain["decoding"]
+
+
 def test_the_ctranslate2_engine_decodes_as_generate_does(seq2seq, tmp_path):
     pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
     sources = [en for en, _ in PAIRS]

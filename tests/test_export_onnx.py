@@ -1,7 +1,8 @@
-"""The ONNX export (vaswani.onnx_export, scripts/export_onnx.py): onnxruntime's greedy decoding with the encoder graph
-and the decoder graph with a cache gives the tokens of `generate(num_beams=1, do_sample=False)`, token for token, and
-logits within 1e-4 of PyTorch's, for the shipped en->de model (relative positions, post-LayerNorm) on real sentences
-and for a tiny pre-LayerNorm model with learned positions; what cannot be exported is refused.
+"""The ONNX export (vaswani.onnx_export, scripts/export_onnx.py): onnxruntime's decoding with the encoder graph and the
+decoder graph with a cache gives the tokens of `generate(do_sample=False)`, token for token, greedy (with logits
+within 1e-4 of PyTorch's) and beam search with the same settings, for the shipped en->de model (sinusoidal positions,
+post-LayerNorm) on real sentences and for a tiny pre-LayerNorm model with learned positions; what cannot be exported
+is refused.
 
 onnx, onnxscript and onnxruntime are optional dependencies (`pip install 'vaswani-transformer[onnx]'`): without
 them these tests skip.
@@ -62,11 +63,13 @@ def assert_greedy_matches_generate(model, tokenizer, folder, texts, max_new_toke
         )
     generator = OnnxGenerator(folder, num_threads=1)
     ids, logits = generator.generate(
-        batch["input_ids"].numpy(), batch["attention_mask"].numpy(), max_new_tokens, return_logits=True
+        batch["input_ids"].numpy(), batch["attention_mask"].numpy(), max_new_tokens, return_logits=True, num_beams=1
     )
     assert ids.tolist() == expected.sequences.tolist()
     for step in range(min(logit_steps, len(logits))):
-        np.testing.assert_allclose(logits[step], expected.logits[step].numpy(), atol=1e-4, rtol=0)
+        decoding = ~(ids[:, 1 : step + 1] == tokenizer.eos_token_id).any(1)  # the inputs that have not ended
+        assert np.isnan(logits[step][~decoding]).all() and not np.isnan(logits[step][decoding]).any()
+        np.testing.assert_allclose(logits[step][decoding], expected.logits[step].numpy()[decoding], atol=1e-4, rtol=0)
     return ids
 
 
@@ -109,7 +112,31 @@ def test_shipped_model_greedy_tokens_equal_generate(shipped):
     ids = assert_greedy_matches_generate(model, tokenizer, shipped, texts, max_new_tokens=60, logit_steps=4)
     assert ids.shape[1] > 8 and len(set(ids[0].tolist())) > 5  # real translations, not a repeated token
     # texts in, texts out: the same tokens, decoded
-    assert OnnxGenerator(shipped, num_threads=1)(texts[:3]) == tokenizer.batch_decode(ids[:3], skip_special_tokens=True)
+    translations = OnnxGenerator(shipped, num_threads=1)(texts[:3], num_beams=1)
+    assert translations == tokenizer.batch_decode(ids[:3], skip_special_tokens=True)
+
+
+@needs_shipped_model
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},  # the checkpoint's generation config: 5 beams, length penalty 1.0, up to 80 new tokens
+        {"num_beams": 4, "length_penalty": 0.6, "early_stopping": True, "max_new_tokens": 40},
+        {"num_beams": 3, "num_return_sequences": 2, "no_repeat_ngram_size": 2, "min_new_tokens": 12},
+    ],
+)
+def test_shipped_model_beam_search_tokens_equal_generate(shipped, settings):
+    from transformers import AutoTokenizer
+
+    model = VaswaniForConditionalGeneration.from_pretrained(SHIPPED).eval()
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
+    batch = tokenizer(english_sentences(16), return_tensors="pt", padding=True)
+    with torch.no_grad():
+        expected = model.generate(**batch, **settings)
+    generator = OnnxGenerator(shipped, num_threads=1)
+    max_new_tokens = settings.pop("max_new_tokens", None)
+    ids = generator.generate(batch["input_ids"].numpy(), batch["attention_mask"].numpy(), max_new_tokens, **settings)
+    assert ids.tolist() == expected.tolist()
 
 
 @needs_shipped_model
@@ -192,12 +219,29 @@ def test_overwrite_output_dir_replaces_the_folder(tiny):
     assert not (folder / "stale.txt").exists() and (folder / "decoder.onnx").is_file()
 
 
-def test_a_generation_config_with_options_greedy_onnx_cannot_follow_is_refused(tiny, tmp_path):
+def test_the_generation_configs_beam_settings_are_the_defaults(tiny, tokenizer, tmp_path):
+    """A folder whose generation config asks for beams, a length penalty and no repeated 2-grams (as the shipped
+    summarizer's does) decodes as `generate` with its defaults."""
+    model, _, folder = tiny
+    copy = shutil.copytree(folder, tmp_path / "copy")
+    settings = json.loads((copy / "generation_config.json").read_text())
+    beam_settings = {"num_beams": 3, "length_penalty": 1.5, "no_repeat_ngram_size": 2, "max_new_tokens": 12}
+    (copy / "generation_config.json").write_text(json.dumps({**settings, **beam_settings}))
+    texts = [source for source, _ in PAIRS[:6]]
+    with torch.no_grad():
+        expected = model.generate(**tokenizer(texts, return_tensors="pt", padding=True), **beam_settings)
+    generator = OnnxGenerator(copy, num_threads=1)
+    assert generator(texts) == tokenizer.batch_decode(expected, skip_special_tokens=True)
+    search = generator.search_settings()
+    assert (search.num_beams, search.length_penalty, search.no_repeat_ngram_size, search.max_length) == (3, 1.5, 2, 13)
+
+
+def test_a_generation_config_with_options_onnx_cannot_follow_is_refused(tiny, tmp_path):
     _, _, folder = tiny
     copy = shutil.copytree(folder, tmp_path / "copy")
     settings = json.loads((copy / "generation_config.json").read_text())
-    (copy / "generation_config.json").write_text(json.dumps({**settings, "no_repeat_ngram_size": 3}))
-    with pytest.raises(ValueError, match="no_repeat_ngram_size=3, which the ONNX greedy decoder does not implement"):
+    (copy / "generation_config.json").write_text(json.dumps({**settings, "repetition_penalty": 1.2}))
+    with pytest.raises(ValueError, match="repetition_penalty=1.2, which the ONNX decoder does not implement"):
         OnnxGenerator(copy, num_threads=1)
 
 

@@ -20,21 +20,31 @@ Runs on CPU by default and on the GPU when one is present (bf16 there, with a la
     python scripts/tools/benchmark.py --engines --threads 1 2    # generation in every engine (needs the ctranslate2 extra)
 
 With --engines, only generation is timed, on the CPU, fp32 weights unless named: this model's `generate` as it is
-(`vaswani`), with its Linear layers through oneDNN (`vaswani_onednn`) or in int8 (`vaswani_int8`), both from
-`vaswani.cpu_inference`; Marian; and CTranslate2 running this model's export (`ct2_fp32`, `ct2_int8`,
-`vaswani.ctranslate2_export`). All in one process, alternating, at each thread count, greedy and beam-4, every
-engine forced to the same number of new tokens.
+(`vaswani`), after `vaswani.cpu_inference.for_cpu_inference` (`vaswani_cpu`: the package's own decoding loop, its
+Linear layers through oneDNN) or with int8 Linear layers (`vaswani_int8`); Marian (presets only); and CTranslate2
+running this model's export (`ct2_fp32`, `ct2_int8`, `vaswani.ctranslate2_export`), in process and alone in a fresh
+process (`*_alone`). All in one process, alternating round after round, at each thread count, greedy and beam-4, on
+each of `--workloads`: a preset with random weights (every engine forced to `--new-tokens` new tokens), or a shipped
+model, results/NAME/model, on the first `--batch-size` (default 64) inputs of its held-out data in one padded batch,
+decoded up to its generation config's max_new_tokens with its length penalty (and n-gram rule). Each row gives the
+milliseconds per batch, the generated tokens per second (the tokens the plain model generates), the ratios to
+CTranslate2 fp32, whether `vaswani_cpu` gave `generate`'s tokens, and the load average before and after (a loaded
+machine's numbers are noise). The table of results/benchmark/README.md comes from:
+
+    python scripts/tools/benchmark.py --engines --threads 1 2 --rounds 7 \\
+        --workloads base multi30k_en_de multi30k_de_en samsum --json results/benchmark/engines.json
 """
 
 import argparse
 import copy
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -164,7 +174,31 @@ def generation_function(model, setup: Setup, new_tokens: int, num_beams: int):
 
 # --- inference engines ---------------------------------------------------------------------------------------------
 
-ENGINES = ("vaswani", "vaswani_onednn", "vaswani_int8", "marian", "ct2_fp32", "ct2_int8")
+ENGINES = ("vaswani", "vaswani_cpu", "vaswani_int8", "marian", "ct2_fp32", "ct2_int8")
+REPO = Path(__file__).resolve().parents[2]
+# the shipped models timed as they are used: a batch of the first held-out inputs, decoded as their generation
+# config says (beam count aside), up to its max_new_tokens; each is (data file under --data_dir, text column)
+SHIPPED_WORKLOADS = {
+    "multi30k_en_de": ("multi30k/test_2016_flickr.jsonl", "en"),
+    "multi30k_de_en": ("multi30k/test_2016_flickr.jsonl", "de"),
+    "samsum": ("samsum/validation.jsonl", "document"),
+}
+WORKLOADS = ("tiny", "small", "base", "big", *SHIPPED_WORKLOADS)
+
+
+@dataclass
+class Workload:
+    """What every engine decodes in one row of the table: the models, the batch (token ids for PyTorch, token strings
+    for CTranslate2) and the decoding settings of each beam count."""
+
+    name: str
+    setup: Setup
+    models: dict  # engine name -> PyTorch model
+    exports: dict  # engine name -> CTranslate2 folder
+    inputs: dict  # input_ids, attention_mask
+    sources: list  # the same inputs as CTranslate2's token strings
+    settings: dict  # `generate` keyword arguments besides num_beams
+    forced_length: bool  # every engine forced to the same number of new tokens (random weights)
 
 
 def ctranslate2_export(model, folder: Path, quantization: str | None) -> Path:
@@ -179,34 +213,116 @@ def ctranslate2_export(model, folder: Path, quantization: str | None) -> Path:
     return export_to_ctranslate2(checkpoint, folder / f"ct2_{quantization or 'fp32'}", quantization=quantization)
 
 
-def ctranslate2_function(folder: Path, setup: Setup, new_tokens: int, num_beams: int, threads: int):
-    import ctranslate2
+def preset_workload(preset: str, args, scratch: Path) -> Workload:
+    """A preset with random weights on a random batch, every engine forced to `--new-tokens` new tokens."""
+    setup = Setup(preset, "fp32", args.batch_size or 32, args.source_length, args.target_length, args.vocab_size, "cpu")
+    torch.manual_seed(0)
+    ours = vaswani_model(setup).eval()
+    models = {
+        "vaswani": ours,
+        "vaswani_cpu": for_cpu_inference(copy.deepcopy(ours)),
+        "vaswani_int8": for_cpu_inference(ours, quantization="int8"),
+        "marian": marian_model(setup),
+    }
+    exports = {f"ct2_{q or 'fp32'}": ctranslate2_export(ours, scratch / preset, q) for q in (None, "int8")}
+    batch = make_batch(setup, seed=1)
+    vocabulary = json.loads((exports["ct2_fp32"] / "shared_vocabulary.json").read_text(encoding="utf-8"))
+    sources = [[vocabulary[index] for index in row] for row in batch["input_ids"].tolist()]
+    settings = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens}
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    return Workload(preset, setup, models, exports, inputs, sources, settings, forced_length=True)
 
-    translator = ctranslate2.Translator(str(folder), device="cpu", inter_threads=1, intra_threads=threads)
-    vocabulary = json.loads((folder / "shared_vocabulary.json").read_text(encoding="utf-8"))
-    sources = [[vocabulary[index] for index in row] for row in make_batch(setup, seed=1)["input_ids"].tolist()]
 
+def shipped_workload(name: str, args, scratch: Path) -> Workload:
+    """A shipped model (results/NAME/model) on the first `--batch-size` (default 64) inputs of its held-out data, in
+    one padded batch, decoded with its generation config's length limit, length penalty and n-gram rule."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from vaswani import VaswaniForConditionalGeneration
+    from vaswani.ctranslate2_export import export_to_ctranslate2
+
+    folder = REPO / "results" / name / "model"
+    data_file, column = SHIPPED_WORKLOADS[name]
+    data_file = Path(args.data_dir) / data_file
+    if not data_file.is_file():
+        raise FileNotFoundError(f"--workloads {name} reads {data_file}: give --data_dir, the folder of the datasets.")
+    with data_file.open(encoding="utf-8") as lines:
+        texts = [json.loads(line)[column] for _, line in zip(range(args.batch_size or 64), lines)]
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    ours = VaswaniForConditionalGeneration.from_pretrained(folder).eval()
+    models = {
+        "vaswani": ours,
+        "vaswani_cpu": for_cpu_inference(copy.deepcopy(ours)),
+        "vaswani_int8": for_cpu_inference(ours, quantization="int8"),
+    }
+    exports = {f"ct2_{q or 'fp32'}": export_to_ctranslate2(folder, scratch / name / f"ct2_{q or 'fp32'}", quantization=q)
+               for q in (None, "int8")}
+    inputs = tokenizer(texts, return_tensors="pt", padding=True, truncation=True)
+    inputs = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
+    sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(texts, truncation=True)["input_ids"]]
+    generation = GenerationConfig.from_pretrained(folder)
+    settings = {"max_new_tokens": generation.max_new_tokens, "length_penalty": generation.length_penalty}
+    if generation.no_repeat_ngram_size:
+        settings["no_repeat_ngram_size"] = generation.no_repeat_ngram_size
+    setup = Setup(name, "fp32", len(texts), inputs["input_ids"].shape[1], 0, ours.config.vocab_size, "cpu")
+    return Workload(name, setup, models, exports, inputs, sources, settings, forced_length=False)
+
+
+def generate_function(model, workload: Workload, num_beams: int):
+    """One `generate` call of `model` on the workload's batch (returns the output ids)."""
+
+    settings = decoding_settings(workload, num_beams)
+
+    @torch.no_grad()
     def generate():
-        results = translator.translate_batch(
-            sources, beam_size=num_beams, min_decoding_length=new_tokens, max_decoding_length=new_tokens,
-            max_batch_size=len(sources),
-        )
-        assert all(len(result.hypotheses[0]) == new_tokens for result in results)
-        return results
+        out = model.generate(**workload.inputs, do_sample=False, **settings)
+        if workload.forced_length:
+            assert out.shape[1] == workload.settings["max_new_tokens"] + 1, out.shape
+        return out
 
     return generate
 
 
-def ctranslate2_alone(folder: Path, setup: Setup, new_tokens: int, num_beams: int, threads: int, rounds: int) -> float:
+def decoding_settings(workload: Workload, num_beams: int) -> dict:
+    """The workload's `generate` settings with `num_beams` (a length penalty only for beam search)."""
+    settings = {**workload.settings, "num_beams": num_beams}
+    if num_beams == 1:
+        settings.pop("length_penalty", None)
+    return settings
+
+
+def ctranslate2_options(workload: Workload, num_beams: int) -> dict:
+    from transformers import GenerationConfig
+
+    from vaswani.ctranslate2_export import translate_options
+
+    return translate_options(GenerationConfig(**decoding_settings(workload, num_beams)))
+
+
+def ctranslate2_function(folder: Path, sources: list, options: dict, threads: int):
+    import ctranslate2
+
+    translator = ctranslate2.Translator(str(folder), device="cpu", inter_threads=1, intra_threads=threads)
+
+    def generate():
+        return translator.translate_batch(sources, max_batch_size=len(sources), **options)
+
+    return generate
+
+
+def ctranslate2_alone(folder: Path, sources: list, options: dict, threads: int, rounds: int, scratch: Path) -> float:
     """Median seconds of one CTranslate2 call timed in a fresh process that runs nothing else: beside PyTorch's
     thread pool, CTranslate2 lost about a quarter of its 2-thread speed on the 2-core machine of the serving table
     (results/benchmark/README.md), so its in-process figure alone would flatter this model."""
-    code = (
+    job = scratch / "ctranslate2_job.json"
+    job.write_text(json.dumps({"folder": str(folder), "sources": sources, "options": options}), encoding="utf-8")
+    code = (  # ctranslate2 alone: no torch, no transformers in that process
         "import json, statistics, sys, time\n"
-        f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
-        "import benchmark\n"
-        f"setup = benchmark.Setup(**{asdict(setup)!r})\n"
-        f"call = benchmark.ctranslate2_function(benchmark.Path({str(folder)!r}), setup, {new_tokens}, {num_beams}, {threads})\n"
+        "import ctranslate2\n"
+        f"job = json.loads(open({str(job)!r}, encoding='utf-8').read())\n"
+        f"translator = ctranslate2.Translator(job['folder'], device='cpu', inter_threads=1, intra_threads={threads})\n"
+        "def call():\n"
+        "    translator.translate_batch(job['sources'], max_batch_size=len(job['sources']), **job['options'])\n"
         "call()\n"
         "seconds = []\n"
         f"for _ in range({rounds}):\n"
@@ -217,48 +333,71 @@ def ctranslate2_alone(folder: Path, setup: Setup, new_tokens: int, num_beams: in
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def new_tokens(output: torch.Tensor, pad_token_id: int) -> int:
+    """The tokens `generate` produced (the end token counted, the padding after it and the start token not)."""
+    return int((output[:, 1:] != pad_token_id).sum())
+
+
+def load_average() -> float:
+    """The machine's load over the last minute (os.getloadavg): beside each row, how busy the cores were."""
+    return round(os.getloadavg()[0], 2)
+
+
+def engine_row(workload: Workload, threads: int, beams: int, args, scratch: Path) -> dict:
+    """One row of the table: every engine of the workload, alternating in this process, and CTranslate2 alone."""
+    options = ctranslate2_options(workload, beams)
+    calls = {name: generate_function(model, workload, beams) for name, model in workload.models.items()}
+    calls.update({name: ctranslate2_function(folder, workload.sources, options, threads)
+                  for name, folder in workload.exports.items()})
+    load_before = load_average()
+    seconds = alternate(calls, args.rounds, 1, 1, workload.setup)
+    plain, ours = calls["vaswani"](), calls["vaswani_cpu"]()
+    pad = workload.models["vaswani"].config.pad_token_id
+    tokens = new_tokens(plain, pad)  # what the plain model generates: the work every engine does
+    row = {"workload": workload.name, "threads": threads, "num_beams": beams, "batch": workload.setup.batch_size,
+           "source_length": workload.setup.source_length, "new_tokens": tokens,
+           "vaswani_cpu_same_tokens": plain.tolist() == ours.tolist(), "load_average": [load_before, load_average()]}
+    for name, value in seconds.items():
+        row[f"{name}_ms"] = 1000 * value
+        row[f"{name}_tokens_per_s"] = tokens / value
+    alone = {f"{name}_alone": ctranslate2_alone(folder, workload.sources, options, threads, args.rounds, scratch)
+             for name, folder in workload.exports.items()}
+    for name, value in alone.items():
+        row[f"{name}_ms"] = 1000 * value
+        row[f"{name}_tokens_per_s"] = tokens / value
+    for name in ("vaswani", "vaswani_cpu", "marian"):
+        if name in seconds:
+            row[f"{name}_vs_ct2_fp32"] = seconds["ct2_fp32"] / seconds[name]
+            row[f"{name}_vs_ct2_fp32_alone"] = alone["ct2_fp32_alone"] / seconds[name]
+    row["vaswani_int8_vs_ct2_int8"] = seconds["ct2_int8"] / seconds["vaswani_int8"]
+    row["vaswani_int8_vs_ct2_int8_alone"] = alone["ct2_int8_alone"] / seconds["vaswani_int8"]
+    return row
+
+
 def run_engines(args) -> dict:
-    """Generated tokens/s of every engine, at each thread count, greedy and beam-4 (see the module docstring)."""
+    """Generation time of every engine on every workload, at each thread count, greedy and beam-4 (see the module
+    docstring)."""
     report = {"device": cpu_name(), "torch": torch.__version__, "engines": []}
     print(f"device: {report['device']}; torch {torch.__version__}")
-    for preset in args.generation_presets:
-        setup = Setup(preset, "fp32", args.batch_size or 32, args.source_length, args.target_length, args.vocab_size, "cpu")
-        torch.manual_seed(0)
-        ours = vaswani_model(setup).eval()
-        models = {
-            "vaswani": ours,
-            "vaswani_onednn": for_cpu_inference(copy.deepcopy(ours)),
-            "vaswani_int8": for_cpu_inference(ours, quantization="int8"),
-            "marian": marian_model(setup),
-        }
-        with tempfile.TemporaryDirectory(prefix="vaswani-benchmark-") as scratch:
-            exports = {f"ct2_{q or 'fp32'}": ctranslate2_export(ours, Path(scratch), q) for q in (None, "int8")}
+    with tempfile.TemporaryDirectory(prefix="vaswani-benchmark-") as scratch:
+        scratch = Path(scratch)
+        for name in args.workloads:
+            workload = (shipped_workload if name in SHIPPED_WORKLOADS else preset_workload)(name, args, scratch)
             for threads in args.threads:
                 torch.set_num_threads(threads)
                 for beams in (1, 4):
-                    calls = {name: generation_function(model, setup, args.new_tokens, beams) for name, model in models.items()}
-                    calls.update({name: ctranslate2_function(folder, setup, args.new_tokens, beams, threads)
-                                  for name, folder in exports.items()})
-                    seconds = alternate(calls, args.rounds, 1, 1, setup)
-                    row = {"preset": preset, "threads": threads, "num_beams": beams, "batch": setup.batch_size,
-                           "source_length": setup.source_length, "new_tokens": args.new_tokens}
-                    row.update({f"{name}_tokens_per_s": setup.batch_size * args.new_tokens / seconds[name] for name in ENGINES})
-                    alone = {f"{name}_alone": ctranslate2_alone(folder, setup, args.new_tokens, beams, threads,
-                                                                args.rounds) for name, folder in exports.items()}
-                    row.update({f"{name}_tokens_per_s": setup.batch_size * args.new_tokens / value
-                                for name, value in alone.items()})
-                    for name in ("vaswani", "vaswani_onednn", "marian"):
-                        row[f"{name}_vs_ct2_fp32"] = seconds["ct2_fp32"] / seconds[name]
-                        row[f"{name}_vs_ct2_fp32_alone"] = alone["ct2_fp32_alone"] / seconds[name]
-                    row["vaswani_int8_vs_ct2_int8"] = seconds["ct2_int8"] / seconds["vaswani_int8"]
-                    row["vaswani_int8_vs_ct2_int8_alone"] = alone["ct2_int8_alone"] / seconds["vaswani_int8"]
+                    row = engine_row(workload, threads, beams, args, scratch)
                     report["engines"].append(row)
-                    print(f"generate {preset} {threads} thread(s) beams={beams}: " + " | ".join(
-                        f"{name} {row[name + '_tokens_per_s']:.0f}" for name in (*ENGINES, *alone)) + " tok/s; vs "
-                        f"CTranslate2 fp32 (in process / alone): vaswani x{row['vaswani_vs_ct2_fp32']:.2f} / "
-                        f"x{row['vaswani_vs_ct2_fp32_alone']:.2f}, onednn x{row['vaswani_onednn_vs_ct2_fp32']:.2f} / "
-                        f"x{row['vaswani_onednn_vs_ct2_fp32_alone']:.2f}; int8 vs CTranslate2 int8 "
-                        f"x{row['vaswani_int8_vs_ct2_int8']:.2f} / x{row['vaswani_int8_vs_ct2_int8_alone']:.2f}")
+                    names = [key[: -len("_ms")] for key in row if key.endswith("_ms")]
+                    print(
+                        f"generate {name} {threads} thread(s) beams={beams} (load {row['load_average']}): "
+                        + " | ".join(f"{engine} {row[engine + '_ms']:.0f} ms" for engine in names)
+                        + f"; vs CTranslate2 fp32 (in process / alone): vaswani x{row['vaswani_vs_ct2_fp32']:.2f} / "
+                        f"x{row['vaswani_vs_ct2_fp32_alone']:.2f}, vaswani_cpu x{row['vaswani_cpu_vs_ct2_fp32']:.2f} / "
+                        f"x{row['vaswani_cpu_vs_ct2_fp32_alone']:.2f} (same tokens as generate: "
+                        f"{row['vaswani_cpu_same_tokens']}); int8 vs CTranslate2 int8 "
+                        f"x{row['vaswani_int8_vs_ct2_int8']:.2f} / x{row['vaswani_int8_vs_ct2_int8_alone']:.2f}"
+                    )
     return report
 
 
@@ -424,6 +563,13 @@ def main(argv=None):
     parser.add_argument("--engines", action="store_true",
                         help="time generation in every engine instead (CPU; needs the ctranslate2 extra)")
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="with --engines: the thread counts")
+    parser.add_argument(
+        "--workloads", nargs="+", default=["base"], choices=WORKLOADS,
+        help="with --engines: presets (random weights and inputs) and shipped models (results/NAME/model on its "
+        "held-out data)",
+    )
+    parser.add_argument("--data_dir", default=str(REPO.parent / "shared" / "data"),
+                        help="with --engines: the datasets folder the shipped workloads read")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     if args.engines and any(count < 1 for count in args.threads):

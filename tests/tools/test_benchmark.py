@@ -67,23 +67,32 @@ def test_the_benchmark_runs_and_reports(tmp_path):
 
 
 def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path):
+    """A preset and a shipped model (results/multi30k_en_de/model on Multi30k sentences): every engine timed, the
+    package's decoding loop giving generate's tokens, the ratios those of the times, the load beside each row."""
     pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
     out = tmp_path / "engines.json"
     threads = torch.get_num_threads()
     try:
-        benchmark.main(["--engines", "--generation-presets", "tiny", "--threads", "2", "--rounds", "1",
+        benchmark.main(["--engines", "--workloads", "tiny", "multi30k_en_de", "--threads", "2", "--rounds", "1",
                         "--batch-size", "2", "--vocab-size", "500", "--new-tokens", "3", "--json", str(out)])
         assert torch.get_num_threads() == 2  # the count asked for (the script sets it)
     finally:
         torch.set_num_threads(threads)
     rows = json.loads(out.read_text())["engines"]
-    assert {(row["threads"], row["num_beams"]) for row in rows} == {(2, 1), (2, 4)}
+    assert [(row["workload"], row["threads"], row["num_beams"]) for row in rows] == [
+        ("tiny", 2, 1), ("tiny", 2, 4), ("multi30k_en_de", 2, 1), ("multi30k_en_de", 2, 4)]
     for row in rows:
-        assert all(row[f"{name}_tokens_per_s"] > 0 for name in benchmark.ENGINES)
+        engines = [name for name in benchmark.ENGINES if name != "marian" or row["workload"] == "tiny"]
+        assert all(row[f"{name}_tokens_per_s"] > 0 and row[f"{name}_ms"] > 0 for name in engines)
         assert row["ct2_fp32_alone_tokens_per_s"] > 0 and row["ct2_int8_alone_tokens_per_s"] > 0  # fresh processes
         assert row["vaswani_vs_ct2_fp32"] == pytest.approx(row["vaswani_tokens_per_s"] / row["ct2_fp32_tokens_per_s"])
-        assert row["vaswani_onednn_vs_ct2_fp32_alone"] == pytest.approx(
-            row["vaswani_onednn_tokens_per_s"] / row["ct2_fp32_alone_tokens_per_s"])
+        assert row["vaswani_cpu_vs_ct2_fp32_alone"] == pytest.approx(
+            row["vaswani_cpu_tokens_per_s"] / row["ct2_fp32_alone_tokens_per_s"])
+        assert row["vaswani_cpu_same_tokens"] is True
+        assert len(row["load_average"]) == 2
+    shipped = rows[2]
+    assert "marian_ms" not in shipped and shipped["batch"] == 2
+    assert shipped["new_tokens"] > 2 * 5  # real translations of two sentences, ended by the model, not forced
     with pytest.raises(SystemExit):
         benchmark.main(["--engines", "--threads", "0"])
 

@@ -1,0 +1,425 @@
+"""Decoding on a CPU at the speed of an inference engine, from the model's own weights: what `generate` runs after
+`vaswani.cpu_inference.for_cpu_inference(model)`, with the same tokens.
+
+`generate` runs the model's forward once per new token, which is written for training and for every attention
+backend: one token at a time it spends most of its time around the arithmetic (on the shipped en->de model, one
+thread: a quarter in the flash-attention kernel called for a single query row, an eighth growing the cache by
+concatenation, a ninth in an argmax over the vocabulary that is not vectorized). The decoder here computes the same
+function for one new token per row, with the model's weights laid out for it (`ModelWeights`):
+
+  * the cache is allocated once for the longest output and written in place;
+  * self-attention's three projections are one matrix product; every layer's cross-attention keys and values are
+    computed once, in one product, from each input's encoder output (not once per beam);
+  * attention of the one new row is two matrix products and a softmax; the relative-position bias of that row is a
+    slice of a table laid out once per call;
+  * beam search never copies the cache: the beams of an input attend to the keys of all its beams at once (a product
+    `num_beams` times wider, cheap at these sizes) through a mask that keeps, at each position, the keys of the
+    beam's own history, so choosing beams moves a small table of indices (the history's slot at each position), not
+    the keys and values;
+  * an input whose search is over leaves the batch (`vaswani.search`): its rows are no longer computed (its cache
+    slot is freed once half of the slots are, with one copy);
+  * the next token is picked with vectorized reductions (`vaswani.search.first_argmax`, `top_candidates`).
+
+The search itself (greedy, beam search with its length penalty, early stopping, `no_repeat_ngram_size`,
+`min_length` / `min_new_tokens`) is `vaswani.search`, which follows transformers' step for step. `generate` still
+prepares everything (its settings, the encoder's output, the logits processors and stopping criteria) and hands the
+loop to `CpuGenerate.decoding_loop` through its `custom_generate` argument; where the call asks for what this path does not
+do (sampling, scores or attentions in the output, a streamer, other logits processors, a prompt for the decoder, a
+model in training mode or not in float32 on the CPU), the loop is transformers' own, so every call gives what
+`generate` gives.
+
+The weights are laid out once (about the model's size again) and laid out anew when a parameter changes (tracked by
+its version counter): a model fine-tuned after `for_cpu_inference` decodes with its new weights.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.generation.logits_process import (
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+    NoRepeatNGramLogitsProcessor,
+)
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+from transformers.generation.utils import GENERATION_MODES_MAPPING, GenerationMode
+
+from .modeling_vaswani import sinusoidal_positions
+from .search import SearchSettings, search
+
+
+# the model_kwargs `generate` passes to its decoding loop that this path reads or can ignore
+HANDLED_MODEL_KWARGS = {"encoder_outputs", "attention_mask", "use_cache", "cache", "past_key_values"}
+OUTPUT_OPTIONS = ("output_attentions", "output_hidden_states", "output_scores", "output_logits")
+# the arguments of `generate` meant for its decoding loop
+LOOP_ARGUMENTS = ("streamer", "synced_gpus", "assistant_model", "tokenizer", "assistant_tokenizer")
+
+
+class LayerWeights:
+    """One decoder layer's weights, each matrix transposed to (in, out) for `addmm(bias, x, weight)`; the query
+    projections carry the attention's 1 / sqrt(d_k)."""
+
+    def __init__(self, layer: nn.Module):
+        attention = layer.self_attn
+        scaling = attention.scaling
+        self.heads, self.head_dim = attention.num_heads, attention.head_dim
+        self.qkv_weight = torch.cat(
+            [attention.q_proj.weight * scaling, attention.k_proj.weight, attention.v_proj.weight]
+        ).t().contiguous()
+        self.qkv_bias = torch.cat([attention.q_proj.bias * scaling, attention.k_proj.bias, attention.v_proj.bias])
+        self.self_out = linear_weights(attention.out_proj)
+        self.self_norm = norm_weights(layer.self_attn_residual.layer_norm)
+        cross = layer.encoder_attn
+        self.cross_query = ((cross.q_proj.weight * cross.scaling).t().contiguous(), cross.q_proj.bias * cross.scaling)
+        self.cross_out = linear_weights(cross.out_proj)
+        self.cross_norm = norm_weights(layer.encoder_attn_residual.layer_norm)
+        self.fc1 = linear_weights(layer.feed_forward.fc1)
+        self.fc2 = linear_weights(layer.feed_forward.fc2)
+        self.activation = layer.feed_forward.activation
+        self.relu = isinstance(self.activation, nn.ReLU)
+        self.feed_forward_norm = norm_weights(layer.feed_forward_residual.layer_norm)
+        bias = attention.relative_position_bias
+        self.relative_bias = None if bias is None else (bias.bias.detach().clone(), bias.max_distance)
+
+
+def linear_weights(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+    return linear.weight.t().contiguous(), linear.bias.detach().clone()
+
+
+def norm_weights(norm: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor, float]:
+    return norm.weight.detach().clone(), norm.bias.detach().clone(), norm.eps
+
+
+class ModelWeights:
+    """The decoder of a `VaswaniForConditionalGeneration` laid out for this path (see the module docstring): its
+    layers, the scaled embedding, every layer's cross-attention key and value projections as one matrix, the output
+    projection transposed."""
+
+    def __init__(self, model: nn.Module):
+        config = model.config
+        decoder = model.get_decoder()
+        with torch.no_grad():
+            self.config = config
+            self.d_model = config.d_model
+            self.pre_norm = config.layer_norm_position == "pre"
+            self.position_type = config.position_embedding_type
+            self.embed, self.positions = embedding_weights(decoder.embeddings)
+            self.layers = [LayerWeights(layer) for layer in decoder.layers]
+            crosses = [layer.encoder_attn for layer in decoder.layers]
+            self.cross_kv_weight = torch.cat(
+                [torch.cat([cross.k_proj.weight, cross.v_proj.weight]) for cross in crosses]
+            ).t().contiguous()
+            self.cross_kv_bias = torch.cat([torch.cat([cross.k_proj.bias, cross.v_proj.bias]) for cross in crosses])
+            self.final_norm = norm_weights(decoder.layer_norm) if decoder.layer_norm is not None else None
+            self.vocab_weight = model.lm_head.weight.t().contiguous()
+        self.versions = parameter_versions(model)
+
+
+def embedding_weights(embeddings: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The token table times the embedding scale (the same products the model computes for each token), and the
+    learned position table (None for the other position types)."""
+    table = (embeddings.embed_tokens.weight * embeddings.embed_scale).contiguous()
+    positions = embeddings.embed_positions
+    return table, (positions.weight.detach().clone() if positions is not None else None)
+
+
+def absolute_positions(weights: ModelWeights, learned: torch.Tensor | None, positions: torch.Tensor):
+    """The absolute-position term of `positions` (any shape, then d_model), or None (relative positions)."""
+    if weights.position_type == "sinusoidal":
+        return sinusoidal_positions(positions, weights.d_model)
+    if weights.position_type == "learned":
+        return learned[positions]
+    return None
+
+
+def parameter_versions(model: nn.Module) -> list[tuple[int, int]]:
+    """Where each parameter lives and how often it was changed in place: a change in either means new weights."""
+    return [(parameter.data_ptr(), parameter._version) for parameter in model.parameters()]
+
+
+def relative_biases(layer: LayerWeights, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+    """The model's `VaswaniRelativePositionBias`: (heads, queries, keys)."""
+    table, max_distance = layer.relative_bias
+    offsets = (key_positions[None, :] - query_positions[:, None]).clamp(-max_distance, max_distance) + max_distance
+    return table[offsets].permute(2, 0, 1)
+
+
+def residual(weights: ModelWeights, hidden: torch.Tensor, norm, sublayer) -> torch.Tensor:
+    """A sub-layer in its residual connection: post-LN (the paper) or pre-LN, as the model's `VaswaniResidual`."""
+    if weights.pre_norm:
+        return hidden + sublayer(layer_norm(hidden, norm))
+    return layer_norm(hidden + sublayer(hidden), norm)
+
+
+def feed_forward(layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
+    inner = torch.addmm(layer.fc1[1], hidden, layer.fc1[0])
+    inner = inner.relu_() if layer.relu else layer.activation(inner)
+    return torch.addmm(layer.fc2[1], inner, layer.fc2[0])
+
+
+class CpuDecoder:
+    """The decoder's state during one search: `step` and `keep`, as `vaswani.search` drives them.
+
+    The inputs' rows sit in slots, `beams` rows each: the self-attention keys and values of slot a, head h are a
+    block (positions, beams, head_dim) of `keys[layer]` / `values[layer]`, (slots, heads, max_positions, beams,
+    head_dim); beam j's key at position p is in that block's row (p, history[a, j, p]). Every layer's cross-attention
+    keys and values, (slots, heads, source, head_dim), are computed at the start.
+    """
+
+    def __init__(self, weights: ModelWeights, encoder_states: torch.Tensor, source_mask: torch.Tensor | None,
+                 beams: int, max_length: int):
+        self.weights, self.beams = weights, beams
+        inputs, source_length, d_model = encoder_states.shape
+        first = weights.layers[0]
+        heads, head_dim = first.heads, first.head_dim
+        self.max_positions = max_length - 1  # the last token generated is never fed
+        self.position = 0
+        self.slots = torch.arange(inputs)  # the slot of each input still decoding
+        self.slot_count = inputs
+        self.keys = [encoder_states.new_empty(inputs, heads, self.max_positions, beams, head_dim) for _ in weights.layers]
+        self.values = [torch.empty_like(keys) for keys in self.keys]
+        layers = len(weights.layers)
+        cross = torch.addmm(weights.cross_kv_bias, encoder_states.reshape(-1, d_model), weights.cross_kv_weight)
+        cross = cross.view(inputs, source_length, layers, 2, heads, head_dim).permute(2, 3, 0, 4, 1, 5).contiguous()
+        # the keys transposed once, (slots, heads, head_dim, source): a product with a contiguous right-hand side is
+        # about twice as fast as with a transposed view at these sizes
+        self.cross_keys = [keys.transpose(-1, -2).contiguous() for keys in cross[:, 0]]
+        self.cross_values = list(cross[:, 1])
+        self.source_mask = None
+        if source_mask is not None and not bool(source_mask.all()):
+            blocked = torch.finfo(encoder_states.dtype).min  # as the model masks padding
+            self.source_mask = torch.where(source_mask.bool(), 0.0, blocked)[:, None, None, :].to(encoder_states.dtype)
+        self.position_terms = absolute_positions(weights, weights.positions, torch.arange(self.max_positions))
+        self.relative_rows = [self.relative_bias_rows(layer) for layer in weights.layers]
+        # beam j's history: the beam slot holding its key at each position (before any choice, its own)
+        self.history = torch.arange(beams).view(1, beams, 1).repeat(inputs, 1, self.max_positions)
+        self.beam_ids = torch.arange(beams)
+        self.logits = encoder_states.new_empty(inputs * beams, weights.vocab_weight.shape[1])
+
+    def relative_bias_rows(self, layer: LayerWeights) -> torch.Tensor | None:
+        """The relative-position biases of a query at the last position over every key position, repeated for every
+        beam slot: (heads, max_positions, beams). The query at position t takes the last t + 1 positions."""
+        if layer.relative_bias is None:
+            return None
+        positions = torch.arange(self.max_positions)
+        rows = relative_biases(layer, positions[-1:], positions)  # (heads, 1, max_positions)
+        return rows[:, 0, :, None].expand(-1, -1, self.beams).contiguous()
+
+    @property
+    def rows(self) -> torch.Tensor:
+        """The decoder rows (slot-major) of the rows still decoding."""
+        return (self.slots[:, None] * self.beams + self.beam_ids).view(-1)
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed each row's last token; the logits of the next one (rows, vocab), valid until the next step."""
+        weights, position = self.weights, self.position
+        if position >= self.max_positions:
+            raise ValueError(f"The decoder was set up for {self.max_positions} positions; it cannot take more.")
+        every_slot_decodes = self.slots.shape[0] == self.slot_count
+        if not every_slot_decodes:  # inputs that are over keep their slots until they are freed: give them any token
+            all_tokens = tokens.new_zeros(self.slot_count * self.beams)
+            all_tokens[self.rows] = tokens
+            tokens = all_tokens
+        hidden = F.embedding(tokens, weights.embed)
+        if self.position_terms is not None:
+            hidden = hidden + self.position_terms[position]
+        beam_mask = self.beam_mask(position) if self.beams > 1 else None
+        for index, layer in enumerate(weights.layers):
+            hidden = residual(weights, hidden, layer.self_norm, lambda x: self.self_attention(index, layer, x, beam_mask))
+            hidden = residual(weights, hidden, layer.cross_norm, lambda x: self.cross_attention(index, layer, x))
+            hidden = residual(weights, hidden, layer.feed_forward_norm, lambda x: feed_forward(layer, x))
+        if weights.final_norm is not None:
+            hidden = layer_norm(hidden, weights.final_norm)
+        if not every_slot_decodes:
+            hidden = hidden[self.rows]
+        self.position += 1
+        return torch.mm(hidden, weights.vocab_weight, out=self.logits[: hidden.shape[0]])
+
+    def split_heads(self, states: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
+        """(slots * beams, heads * head_dim) -> (slots, heads, beams, head_dim)"""
+        return states.view(self.slot_count, self.beams, layer.heads, layer.head_dim).transpose(1, 2)
+
+    def merge_heads(self, states: torch.Tensor) -> torch.Tensor:
+        """(slots, heads, beams, head_dim) -> (slots * beams, heads * head_dim)"""
+        return states.transpose(1, 2).reshape(self.slot_count * self.beams, -1)
+
+    def self_attention(self, index: int, layer: LayerWeights, hidden: torch.Tensor, beam_mask) -> torch.Tensor:
+        d_model, position = self.weights.d_model, self.position
+        projected = torch.addmm(layer.qkv_bias, hidden, layer.qkv_weight)
+        query = self.split_heads(projected[:, :d_model], layer)
+        keys, values = self.keys[index], self.values[index]
+        keys[:, :, position].copy_(self.split_heads(projected[:, d_model : 2 * d_model], layer))
+        values[:, :, position].copy_(self.split_heads(projected[:, 2 * d_model :], layer))
+        seen = (position + 1) * self.beams
+        shape = (self.slot_count, layer.heads, seen, layer.head_dim)
+        scores = torch.matmul(query, keys[:, :, : position + 1].view(shape).transpose(-1, -2))
+        rows = self.relative_rows[index]
+        if rows is not None:
+            scores += rows[:, self.max_positions - 1 - position :].reshape(1, layer.heads, 1, seen)
+        if beam_mask is not None:
+            scores += beam_mask
+        output = torch.matmul(torch.softmax(scores, dim=-1), values[:, :, : position + 1].view(shape))
+        return torch.addmm(layer.self_out[1], self.merge_heads(output), layer.self_out[0])
+
+    def beam_mask(self, position: int) -> torch.Tensor:
+        """(slots, 1, beams, (position + 1) * beams): 0 where a beam's query may see a key (the key of its own history
+        at that position), -inf elsewhere."""
+        self.history[:, :, position] = self.beam_ids
+        own = self.history[:, :, : position + 1, None] == self.beam_ids
+        mask = torch.zeros(own.shape).masked_fill_(~own, -float("inf"))
+        return mask.view(self.slot_count, 1, self.beams, -1)
+
+    def cross_attention(self, index: int, layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
+        query = self.split_heads(torch.addmm(layer.cross_query[1], hidden, layer.cross_query[0]), layer)
+        scores = torch.matmul(query, self.cross_keys[index])
+        if self.source_mask is not None:
+            scores += self.source_mask
+        output = torch.matmul(torch.softmax(scores, dim=-1), self.cross_values[index])
+        return torch.addmm(layer.cross_out[1], self.merge_heads(output), layer.cross_out[0])
+
+    def keep(self, rows: torch.Tensor, inputs: torch.Tensor | None) -> None:
+        """Go on with these rows (indices into the rows still decoding) of these inputs (see `vaswani.search`)."""
+        if inputs is not None:
+            self.slots = self.slots[inputs]
+        if self.beams > 1:
+            origins = (rows % self.beams).view(-1, self.beams)  # the beam each new beam continues
+            histories = self.history[self.slots]
+            self.history[self.slots] = torch.take_along_dim(histories, origins[:, :, None], dim=1)
+        if inputs is not None and self.slots.shape[0] <= self.slot_count // 2:
+            self.free_slots()
+
+    def free_slots(self) -> None:
+        """Move the inputs still decoding to the first slots and drop the others (one copy of what was written)."""
+        slots, written = self.slots, self.position
+        for caches in (self.keys, self.values):
+            for index, cache in enumerate(caches):
+                kept = cache.new_empty(slots.shape[0], *cache.shape[1:])
+                kept[:, :, :written] = cache[:, :, :written].index_select(0, slots)
+                caches[index] = kept
+        self.cross_keys = [cache.index_select(0, slots) for cache in self.cross_keys]
+        self.cross_values = [cache.index_select(0, slots) for cache in self.cross_values]
+        if self.source_mask is not None:
+            self.source_mask = self.source_mask.index_select(0, slots)
+        self.history = self.history.index_select(0, slots)
+        self.slots = torch.arange(slots.shape[0])
+        self.slot_count = slots.shape[0]
+
+
+def layer_norm(hidden: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor, float]) -> torch.Tensor:
+    weight, bias, eps = norm
+    return F.layer_norm(hidden, weight.shape, weight, bias, eps)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What `model.generate` becomes, and the decoding loop it hands to `generate` (its `custom_generate` argument)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class CpuGenerate:
+    """What `model.generate` is after `for_cpu_inference(model)`: `generate` itself, handing its decoding loop to
+    `decoding_loop` (this path where it applies, transformers' own elsewhere). Holds the laid-out weights."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.weights: ModelWeights | None = None
+
+    def __call__(self, *args, **kwargs):
+        model = self.model
+        # transformers hands a callable `custom_generate` none of these: such a call keeps transformers' own loop
+        if kwargs.get("custom_generate") is None and not any(kwargs.get(name) is not None for name in LOOP_ARGUMENTS):
+            kwargs["custom_generate"] = self.decoding_loop
+        return type(model).generate(model, *args, **kwargs)
+
+    def current_weights(self) -> ModelWeights:
+        if self.weights is None or self.weights.versions != parameter_versions(self.model):
+            self.weights = ModelWeights(self.model)
+        return self.weights
+
+    def decoding_loop(self, model, input_ids, logits_processor, stopping_criteria, generation_config, **kwargs):
+        """`generate`'s loop for greedy and beam search (see the module docstring); transformers' own otherwise."""
+        mode = generation_config.get_generation_mode()
+        settings = search_settings(model, input_ids, logits_processor, stopping_criteria, generation_config, kwargs)
+        if settings is None:
+            name = GENERATION_MODES_MAPPING[mode]
+            if "/" in name:
+                raise ValueError(
+                    f"{mode.name.lower()} is a decoding method transformers loads from the Hub ({name}); the CPU "
+                    "decoding path does not run it. Call generate on a model not set up by for_cpu_inference, or "
+                    "pass custom_generate yourself."
+                )
+            method = getattr(type(model), name)
+            return method(model, input_ids, logits_processor=logits_processor, stopping_criteria=stopping_criteria,
+                          generation_config=generation_config, **kwargs)
+        beams = settings.num_beams
+        encoder_states = kwargs["encoder_outputs"].last_hidden_state[::beams]
+        source_mask = kwargs.get("attention_mask")
+        source_mask = source_mask[::beams] if source_mask is not None else None
+        decoder = CpuDecoder(self.current_weights(), encoder_states, source_mask, beams, settings.max_length)
+        return search(decoder, encoder_states.shape[0], int(input_ids[0, 0]), settings)
+
+
+def model_runs_here(model: nn.Module) -> bool:
+    """This path computes a model in eval mode with float32 weights on the CPU."""
+    parameter = next(model.parameters())
+    return not model.training and parameter.device.type == "cpu" and parameter.dtype == torch.float32
+
+
+def search_settings(model, input_ids, logits_processor, stopping_criteria, generation_config, kwargs):
+    """The `SearchSettings` of this `generate` call, or None where this path does not do what the call asks."""
+    mode = generation_config.get_generation_mode()
+    if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.BEAM_SEARCH):
+        return None
+    if generation_config.return_dict_in_generate or any(getattr(generation_config, name, False) for name in OUTPUT_OPTIONS):
+        return None
+    if kwargs.get("streamer") is not None or kwargs.get("synced_gpus") or kwargs.get("assistant_model") is not None:
+        return None
+    model_kwargs = {key: value for key, value in kwargs.items()
+                    if key not in ("streamer", "synced_gpus", "assistant_model", "tokenizer", "assistant_tokenizer")}
+    if set(model_kwargs) - HANDLED_MODEL_KWARGS or "encoder_outputs" not in model_kwargs:
+        return None
+    cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
+    if cache is not None and cache.get_seq_length() > 0:
+        return None
+    if not model_runs_here(model) or torch.is_grad_enabled():
+        return None
+    if input_ids.shape[1] != 1 or not bool((input_ids == input_ids[0, 0]).all()):
+        return None  # a prompt for the decoder, or different start tokens
+
+    max_length, eos = None, ()
+    for criterion in stopping_criteria:
+        if type(criterion) is MaxLengthCriteria and max_length is None:
+            max_length = criterion.max_length
+        elif type(criterion) is EosTokenCriteria and not eos:
+            eos = tuple(int(token) for token in criterion.eos_token_id.view(-1).tolist())
+        else:
+            return None
+    if max_length is None or max_length < 2:
+        return None
+    no_repeat, min_length = 0, 0
+    for processor in logits_processor:
+        if type(processor) is NoRepeatNGramLogitsProcessor and not no_repeat:
+            no_repeat = processor.ngram_size
+        elif type(processor) in (MinLengthLogitsProcessor, MinNewTokensLengthLogitsProcessor):
+            if set(processor.eos_token_id.view(-1).tolist()) != set(eos):
+                return None
+            if type(processor) is MinLengthLogitsProcessor:
+                min_length = max(min_length, processor.min_length)
+            else:
+                min_length = max(min_length, processor.prompt_length_to_skip + processor.min_new_tokens)
+        else:
+            return None
+    pad = generation_config._pad_token_tensor
+    beams = generation_config.num_beams or 1
+    return SearchSettings(
+        max_length=max_length,
+        eos_token_ids=eos,
+        pad_token_id=None if pad is None else int(pad),
+        num_beams=beams,
+        length_penalty=generation_config.length_penalty if beams > 1 else 1.0,
+        early_stopping=generation_config.early_stopping if beams > 1 else False,
+        num_return_sequences=generation_config.num_return_sequences or 1,
+        no_repeat_ngram_size=no_repeat,
+        min_length=min_length,
+    )
+
+
+__all__ = ["CpuDecoder", "CpuGenerate", "ModelWeights", "search_settings"]

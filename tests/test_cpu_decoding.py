@@ -1,0 +1,167 @@
+"""vaswani.cpu_decoding, the decoding loop `generate` runs after `for_cpu_inference(model)`: the tokens of plain
+`generate` for greedy and beam search, on the trained models the project ships and real sentences (random weights
+would make agreement meaningless), and transformers' own loop for whatever the path does not do."""
+
+import copy
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TextStreamer
+
+from conftest import REPO, english_sentences, load_script, spread_weights, tiny_config
+import vaswani.cpu_decoding as cpu_decoding
+from vaswani import VaswaniForConditionalGeneration
+from vaswani.cpu_inference import for_cpu_inference
+
+
+SENTENCES = english_sentences(12)
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def shipped(name: str):
+    folder = REPO / "results" / name / "model"
+    return AutoModelForSeq2SeqLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def en_de():
+    return shipped("multi30k_en_de")
+
+
+@pytest.fixture
+def searches(monkeypatch):
+    """The number of searches the CPU path ran (to tell it from transformers' loop)."""
+    calls = []
+    original = cpu_decoding.search
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_decoding, "search", counted)
+    return calls
+
+
+def generated(model, batch, **settings) -> torch.Tensor:
+    with torch.no_grad():
+        return model.generate(**batch, **settings)
+
+
+def assert_same_tokens(plain, fast, batch, **settings):
+    expected, got = generated(plain, batch, **settings), generated(fast, batch, **settings)
+    assert got.tolist() == expected.tolist(), settings
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"num_beams": 1},
+        {},  # the checkpoint's own: beam 5, length penalty 1.0, up to 80 new tokens
+        {"num_beams": 4, "length_penalty": 0.6, "early_stopping": True, "max_new_tokens": 40},
+        {"num_beams": 3, "num_return_sequences": 2, "no_repeat_ngram_size": 2, "min_new_tokens": 12},
+        {"num_beams": 4, "max_new_tokens": 6},  # every beam stopped by the length limit
+    ],
+)
+def test_en_de_decodes_generates_tokens(en_de, searches, settings):
+    """The shipped en->de model (sinusoidal positions, post-LN) on Multi30k test sentences, padded in one batch."""
+    plain, tokenizer = en_de
+    fast = for_cpu_inference(copy.deepcopy(plain))
+    assert_same_tokens(plain, fast, tokenizer(SENTENCES, return_tensors="pt", padding=True), **settings)
+    assert len(searches) == 1  # the CPU path ran, not transformers' loop
+
+
+@pytest.mark.parametrize("name", ["multi30k_de_en", "samsum"])
+def test_relative_position_models_decode_generates_tokens(name, searches):
+    """The shipped models with relative positions: de->en (post-LN) and the summarizer (pre-LN, its generation
+    config's beam 4, length penalty 1.5 and no_repeat_ngram_size 3), greedy and with their own settings."""
+    plain, tokenizer = shipped(name)
+    fast = for_cpu_inference(copy.deepcopy(plain))
+    batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    for settings in ({"num_beams": 1, "max_new_tokens": 30}, {"max_new_tokens": 30}):
+        assert_same_tokens(plain, fast, batch, **settings)
+    assert len(searches) == 2
+
+
+@pytest.mark.parametrize("position_embedding_type", ["learned", "sinusoidal"])
+def test_other_layouts_decode_generates_tokens(position_embedding_type, searches):
+    """Learned positions, pre-LN, untied output projection, GELU: every layout the path lays out."""
+    torch.manual_seed(0)
+    config = tiny_config(
+        position_embedding_type=position_embedding_type,
+        layer_norm_position="pre",
+        tie_word_embeddings=False,
+        activation_function="gelu",
+    )
+    plain = spread_weights(VaswaniForConditionalGeneration(config)).eval()
+    fast = for_cpu_inference(copy.deepcopy(plain))
+    input_ids = torch.randint(4, config.vocab_size, (3, 9))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 6:] = 0
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+    for settings in ({"num_beams": 1}, {"num_beams": 3}):
+        assert_same_tokens(plain, fast, batch, max_new_tokens=12, **settings)
+    assert len(searches) == 2
+
+
+def test_other_calls_run_transformers_loop(en_de, searches):
+    """Sampling, scores in the output and a streamer are transformers' loop, with what it gives."""
+    plain, tokenizer = en_de
+    fast = for_cpu_inference(copy.deepcopy(plain))
+    batch = tokenizer(SENTENCES[:4], return_tensors="pt", padding=True)
+    sampled = []
+    for model in (plain, fast):
+        torch.manual_seed(0)
+        sampled.append(generated(model, batch, do_sample=True, top_k=20, max_new_tokens=20))
+    assert torch.equal(sampled[0], sampled[1])
+    scored = generated(fast, batch, num_beams=2, output_scores=True, return_dict_in_generate=True, max_new_tokens=10)
+    assert scored.sequences_scores is not None
+
+    class Collected(TextStreamer):
+        def on_finalized_text(self, text, stream_end=False):
+            pieces.append(text)
+
+    pieces = []
+    one = tokenizer(SENTENCES[:1], return_tensors="pt")
+    streamed = generated(fast, one, streamer=Collected(tokenizer, skip_special_tokens=True), max_new_tokens=20)
+    assert "".join(pieces).strip() == tokenizer.decode(streamed[0], skip_special_tokens=True).strip()
+    assert searches == []
+
+
+def test_weights_changed_after_setup_are_decoded_with(en_de):
+    """A model changed in place after for_cpu_inference (fine-tuned, loaded again) decodes with its new weights."""
+    plain, tokenizer = en_de
+    plain, fast = copy.deepcopy(plain), for_cpu_inference(copy.deepcopy(plain))
+    batch = tokenizer(SENTENCES[:8], return_tensors="pt", padding=True)
+    before = generated(fast, batch, num_beams=1, max_new_tokens=20)  # lays the weights out
+    with torch.no_grad():
+        for model in (plain, fast):
+            model.model.decoder.layers[0].feed_forward.fc2.weight.neg_()
+    assert_same_tokens(plain, fast, batch, num_beams=1, max_new_tokens=20)
+    assert not torch.equal(generated(fast, batch, num_beams=1, max_new_tokens=20), before)
+
+
+def test_set_up_twice_or_for_int8_keeps_one_path(en_de):
+    plain, _ = en_de
+    fast = for_cpu_inference(copy.deepcopy(plain))
+    path = fast.generate
+    assert for_cpu_inference(fast).generate is path
+    int8 = for_cpu_inference(fast, quantization="int8")
+    assert "generate" not in vars(int8)  # its Linear layers hold int8 weights: transformers' loop over the model
+
+
+def test_the_guide_pipeline_example_decodes_through_the_path(searches, capsys):
+    """The pipeline example of scripts/README.md's "Serving fast" section, "In PyTorch"."""
+    guide = (REPO / "scripts" / "README.md").read_text(encoding="utf-8")
+    section = guide.split("### In PyTorch", 1)[1].split("\n### ", 1)[0]
+    example = section.split("```python\n")[2].split("```", 1)[0]
+    exec(compile(example, "scripts/README.md (Serving fast, In PyTorch, a pipeline)", "exec"), {})
+    assert len(searches) == 1 and "'translation_text': 'Ein Mann" in capsys.readouterr().out
+
+
+def test_the_demo_decodes_through_the_path_unless_told_not_to(searches, tmp_path, capsys):
+    demo = load_script("demo")
+    texts = ["A man is riding a horse.", "Two dogs play in the snow."]
+    fast = demo.main(["--text", *texts, "--output_file", str(tmp_path / "fast.png")])
+    assert len(searches) == 2  # the translations, then the first one again for its attention map
+    plain = demo.main(["--text", *texts, "--output_file", str(tmp_path / "plain.png"), "--no-cpu_decoding"])
+    assert len(searches) == 2 and fast == plain
