@@ -132,6 +132,19 @@ def save_seq2seq_checkpoint(folder: Path, tokenizer, seed: int = 0, **config) ->
     return folder
 
 
+def before_word_alignment(backend):
+    """A copy of a tokenizer backend (tokenizers.Tokenizer) of this project with the pre-tokenizer it was saved with
+    before its word starts were aligned (`word_start_alignment`): its offsets cover the space before each word."""
+    from tokenizers import Tokenizer
+    from vaswani.tokenization_vaswani import word_start_alignment
+
+    state = json.loads(backend.to_str())
+    alignment = [json.loads(step.__getstate__()) for step in word_start_alignment()]
+    steps = [step for step in state["pre_tokenizer"]["pretokenizers"] if step not in alignment]
+    state["pre_tokenizer"] = steps[0] if len(steps) == 1 else {"type": "Sequence", "pretokenizers": steps}
+    return Tokenizer.from_str(json.dumps(state))
+
+
 def ner_rows():
     return [{"id": i, "tokens": text.split(), "ner_tags": tags.split()} for i, (text, tags) in enumerate(NER_SENTENCES)]
 
