@@ -2,6 +2,7 @@
 set-up commands are the ones CI runs."""
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,15 @@ def test_the_quickstart_translates_sentences_of_the_toy_grammar(guide):
     grammar = toy_grammar()
     for sentence in sentences:
         assert grammar.fullmatch(sentence[0].lower() + sentence[1:]), f"{sentence!r} is not a sentence of the toy task"
+
+
+def test_the_demos_outputs_are_named_in_the_readme_and_ignored_by_git():
+    """The first command of the README writes attention.png and attention.json into the clone: both are named where
+    the README shows what it prints, and git leaves them out of `git status`."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "attention.png" in text and "attention.json" in text
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "attention.png", "attention.json"],
+                             capture_output=True, text=True, timeout=60)
+    assert ignored.stdout.split() == ["attention.png", "attention.json"]
