@@ -19,8 +19,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import vaswani
 from vaswani.modeling_vaswani import code_files_to_ship
-from vaswani.tokenization_vaswani import align_word_starts
-from conftest import REPO, SHARED_DATA, before_word_alignment, load_script, needs_shared_data, run_isolated
+from vaswani.tokenization_vaswani import update_saved_tokenizer
+from conftest import REPO, SHARED_DATA, as_saved_before_issue_41, load_script, needs_shared_data, run_isolated
 
 
 demo = load_script("demo")
@@ -142,13 +142,13 @@ def real_texts() -> list[str]:
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_a_shipped_tokenizer_gives_word_offsets_and_the_ids_it_was_trained_with(name):
-    """Each word's offsets start at the word, not at the space before it (issue 41), in the file itself (for users of
-    the `tokenizers` library alone) and through the folder's own code; the ids are those the model was trained on:
-    the same as those of the pre-tokenizer the tokenizer was learned with."""
+    """Each word's offsets start at the word, not at the space before it, and a token a user adds is used (issue 41),
+    in the file itself (for users of the `tokenizers` library alone) and through the folder's own code; the ids are
+    those the model was trained on: the same as those of the tokenizer as it was learned."""
     saved = Tokenizer.from_file(str(SHIPPED[name] / "tokenizer.json"))
-    assert not align_word_starts(saved), "tokenizer.json predates the word offsets: resave_with_word_offsets(folder)"
+    assert not update_saved_tokenizer(saved), "tokenizer.json predates issue 41's fixes: update_tokenizer_file(folder)"
     texts = real_texts()
-    as_learned = before_word_alignment(saved)
+    as_learned = as_saved_before_issue_41(saved)
     assert [encoding.ids for encoding in saved.encode_batch(texts)] == [
         encoding.ids for encoding in as_learned.encode_batch(texts)
     ]
@@ -157,6 +157,7 @@ def test_a_shipped_tokenizer_gives_word_offsets_and_the_ids_it_was_trained_with(
     tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"])
     assert [start for token, (start, _) in zip(tokens, encoding["offset_mapping"])
             if token.startswith("\u2581")] == [0, 5, 11, 17, 20]
+    assert tokenizer.add_tokens(["zzzq"]) == 1 and len(tokenizer) - 1 in tokenizer("a zzzq horse")["input_ids"]
 
 
 def test_the_shipped_models_fit_the_size_budget():

@@ -9,9 +9,9 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from conftest import PAIRS, SHARED_DATA, before_word_alignment, load_script, needs_shared_data, tiny_config
+from conftest import PAIRS, SHARED_DATA, as_saved_before_issue_41, load_script, needs_shared_data, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniTokenizer
-from vaswani.tokenization_vaswani import resave_with_word_offsets
+from vaswani.tokenization_vaswani import update_tokenizer_file
 
 
 train_tokenizer = load_script("train_tokenizer")
@@ -266,22 +266,39 @@ def test_each_word_starts_at_its_first_character_with_the_same_tokens_as_before(
             assert covered, (text, spans)
         text_characters = "".join(character for character in text if not character.isspace())
         assert set(text_characters) <= set("".join(covered for _, covered in spans)), (text, spans)
-    # the pre-tokenizer without the alignment (offsets from the space before each word) gives the same ids
-    before = copy.deepcopy(tokenizer)
-    before.backend_tokenizer.pre_tokenizer = before_word_alignment(tokenizer.backend_tokenizer).pre_tokenizer
+    # the tokenizer as saved before (offsets from the space before each word, spaces left to Metaspace): same ids
+    before, saved_before = copy.deepcopy(tokenizer), as_saved_before_issue_41(tokenizer.backend_tokenizer)
+    before.backend_tokenizer.pre_tokenizer = saved_before.pre_tokenizer
+    before.backend_tokenizer.normalizer = saved_before.normalizer
     assert word_start_offsets(before, SENTENCE) == [0, 4, 10, 16, 19]
     for text in ALL_TEXTS + [PAIRS[0][0] + "  \n " + PAIRS[1][1]]:
         assert before(text)["input_ids"] == tokenizer(text)["input_ids"], text
 
 
+@pytest.mark.parametrize("name", LEARNED_TOKENIZERS)
+def test_a_token_the_user_adds_is_used_where_it_stands_as_a_word(name, request):
+    tokenizer = copy.deepcopy(request.getfixturevalue(name))
+    assert tokenizer.add_tokens(["zzzq", "new word"]) == 2
+    zzzq, new_word = len(tokenizer) - 2, len(tokenizer) - 1
+    for text in ["a zzzq horse", "zzzq", "The new word is zzzq", "a  zzzq \nhorse."]:
+        ids = tokenizer(text)["input_ids"]
+        assert zzzq in ids, (text, tokenizer.convert_ids_to_tokens(ids))
+        assert tokenizer.decode(ids, skip_special_tokens=True) == text
+    assert new_word in tokenizer("The new word is zzzq")["input_ids"]
+    assert zzzq in tokenizer("zzzq.")["input_ids"]  # (decoded "zzzq .": see the module's docstring)
+    assert zzzq not in tokenizer("azzzqb")["input_ids"]  # inside another word it is that word's letters
+    # special tokens typed in text stay text (split_special_tokens), added tokens or not
+    assert tokenizer.bos_token_id not in tokenizer("a <s> zzzq")["input_ids"][:-1]
+
+
 def test_a_tokenizer_saved_before_word_offsets_gets_them_when_loaded_and_when_resaved(punctuation_tokenizer, tmp_path):
     punctuation_tokenizer.save_pretrained(tmp_path)
-    before_word_alignment(punctuation_tokenizer.backend_tokenizer).save(str(tmp_path / "tokenizer.json"))
+    as_saved_before_issue_41(punctuation_tokenizer.backend_tokenizer).save(str(tmp_path / "tokenizer.json"))
     old_file = (tmp_path / "tokenizer.json").read_text(encoding="utf-8")
     assert word_start_offsets(VaswaniTokenizer.from_pretrained(tmp_path), SENTENCE) == WORD_STARTS
     assert (tmp_path / "tokenizer.json").read_text(encoding="utf-8") == old_file  # loading changes no file
-    assert resave_with_word_offsets(tmp_path) is True
-    assert resave_with_word_offsets(tmp_path) is False  # once is enough
+    assert update_tokenizer_file(tmp_path) is True
+    assert update_tokenizer_file(tmp_path) is False  # once is enough
     resaved = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
     encoding = resaved.encode(SENTENCE)
     assert [start for token, (start, _) in zip(encoding.tokens, encoding.offsets)
