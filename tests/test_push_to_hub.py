@@ -136,6 +136,25 @@ def test_model_card_metadata_and_sections(dry_run_folder):
     assert "| direction | en → de" in text
 
 
+@pytest.mark.parametrize("lsum, listed", [(34.3, ["rouge1", "rougeL"]), (35.1, ["rouge1", "rougeL", "rougeLsum"])],
+                         ids=["equal to ROUGE-L", "its own"])
+def test_a_summarization_card_lists_rouge_lsum_only_where_it_is_not_rouge_l(checkpoint, tmp_path, lsum, listed):
+    """rouge-score's ROUGE-Lsum on summaries written on one line is ROUGE-L again: the card names it once (the SAMSum
+    card listed 34.3 twice); --language gives a summarizer, which has no source_lang, its language."""
+    signature = "rouge-score:0.1.2|stemmer:yes|f-measure|mean-over-examples"
+    results = {**RESULTS, "task": "summarization", "metrics": [
+        {"type": kind, "name": name, "value": value, "signature": signature}
+        for kind, name, value in (("rouge1", "ROUGE-1", 43.7), ("rougeL", "ROUGE-L", 34.3), ("rougeLsum", "ROUGE-Lsum", lsum))
+    ]}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    push_to_hub.main(["--model_dir", str(checkpoint), "--repo_id", "someone/samsum", "--dry-run", "--language", "en",
+                      "--output_dir", str(tmp_path / "out"), "--results", str(tmp_path / "results.json")])
+    card = ModelCard.load(tmp_path / "out" / "README.md").data.to_dict()
+    assert card["metrics"] == listed
+    assert [metric["type"] for metric in card["model-index"][0]["results"][0]["metrics"]] == listed
+    assert card["language"] == ["en"]
+
+
 def test_classifier_card_names_its_labels_and_task(tokenizer, tmp_path):
     labels = {0: "negative", 1: "positive"}
     model = VaswaniForSequenceClassification(
