@@ -437,7 +437,9 @@ def test_a_run_with_bpe_dropout_and_split_punctuation_trains_and_saves_the_token
     assert outcome.summary["steps"] == 4
     saved = json.loads((tmp_path / "last" / "tokenizer.json").read_text())
     assert saved["model"]["dropout"] is None  # segments as usual: the dropout was for training only
-    assert [step["type"] for step in saved["pre_tokenizer"]["pretokenizers"]] == ["Metaspace", "Punctuation"]
+    # (Split and the second Metaspace: the word-start alignment of the offsets, tokenization_vaswani.word_splitters)
+    assert [step["type"] for step in saved["pre_tokenizer"]["pretokenizers"]] == ["Metaspace", "Split", "Metaspace",
+                                                                                  "Punctuation"]
 
 
 # --- one update: accumulation weighting and clipping -----------------------------------------------------------------
