@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .configuration_vaswani import misspelled_fields
 from .data import looks_like_hub_dataset
 from .training.preemption import StoppedBySignal
 
@@ -189,7 +190,8 @@ def numeric_fields(cls) -> dict[str, tuple[type, bool]]:
 
 def parse_config_overrides(text: str | None) -> dict:
     """`"dropout=0.2,layer_norm_position=pre"` -> {"dropout": 0.2, "layer_norm_position": "pre"}; values are read
-    as JSON where they parse (numbers, true/false, null), else kept as strings."""
+    as JSON where they parse (numbers, true/false, null), else kept as strings. A near miss of a config field
+    (`layer_norm_epsilon`) is a typo, refused here: the config itself keeps any extra attribute."""
     overrides = {}
     for item in filter(None, (part.strip() for part in (text or "").split(","))):
         key, equals, raw = item.partition("=")
@@ -199,6 +201,8 @@ def parse_config_overrides(text: str | None) -> dict:
             overrides[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:
             overrides[key.strip()] = raw.strip()
+    for name, field_name in misspelled_fields(overrides).items():  # the first one
+        raise ValueError(f"--config_overrides: unknown config field {name!r}; did you mean {field_name!r}?")
     return overrides
 
 

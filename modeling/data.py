@@ -238,6 +238,40 @@ def dotted_values(values: Iterable, column: str) -> Iterator:
         yield (value.get(key) if isinstance(value, dict) else None) if key else value
 
 
+TRANSLATION_COLUMN = "translation"  # transformers' translation format: {"translation": {"en": ..., "de": ...}}
+
+
+def unnest_translation(dataset: datasets.Dataset, keys: dict[str, str], where: str = "the dataset") -> datasets.Dataset:
+    """A dataset in transformers' translation format (rows `{"translation": {"en": ..., "de": ...}}`, read by its
+    example scripts with --source_lang/--target_lang) with the texts the caller reads as flat columns: `keys` maps
+    each column name to its key in `translation`. Columns the dataset has already are left alone, and a dataset
+    without a `translation` column is returned as it is (the caller then names the missing column). A key that is
+    not in the column is an error naming the keys there are."""
+    missing = {column: key for column, key in keys.items() if column not in dataset.column_names}
+    if not missing or TRANSLATION_COLUMN not in dataset.column_names:
+        return dataset
+    there = translation_keys(dataset.features[TRANSLATION_COLUMN])
+    for key in missing.values():
+        if there is not None and key not in there:
+            raise ValueError(f"{where}: the {TRANSLATION_COLUMN!r} column has no key {key!r}; its keys are {there}. "
+                             "--source_lang/--target_lang name the keys to read.")
+
+    def lift(batch: dict) -> dict:
+        return {column: list(dotted_values(batch[TRANSLATION_COLUMN], f"{TRANSLATION_COLUMN}.{key}"))
+                for column, key in missing.items()}
+
+    return dataset.map(lift, batched=True, desc=f"Reading the {TRANSLATION_COLUMN!r} column")
+
+
+def translation_keys(feature) -> list[str] | None:
+    """The keys of a `translation` column's dicts, from its type (None where the type does not say)."""
+    if isinstance(feature, datasets.Translation):
+        return list(feature.languages)
+    if isinstance(feature, datasets.TranslationVariableLanguages):
+        return None  # the languages vary from row to row
+    return list(feature) if isinstance(feature, dict) else None
+
+
 def value_kind(value) -> str:
     """What a JSON value is, in words: `an integer`, `a list`."""
     kinds = {bool: "true/false", int: "an integer", float: "a number", list: "a list", dict: "an object"}

@@ -193,6 +193,17 @@ def eval_results_for(results: list[dict]) -> list[EvalResult]:
     ]
 
 
+def without_repeated_metrics(result: dict) -> dict:
+    """The result with a ROUGE-Lsum equal to its ROUGE-L left out: rouge-score's ROUGE-Lsum cuts summaries into
+    sentences at line breaks only, and on summaries written on one line (SAMSum's, AESLC's, as this project scores
+    them, without sentence splitting) it is ROUGE-L again, which a card would list twice as if it were a second
+    measurement. A ROUGE-Lsum that differs is kept."""
+    values = {metric["type"]: metric["value"] for metric in result["metrics"]}
+    if "rougeLsum" not in values or values["rougeLsum"] != values.get("rougeL"):
+        return result
+    return {**result, "metrics": [metric for metric in result["metrics"] if metric["type"] != "rougeLsum"]}
+
+
 def render_model_card(
     config,
     num_parameters: int,
@@ -212,7 +223,7 @@ def render_model_card(
     results only; with `project_card`, also the table of every recipe of the project (model_card.md's block)."""
     if importlib.util.find_spec("jinja2") is None:
         raise ImportError("Rendering a model card needs Jinja2: pip install 'vaswani-transformer[hub]'.")
-    results = list(results)
+    results = [without_repeated_metrics(result) for result in results]
     pipeline_tag = pipeline_tag_for(config, results)
     architecture = (config.architectures or ["VaswaniForConditionalGeneration"])[0]
     if languages is None:

@@ -3,7 +3,8 @@
 A saved checkpoint needs nothing from here: it carries `pipeline_vaswani.py` and declares the tasks in its config, so
 `transformers.pipeline("translation", model=DIR, trust_remote_code=True)` works anywhere. With a model *object*,
 transformers 5's `pipeline()` does not look at the model's config for custom tasks, and raises `KeyError` for the
-three tasks it removed. Two ways work in-process:
+three tasks it removed; its token-classification pipeline guesses the words of this project's tokenizer (see
+`TokenClassificationPipeline`). Two ways work in-process:
 
     from vaswani.pipelines import TranslationPipeline, pipeline
 
@@ -18,23 +19,31 @@ from pathlib import Path
 import transformers
 
 from ..safe_loading import check_checkpoint_folder
-from .pipeline_vaswani import SummarizationPipeline, Text2TextGenerationPipeline, TranslationPipeline
+from .pipeline_vaswani import (
+    SummarizationPipeline,
+    Text2TextGenerationPipeline,
+    TokenClassificationPipeline,
+    TranslationPipeline,
+)
 
 
-PIPELINE_CLASSES = {
+GENERATION_PIPELINE_CLASSES = {
     "translation": TranslationPipeline,
     "summarization": SummarizationPipeline,
     "text2text-generation": Text2TextGenerationPipeline,
 }
+PIPELINE_CLASSES = {**GENERATION_PIPELINE_CLASSES, "token-classification": TokenClassificationPipeline}
 
 
 def pipeline(task: str | None = None, model=None, **kwargs) -> transformers.Pipeline:
-    """`transformers.pipeline`, with "translation", "summarization" and "text2text-generation" served by this
-    package's classes, for a model object as well as for a checkpoint folder (no `trust_remote_code` needed here).
-    Every other task, and every argument, goes to `transformers.pipeline` unchanged."""
+    """`transformers.pipeline`, with "translation", "summarization", "text2text-generation" and
+    "token-classification" served by this package's classes, for a model object as well as for a checkpoint folder
+    (no `trust_remote_code` needed here). Every other task, and every argument, goes to `transformers.pipeline`
+    unchanged."""
     pipeline_class = PIPELINE_CLASSES.get(task)
     if pipeline_class is not None:
-        check_serves(task, model)
+        if task in GENERATION_PIPELINE_CLASSES:
+            check_serves(task, model)
         kwargs.setdefault("pipeline_class", pipeline_class)
         if kwargs.get("config") is None and model is not None and not isinstance(model, (str, Path)):
             # transformers finds the task in the config's `custom_pipelines` and rewrites that entry in place
@@ -70,6 +79,7 @@ __all__ = [
     "PIPELINE_CLASSES",
     "SummarizationPipeline",
     "Text2TextGenerationPipeline",
+    "TokenClassificationPipeline",
     "TranslationPipeline",
     "pipeline",
 ]

@@ -1,7 +1,7 @@
 """Translate English sentences to German with the project's shipped Multi30k model, through the package's translation pipeline, and
 draw where the model looks while it translates the first one.
 
-    python scripts/demo.py                                   # four sentences; writes attention.png (+ .json)
+    python scripts/demo.py                                   # four sentences; writes attention.png and .json
     python scripts/demo.py --text "A dog runs on the beach." "Two girls are reading." --output_file dog.png
     python scripts/demo.py --no-cpu_decoding                 # the model's own generate loop (same translations)
 
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> list[str]:
     attention_map = cross_attention_map(
         model, tokenizer, args.text[0], num_beams=NUM_BEAMS, max_new_tokens=MAX_NEW_TOKENS
     )
-    picture, _ = save_heatmap(attention_map, picture, model, args.model)
-    print(f"Wrote {picture}: where the model looks while translating {args.text[0]!r}")
+    picture, matrix_file = save_heatmap(attention_map, picture, model, args.model)
+    print(f"Wrote {picture} (its numbers in {matrix_file}): where the model looks while translating {args.text[0]!r}")
     return translations
 
 

@@ -7,7 +7,7 @@ column of BIO tags) with `Trainer`, scored with entity-level F1 (seqeval-style).
 
 `--model_name_or_path CHECKPOINT` starts from a checkpoint instead; a seq2seq checkpoint gives its shared embedding
 and encoder, and the log names the new `classifier` and the decoder left unused. The fine-tuned folder works with
-`transformers.pipeline("token-classification", model=DIR, aggregation_strategy="first")`.
+`transformers.pipeline("token-classification", model=DIR, aggregation_strategy="first", trust_remote_code=True)`.
 
 Tags may be names or ids; their names come from `--label_set`, a `labels.json` beside the training file (CoNLL-2003
 here has one), the dataset's `ClassLabel` feature, or the values in the data. On two processes:

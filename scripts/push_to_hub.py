@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from huggingface_hub import HfApi
+import httpx2
+from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError
 from huggingface_hub.utils import validate_repo_id
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
@@ -274,14 +275,24 @@ def upload(args: PushArguments, folder: Path):
     """One commit of `folder` to the repository (created if needed); what the repository holds beyond the folder is
     deleted in the same commit (`.gitattributes` excepted, which the Hub needs)."""
     api = HfApi(token=args.token)
-    api.create_repo(args.repo_id, private=args.private, exist_ok=True)
-    return api.upload_folder(
-        repo_id=args.repo_id,
-        folder_path=folder,
-        revision=args.revision,
-        commit_message=args.commit_message,
-        delete_patterns="*",
-    )
+    try:
+        api.create_repo(args.repo_id, private=args.private, exist_ok=True)
+        return api.upload_folder(
+            repo_id=args.repo_id,
+            folder_path=folder,
+            revision=args.revision,
+            commit_message=args.commit_message,
+            delete_patterns="*",
+        )
+    except httpx2.TransportError as error:  # no answer at all (huggingface_hub's HTTP client is httpx2)
+        raise HubUnreachable(
+            f"the Hub ({constants.ENDPOINT}) cannot be reached: {error or type(error).__name__}. Nothing was uploaded; "
+            "check the network (or HF_ENDPOINT, a proxy), or keep the folder with --dry-run --output_dir DIR."
+        ) from None
+
+
+class HubUnreachable(ConnectionError):
+    """The upload got no answer from the Hub (no network, a wrong endpoint): the user's to fix, in one line."""
 
 
 def main(argv: list[str] | None = None) -> Path | str:

@@ -132,6 +132,23 @@ def save_seq2seq_checkpoint(folder: Path, tokenizer, seed: int = 0, **config) ->
     return folder
 
 
+def as_saved_before_issue_41(backend):
+    """A copy of a tokenizer backend (tokenizers.Tokenizer) of this project as it was saved before its word starts
+    were aligned (`word_start_alignment`: its offsets covered the space before each word) and before its normalizer
+    marked the spaces (`space_marks`: added tokens were never found)."""
+    from tokenizers import Tokenizer
+    from vaswani.tokenization_vaswani import flat_steps, space_marks, word_start_alignment
+
+    state = json.loads(backend.to_str())
+    alignment = [json.loads(step.__getstate__()) for step in word_start_alignment()]
+    steps = [step for step in state["pre_tokenizer"]["pretokenizers"] if step not in alignment]
+    state["pre_tokenizer"] = steps[0] if len(steps) == 1 else {"type": "Sequence", "pretokenizers": steps}
+    *normalizer_steps, last = flat_steps(state["normalizer"], "normalizers")
+    if last == json.loads(space_marks().__getstate__()):
+        state["normalizer"] = {"type": "Sequence", "normalizers": normalizer_steps}
+    return Tokenizer.from_str(json.dumps(state))
+
+
 def ner_rows():
     return [{"id": i, "tokens": text.split(), "ner_tags": tags.split()} for i, (text, tags) in enumerate(NER_SENTENCES)]
 

@@ -7,6 +7,7 @@ import pytest
 from transformers import AutoConfig
 
 from vaswani import PRESETS, VaswaniConfig
+from vaswani.cli import parse_config_overrides
 
 
 def test_defaults_are_the_papers_base_model():
@@ -155,3 +156,20 @@ def test_values_set_after_construction_save_and_load_again(tmp_path):
     config.save_pretrained(tmp_path)
     loaded = AutoConfig.from_pretrained(tmp_path)
     assert (loaded.vocab_size, loaded.sep_token_id, loaded.eos_token_id, loaded.layer_norm_eps) == (900, 899, [2, 3], 1e-6)
+
+
+def test_an_attribute_a_library_sets_saves_and_loads_again(tmp_path):
+    """transformers' own test helpers set `layer_norm_epsilon` on any config: a saved config always reloads, keeping
+    the attribute (which this model does not read)."""
+    config = VaswaniConfig.from_preset("tiny")
+    config.layer_norm_epsilon = 1e-6
+    config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert (loaded.layer_norm_epsilon, loaded.layer_norm_eps) == (1e-6, config.layer_norm_eps)
+
+
+def test_a_misspelled_field_is_refused_where_the_user_types_it():
+    with pytest.raises(ValueError, match=r"--config_overrides: unknown config field 'layer_norm_epsilon'; did you mean "
+                                         r"'layer_norm_eps'\?"):
+        parse_config_overrides("dropout=0.2,layer_norm_epsilon=1e-6")
+    assert parse_config_overrides("d_model=64,output_hidden_states=true") == {"d_model": 64, "output_hidden_states": True}

@@ -2,6 +2,7 @@
 set-up commands are the ones CI runs."""
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,42 @@ def test_the_library_asks_for_ranges_and_only_the_install_commands_pin_torch():
     set_up = readme[readme.index("## Set up"):].split("\n## ", 1)[0]
     commands = re.findall(r"^```bash\n(.*?)\n```", set_up, flags=re.MULTILINE | re.DOTALL)
     assert commands and all("pip install -c constraints.txt " in command for command in commands), commands
+
+
+def toy_grammar() -> re.Pattern:
+    """The English sentences vaswani/training/synthetic.py writes, as one pattern."""
+    from vaswani.training import synthetic
+
+    def one_of(words) -> str:
+        return "(?:" + "|".join(re.escape(word) for word in sorted(words, key=len, reverse=True)) + ")"
+
+    def noun_phrase(nouns) -> str:
+        return rf"(?:the|an?)(?: {one_of(synthetic.ADJECTIVES)})? {one_of(nouns)}"
+
+    predicate = (rf"(?:{one_of(synthetic.TRANSITIVE_VERBS)} {noun_phrase(synthetic.OBJECTS)}"
+                 rf"|{one_of(synthetic.INTRANSITIVE_VERBS)})")
+    return re.compile(rf"(?:{one_of(synthetic.ADVERBS)} )?{noun_phrase(synthetic.NOUNS)} {predicate}"
+                      rf"(?: {one_of(synthetic.PLACES)})?\.")
+
+
+@pytest.mark.parametrize("guide", [REPO / "README.md", REPO / "scripts" / "README.md"], ids=lambda path: str(path))
+def test_the_quickstart_translates_sentences_of_the_toy_grammar(guide):
+    """The quick start's model knows only the toy task: a sentence outside its grammar comes out wrong."""
+    [call] = re.findall(r"translator\(\[(.*?)\]\)", guide.read_text(encoding="utf-8"))
+    sentences = re.findall(r"'([^']*)'", call)
+    assert sentences
+    grammar = toy_grammar()
+    for sentence in sentences:
+        assert grammar.fullmatch(sentence[0].lower() + sentence[1:]), f"{sentence!r} is not a sentence of the toy task"
+
+
+def test_the_demos_outputs_are_named_in_the_readme_and_ignored_by_git():
+    """The first command of the README writes attention.png and attention.json into the clone: both are named where
+    the README shows what it prints, and git leaves them out of `git status`."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "attention.png" in text and "attention.json" in text
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "attention.png", "attention.json"],
+                             capture_output=True, text=True, timeout=60)
+    assert ignored.stdout.split() == ["attention.png", "attention.json"]

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import re
+import socket
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ from huggingface_hub import ModelCard
 from huggingface_hub.utils._http import default_client_factory
 
 from conftest import REPO, load_script, run_isolated, spread_weights, tiny_config
+from vaswani.cli import run_command
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
 
 
@@ -132,6 +134,25 @@ def test_model_card_metadata_and_sections(dry_run_folder):
     assert f'AutoModelForSeq2SeqLM.from_pretrained("{REPO_ID}", trust_remote_code=True)' in text
     assert "Attention Is All You Need" in text and "arxiv.org/abs/1706.03762" in text
     assert "| direction | en → de" in text
+
+
+@pytest.mark.parametrize("lsum, listed", [(34.3, ["rouge1", "rougeL"]), (35.1, ["rouge1", "rougeL", "rougeLsum"])],
+                         ids=["equal to ROUGE-L", "its own"])
+def test_a_summarization_card_lists_rouge_lsum_only_where_it_is_not_rouge_l(checkpoint, tmp_path, lsum, listed):
+    """rouge-score's ROUGE-Lsum on summaries written on one line is ROUGE-L again: the card names it once (the SAMSum
+    card listed 34.3 twice); --language gives a summarizer, which has no source_lang, its language."""
+    signature = "rouge-score:0.1.2|stemmer:yes|f-measure|mean-over-examples"
+    results = {**RESULTS, "task": "summarization", "metrics": [
+        {"type": kind, "name": name, "value": value, "signature": signature}
+        for kind, name, value in (("rouge1", "ROUGE-1", 43.7), ("rougeL", "ROUGE-L", 34.3), ("rougeLsum", "ROUGE-Lsum", lsum))
+    ]}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    push_to_hub.main(["--model_dir", str(checkpoint), "--repo_id", "someone/samsum", "--dry-run", "--language", "en",
+                      "--output_dir", str(tmp_path / "out"), "--results", str(tmp_path / "results.json")])
+    card = ModelCard.load(tmp_path / "out" / "README.md").data.to_dict()
+    assert card["metrics"] == listed
+    assert [metric["type"] for metric in card["model-index"][0]["results"][0]["metrics"]] == listed
+    assert card["language"] == ["en"]
 
 
 def test_classifier_card_names_its_labels_and_task(tokenizer, tmp_path):
@@ -254,6 +275,25 @@ def test_upload_errors_from_the_hub_reach_the_user(fake_hub, checkpoint):
     huggingface_hub.set_client_factory(lambda: httpx2.Client(transport=httpx2.MockTransport(denied)))
     with pytest.raises(huggingface_hub.errors.HfHubHTTPError, match="rights to create"):
         push_to_hub.main(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--token", "hf_fake_token"])
+
+
+def test_a_hub_out_of_reach_is_one_line(checkpoint, monkeypatch, capsys):
+    """Without network (here: an endpoint where nothing listens) and without HF_HUB_OFFLINE, the command ends in one
+    line naming the endpoint, not in httpx's traceback."""
+    with socket.socket() as probe:  # a local port that nothing listens on: the connection is refused at once
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(sys, "argv", ["push_to_hub.py", "--model_dir", str(checkpoint), "--repo_id", REPO_ID,
+                                      "--token", "hf_fake_token"])
+    with pytest.raises(SystemExit) as stopped:
+        run_command(push_to_hub.main, huggingface_hub.errors.HfHubHTTPError)
+    assert stopped.value.code == 1
+    errors = capsys.readouterr().err
+    *_, line = errors.strip().splitlines()  # (after the progress bars of loading and saving)
+    assert "Traceback" not in errors and "httpx" not in errors
+    assert line.startswith(f"push_to_hub.py: error: the Hub ({endpoint}) cannot be reached: ") and "Nothing was" in line
 
 
 # --- bad input ---------------------------------------------------------------------------------------------------------

@@ -14,11 +14,13 @@ import pytest
 import sacrebleu
 import yaml
 from safetensors import safe_open
+from tokenizers import Tokenizer
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import vaswani
 from vaswani.modeling_vaswani import code_files_to_ship
-from conftest import REPO, SHARED_DATA, load_script, needs_shared_data, run_isolated
+from vaswani.tokenization_vaswani import update_saved_tokenizer
+from conftest import REPO, SHARED_DATA, as_saved_before_issue_41, load_script, needs_shared_data, run_isolated
 
 
 demo = load_script("demo")
@@ -116,6 +118,46 @@ def test_a_shipped_folder_carries_the_packages_code_and_tokenizes_text_as_text(n
         ids = tokenizer(text)["input_ids"]
         assert not set(ids[:-1]) & set(tokenizer.all_special_ids)
         assert tokenizer.decode(ids, skip_special_tokens=True) == text
+
+
+# Real text for the shipped tokenizers, whatever data is at hand; the shared data adds its first rows.
+REAL_TEXTS = [
+    "John Smith lives in Berlin.", "A little girl in a pink dress is climbing the stairs.",
+    "Ein kleines Mädchen in einem rosa Kleid klettert die Treppe hinauf.", "Zwei Männer spielen am Strand Fußball.",
+    "Amanda: I baked  cookies. Do you want some?\nJerry: Sure!\nAmanda: I'll bring you tomorrow :-)",
+    "Hannah: Hey, do you have Betty's number?\r\nAmanda: Lemme check\n\nAmanda: Sorry, can't find it. \U0001F642",
+    "  two leading spaces, (U.S.) don't, 3.5! \t tab", "",
+]
+
+
+def real_texts() -> list[str]:
+    texts = list(REAL_TEXTS)
+    if SHARED_DATA.is_dir():
+        for name, columns, count in (("multi30k/test_2016_flickr.jsonl", ("en", "de"), 1000),
+                                     ("samsum/validation.jsonl", ("document", "summary"), 200)):
+            lines = (SHARED_DATA / name).read_text(encoding="utf-8").splitlines()[:count]
+            texts += [json.loads(line)[column] for line in lines for column in columns]
+    return texts
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_a_shipped_tokenizer_gives_word_offsets_and_the_ids_it_was_trained_with(name):
+    """Each word's offsets start at the word, not at the space before it, and a token a user adds is used (issue 41),
+    in the file itself (for users of the `tokenizers` library alone) and through the folder's own code; the ids are
+    those the model was trained on: the same as those of the tokenizer as it was learned."""
+    saved = Tokenizer.from_file(str(SHIPPED[name] / "tokenizer.json"))
+    assert not update_saved_tokenizer(saved), "tokenizer.json predates issue 41's fixes: update_tokenizer_file(folder)"
+    texts = real_texts()
+    as_learned = as_saved_before_issue_41(saved)
+    assert [encoding.ids for encoding in saved.encode_batch(texts)] == [
+        encoding.ids for encoding in as_learned.encode_batch(texts)
+    ]
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED[name], trust_remote_code=True)
+    encoding = tokenizer("John Smith lives in Berlin.", return_offsets_mapping=True)
+    tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"])
+    assert [start for token, (start, _) in zip(tokens, encoding["offset_mapping"])
+            if token.startswith("\u2581")] == [0, 5, 11, 17, 20]
+    assert tokenizer.add_tokens(["zzzq"]) == 1 and len(tokenizer) - 1 in tokenizer("a zzzq horse")["input_ids"]
 
 
 def test_the_shipped_models_fit_the_size_budget():

@@ -1,14 +1,17 @@
 """vaswani/tokenization_vaswani.py and scripts/train_tokenizer.py: the round trip of any text, byte fallback, language
 tags, saving and loading, and the script on local files and Multi30k."""
 
+import copy
 import json
 
 import pytest
 import torch
+from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from conftest import PAIRS, SHARED_DATA, load_script, needs_shared_data, tiny_config
+from conftest import PAIRS, SHARED_DATA, as_saved_before_issue_41, load_script, needs_shared_data, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniTokenizer
+from vaswani.tokenization_vaswani import update_tokenizer_file
 
 
 train_tokenizer = load_script("train_tokenizer")
@@ -227,6 +230,80 @@ def test_split_newlines_survives_save_and_auto_reload(newline_tokenizer, tmp_pat
     loaded = AutoTokenizer.from_pretrained(tmp_path)
     assert loaded.tokenize(DIALOGUE) == newline_tokenizer.tokenize(DIALOGUE)
     assert loaded.decode(loaded(DIALOGUE)["input_ids"], skip_special_tokens=True) == DIALOGUE
+
+
+# --- offsets: a word's tokens cover the word, not the space before it ----------------------------------------------
+
+SENTENCE, WORD_STARTS = "John Smith lives in Berlin.", [0, 5, 11, 17, 20]
+LEARNED_TOKENIZERS = ["tokenizer", "punctuation_tokenizer", "newline_tokenizer"]
+ALL_TEXTS = [SENTENCE] + ORDINARY_TEXTS + NEVER_SEEN + LOOKS_LIKE_MARKUP + LINE_TEXTS
+
+
+def token_spans(tokenizer, text) -> list[tuple[str, str]]:
+    """(token, the text its offsets cover) for each token of `text` but the special ones."""
+    encoding = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"])
+    return [(token, text[start:end]) for token, (start, end), special
+            in zip(tokens, encoding["offset_mapping"], encoding["special_tokens_mask"]) if not special]
+
+
+def word_start_offsets(tokenizer, text) -> list[int]:
+    """Where the offsets of each token that starts a word ("▁...") start."""
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"])
+    return [start for token, (start, _) in zip(tokens, encoding["offset_mapping"]) if token.startswith("\u2581")]
+
+
+@pytest.mark.parametrize("name", LEARNED_TOKENIZERS)
+def test_each_word_starts_at_its_first_character_with_the_same_tokens_as_before(name, request):
+    tokenizer = request.getfixturevalue(name)
+    assert word_start_offsets(tokenizer, SENTENCE) == WORD_STARTS
+    for text in ALL_TEXTS:
+        spans = token_spans(tokenizer, text)
+        for token, covered in spans:
+            # only a mark standing for a space of its own (a run of spaces) covers a space, and just that one
+            assert " " not in covered or (token == "\u2581" and covered == " "), (text, spans)
+            assert covered, (text, spans)
+        text_characters = "".join(character for character in text if not character.isspace())
+        assert set(text_characters) <= set("".join(covered for _, covered in spans)), (text, spans)
+    # the tokenizer as saved before (offsets from the space before each word, spaces left to Metaspace): same ids
+    before, saved_before = copy.deepcopy(tokenizer), as_saved_before_issue_41(tokenizer.backend_tokenizer)
+    before.backend_tokenizer.pre_tokenizer = saved_before.pre_tokenizer
+    before.backend_tokenizer.normalizer = saved_before.normalizer
+    assert word_start_offsets(before, SENTENCE) == [0, 4, 10, 16, 19]
+    for text in ALL_TEXTS + [PAIRS[0][0] + "  \n " + PAIRS[1][1]]:
+        assert before(text)["input_ids"] == tokenizer(text)["input_ids"], text
+
+
+@pytest.mark.parametrize("name", LEARNED_TOKENIZERS)
+def test_a_token_the_user_adds_is_used_where_it_stands_as_a_word(name, request):
+    tokenizer = copy.deepcopy(request.getfixturevalue(name))
+    assert tokenizer.add_tokens(["zzzq", "new word"]) == 2
+    zzzq, new_word = len(tokenizer) - 2, len(tokenizer) - 1
+    for text in ["a zzzq horse", "zzzq", "The new word is zzzq", "a  zzzq \nhorse."]:
+        ids = tokenizer(text)["input_ids"]
+        assert zzzq in ids, (text, tokenizer.convert_ids_to_tokens(ids))
+        assert tokenizer.decode(ids, skip_special_tokens=True) == text
+    assert new_word in tokenizer("The new word is zzzq")["input_ids"]
+    assert zzzq in tokenizer("zzzq.")["input_ids"]  # (decoded "zzzq .": see the module's docstring)
+    assert zzzq not in tokenizer("azzzqb")["input_ids"]  # inside another word it is that word's letters
+    # special tokens typed in text stay text (split_special_tokens), added tokens or not
+    assert tokenizer.bos_token_id not in tokenizer("a <s> zzzq")["input_ids"][:-1]
+
+
+def test_a_tokenizer_saved_before_word_offsets_gets_them_when_loaded_and_when_resaved(punctuation_tokenizer, tmp_path):
+    punctuation_tokenizer.save_pretrained(tmp_path)
+    as_saved_before_issue_41(punctuation_tokenizer.backend_tokenizer).save(str(tmp_path / "tokenizer.json"))
+    old_file = (tmp_path / "tokenizer.json").read_text(encoding="utf-8")
+    assert word_start_offsets(VaswaniTokenizer.from_pretrained(tmp_path), SENTENCE) == WORD_STARTS
+    assert (tmp_path / "tokenizer.json").read_text(encoding="utf-8") == old_file  # loading changes no file
+    assert update_tokenizer_file(tmp_path) is True
+    assert update_tokenizer_file(tmp_path) is False  # once is enough
+    resaved = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    encoding = resaved.encode(SENTENCE)
+    assert [start for token, (start, _) in zip(encoding.tokens, encoding.offsets)
+            if token.startswith("\u2581")] == WORD_STARTS
+    assert encoding.ids == punctuation_tokenizer(SENTENCE)["input_ids"]
 
 
 def test_train_tokenizer_script_splits_punctuation_on_request(tmp_path):

@@ -8,7 +8,15 @@ from dataclasses import dataclass, field
 import datasets
 from transformers import PreTrainedModel, TrainingArguments
 
-from ..data import data_source, is_local, load_split, require_columns, require_text, require_values
+from ..data import (
+    data_source,
+    is_local,
+    load_split,
+    require_columns,
+    require_text,
+    require_values,
+    unnest_translation,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -84,7 +92,8 @@ def load_checked_split(
 ) -> tuple[datasets.Dataset, str]:
     """One split (its first `max_rows` rows), and a description of where it came from. It must have the columns,
     a value in each (a string in each of `text_columns`) and at least one row: `role` ("training", "evaluation") says
-    which split, in the errors."""
+    which split, in the errors. Rows in transformers' translation format, `{"translation": {"en": ..., "de": ...}}`,
+    give the text columns named after the keys (finetune_seq2seq.py's --source_lang/--target_lang)."""
     where = source if is_local(source) else f"{source} (split {split!r})"
     try:
         dataset = load_split(source, split, dataset_config_name)
@@ -95,6 +104,7 @@ def load_checked_split(
         dataset = datasets.Dataset.from_dict({})
     if len(dataset) == 0:
         raise ValueError(f"The {role} split {where} has no rows: there is nothing to {ROLE_VERBS[role]}.")
+    dataset = unnest_translation(dataset, {column: column for column in text_columns if "." not in column}, where)
     require_columns(dataset, columns, where=where)
     require_values(dataset, columns, where=where)
     require_text(dataset, text_columns, where=where)

@@ -69,8 +69,16 @@ class TrainDataArguments:
     )
     source_column: str = field(default="en", metadata={"help": "Column of the source text (e.g. en, document)."})
     target_column: str = field(default="de", metadata={"help": "Column of the target text (e.g. de, summary)."})
-    source_lang: str | None = field(default=None, metadata={"help": "Written into the model config (translation)."})
-    target_lang: str | None = field(default=None, metadata={"help": "Written into the model config (translation)."})
+    source_lang: str | None = field(
+        default=None,
+        metadata={"help": "Written into the model config (translation). Rows in transformers' translation format, "
+                  "{\"translation\": {\"en\": ..., \"de\": ...}}, take the source text from this key."},
+    )
+    target_lang: str | None = field(
+        default=None,
+        metadata={"help": "Written into the model config (translation); the key of the target text in rows of "
+                  "transformers' translation format."},
+    )
     max_source_length: int = field(default=256, metadata={"help": "Longest source, in tokens."})
     max_target_length: int = field(default=256, metadata={"help": "Longest target, in tokens."})
     too_long: Literal["drop", "truncate"] = field(

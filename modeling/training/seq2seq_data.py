@@ -3,7 +3,9 @@ run or a second process reuses the result), and drop the pairs that are empty or
 
 Splits come from local JSON Lines / JSON / CSV files, a dataset on the Hub, or the synthetic toy task. Any two
 columns serve as source and target (`en`/`de`, `document`/`summary`); a dotted name reaches into a dict column, as in
-the Hub's WMT datasets (`translation.en`).
+the Hub's WMT datasets (`translation.en`). Rows in transformers' translation format, `{"translation": {"en": ...,
+"de": ...}}`, are read as its example scripts read them: --source_lang/--target_lang name the keys (else the column
+options do).
 
 `input_fingerprints` identifies what a run learns from (each data file by its content, the tokenizer by its files),
 so that a resumed run can tell that it is given the same.
@@ -26,6 +28,7 @@ from ..data import (
     require_columns,
     require_text,
     split_paths,
+    unnest_translation,
 )
 from .arguments import SYNTHETIC_DATASET, TrainDataArguments
 from .synthetic import write_synthetic_translation
@@ -72,12 +75,12 @@ def load_raw_splits(data: TrainDataArguments, output_dir: Path, seed: int) -> tu
     elif validation is not None:
         check_files_exist(validation, "--validation_file")
 
-    train = load_split(source, data.train_split, data.dataset_config_name)
+    train = flat_columns(load_split(source, data.train_split, data.dataset_config_name), data, source)
     check_columns(train, data, source)
     if validation is not None:
-        valid = load_split(validation, data.validation_split, data.dataset_config_name)
+        valid = flat_columns(load_split(validation, data.validation_split, data.dataset_config_name), data, validation)
     elif data.train_file is None:
-        valid = load_split(source, data.validation_split, data.dataset_config_name)
+        valid = flat_columns(load_split(source, data.validation_split, data.dataset_config_name), data, source)
     else:
         # a local training file alone: hold out a few of its pairs, the same ones for a given seed
         held_out = max(1, min(HELD_OUT_MAX, int(len(train) * HELD_OUT_FRACTION)))
@@ -97,6 +100,14 @@ def training_source(data: TrainDataArguments) -> str:
     if data.dataset_name == SYNTHETIC_DATASET and data.train_file is None:
         return SYNTHETIC_DATASET
     return data_source(data.train_file, data.dataset_name, "--train_file", needed_by="Training")
+
+
+def flat_columns(split: datasets.Dataset, data: TrainDataArguments, where: str) -> datasets.Dataset:
+    """The split with --source_column and --target_column, read from its `translation` dicts where it is in
+    transformers' translation format (the keys --source_lang/--target_lang, else the column names)."""
+    keys = {column: lang or column for column, lang in ((data.source_column, data.source_lang),
+                                                        (data.target_column, data.target_lang)) if "." not in column}
+    return unnest_translation(split, keys, where=where)
 
 
 def check_columns(split: datasets.Dataset, data: TrainDataArguments, where: str) -> None:

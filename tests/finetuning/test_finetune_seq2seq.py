@@ -193,6 +193,31 @@ def test_translation_without_columns_is_an_error(checkpoint, data, tmp_path):
                      "--output_dir", str(tmp_path), "--do_train"])
 
 
+def test_transformers_translation_format_is_read_by_the_languages(checkpoint, data, tmp_path):
+    """Rows as transformers' run_translation reads them, `{"translation": {"en": ..., "de": ...}}`, with
+    --source_lang/--target_lang naming the keys: evaluated as the same pairs in flat columns are, and trained on."""
+    nested = write_jsonl(tmp_path / "nested.jsonl", [{"translation": {"en": en, "de": de}} for en, de in PAIRS])
+
+    def evaluation_loss(file, source_lang, target_lang, output_dir):
+        return script.main([
+            "--task", "translation", "--model_name_or_path", str(checkpoint), "--source_lang", source_lang,
+            "--target_lang", target_lang, "--validation_file", str(file), "--output_dir", str(tmp_path / output_dir),
+            "--do_eval", *QUIET,
+        ])["eval_loss"]
+
+    flat = evaluation_loss(data, "en", "de", "flat")
+    assert evaluation_loss(nested, "en", "de", "nested") == pytest.approx(flat, rel=1e-6)
+    assert evaluation_loss(nested, "de", "en", "reversed") != pytest.approx(flat, rel=1e-3)
+    with pytest.raises(ValueError, match=r"no key 'fr'; its keys are \['en', 'de'\]"):
+        evaluation_loss(nested, "fr", "de", "french")
+    script.main([
+        "--task", "translation", "--model_name_or_path", str(checkpoint), "--source_lang", "en", "--target_lang",
+        "de", "--train_file", str(nested), "--output_dir", str(tmp_path / "trained"), "--do_train", "--max_steps", "1",
+        "--per_device_train_batch_size", "5", *QUIET,
+    ])
+    assert (tmp_path / "trained" / "model.safetensors").is_file()
+
+
 def test_several_processes_without_a_process_group_is_an_error(checkpoint, data, tmp_path, monkeypatch):
     # what torchrun sets; without --use_cpu on a machine without GPUs, each process would train alone
     monkeypatch.setenv("WORLD_SIZE", "2")

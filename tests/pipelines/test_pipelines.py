@@ -1,11 +1,13 @@
-"""The translation / summarization / text2text pipelines shipped in every checkpoint, and text classification through
-transformers' own pipeline: in a fresh process without the package, in-process with model objects, and bad input."""
+"""The translation / summarization / text2text pipelines shipped in every checkpoint, token classification through
+transformers' pipeline told where the words are, and text classification through transformers' own: in a fresh
+process without the package, in-process with model objects, and bad input."""
 
 import ast
 import copy
 import json
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -13,10 +15,18 @@ import torch
 import transformers
 
 from conftest import PAIRS, REPO, run_isolated, spread_weights, tiny_config
-from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification, VaswaniTokenizer
+from vaswani import (
+    VaswaniForConditionalGeneration,
+    VaswaniForSequenceClassification,
+    VaswaniForTokenClassification,
+    VaswaniTokenizer,
+)
+from vaswani.finetuning.token_alignment import align_word_labels, inside_label_ids
+from vaswani.finetuning.label_sets import LabelSet
 from vaswani.pipelines import (
     SummarizationPipeline,
     Text2TextGenerationPipeline,
+    TokenClassificationPipeline,
     TranslationPipeline,
     pipeline,
 )
@@ -56,12 +66,54 @@ def classifier(tokenizer) -> VaswaniForSequenceClassification:
     return spread_weights(VaswaniForSequenceClassification(config)).eval()
 
 
+# The tagger's sentences: words and their tags, and the spans of the entities in the first one.
+TAGGED = [
+    ("John Smith lives in Berlin .", "B-PER I-PER O O B-LOC O"),
+    ("Mary Jones works in Paris .", "B-PER I-PER O O B-LOC O"),
+]
+TAG_NAMES = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+SENTENCE = "John Smith lives in Berlin."
+ENTITIES = [("PER", "John Smith", 0, 10), ("LOC", "Berlin", 20, 26)]
+
+
 @pytest.fixture(scope="module")
-def checkpoints(translator, classifier, tokenizer, tmp_path_factory) -> dict[str, Path]:
-    folders = {"seq2seq": tmp_path_factory.mktemp("seq2seq"), "classifier": tmp_path_factory.mktemp("classifier")}
-    for model, folder in ((translator, folders["seq2seq"]), (classifier, folders["classifier"])):
+def tagger_tokenizer() -> VaswaniTokenizer:
+    texts = SOURCES + [text for text, _ in TAGGED]
+    return VaswaniTokenizer.train_from_texts(texts * 3, vocab_size=400, min_frequency=1, split_punctuation=True)
+
+
+@pytest.fixture(scope="module")
+def tagger(tagger_tokenizer) -> VaswaniForTokenClassification:
+    """A tiny named-entity tagger fitted to TAGGED in a few seconds, trained as finetune_token_classification.py
+    trains (every piece of a word labelled)."""
+    torch.manual_seed(0)
+    labels = LabelSet(tuple(TAG_NAMES), "the tagger's tags")
+    config = tiny_config(vocab_size=len(tagger_tokenizer), num_labels=len(TAG_NAMES), id2label=dict(enumerate(TAG_NAMES)),
+                         label2id=labels.label2id)
+    model = VaswaniForTokenClassification(config)
+    words = [text.split() for text, _ in TAGGED]
+    batch = tagger_tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
+    inside = inside_label_ids(labels)
+    batch["labels"] = torch.tensor([
+        align_word_labels(batch.word_ids(row), [labels.label2id[tag] for tag in tags.split()], inside)[0]
+        for row, (_, tags) in enumerate(TAGGED)
+    ]).masked_fill(batch["attention_mask"] == 0, -100)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(40):
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def checkpoints(translator, classifier, tagger, tokenizer, tagger_tokenizer, tmp_path_factory) -> dict[str, Path]:
+    folders = {name: tmp_path_factory.mktemp(name) for name in ("seq2seq", "classifier", "tagger")}
+    for model, its_tokenizer, folder in ((translator, tokenizer, folders["seq2seq"]),
+                                         (classifier, tokenizer, folders["classifier"]),
+                                         (tagger, tagger_tokenizer, folders["tagger"])):
         model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+        its_tokenizer.save_pretrained(folder)
     return folders
 
 
@@ -98,6 +150,11 @@ def test_checkpoint_declares_the_tasks_and_carries_the_pipeline_code(checkpoints
     # the classifier's checkpoint carries the code (every checkpoint the project saves) but declares no such task
     assert (checkpoints["classifier"] / "pipeline_vaswani.py").is_file()
     assert json.loads((checkpoints["classifier"] / "config.json").read_text())["custom_pipelines"] == {}
+    # the tagger's declares token classification, served by transformers' pipeline told where the words are
+    declared = json.loads((checkpoints["tagger"] / "config.json").read_text())["custom_pipelines"]
+    assert declared == {"token-classification": {"impl": "pipeline_vaswani.TokenClassificationPipeline",
+                                                 "pt": ["AutoModelForTokenClassification"], "type": "text"}}
+    assert "TokenClassificationPipeline" in classes
 
 
 def test_a_classifier_serves_text_classification_only(checkpoints, classifier, tokenizer):
@@ -110,8 +167,8 @@ def test_a_classifier_serves_text_classification_only(checkpoints, classifier, t
         transformers.pipeline("translation", model=folder, trust_remote_code=True)
 
 
-def test_pipeline_file_imports_only_the_standard_library_torch_and_transformers():
-    allowed = set(sys.stdlib_module_names) | {"torch", "transformers"}
+def test_pipeline_file_imports_only_the_standard_library_torch_transformers_and_tokenizers():
+    allowed = set(sys.stdlib_module_names) | {"torch", "transformers", "tokenizers"}  # transformers needs tokenizers
     for node in ast.walk(ast.parse(PIPELINE_FILE.read_text())):
         if isinstance(node, ast.ImportFrom):
             assert node.level == 0, "a relative import cannot work in a checkpoint folder"
@@ -123,7 +180,7 @@ def test_pipeline_file_imports_only_the_standard_library_torch_and_transformers(
 
 def test_standard_pipeline_calls_work_in_a_fresh_process_without_the_package(
     checkpoints, translator, classifier, tokenizer
-):
+):  # (the tagger's: test_token_classification_works_in_a_fresh_process_without_the_package)
     texts = SOURCES[:3]
     settings = dict(num_beams=3, max_new_tokens=20)
     expected_translations = generate_texts(translator, tokenizer, texts, **settings)
@@ -162,6 +219,97 @@ def test_standard_pipeline_calls_work_in_a_fresh_process_without_the_package(
     assert set(scores) == set(LABELS.values())
     for index, label in LABELS.items():
         assert scores[label] == pytest.approx(probabilities[index].item(), abs=1e-5)
+
+
+# --- token classification: the words' spans -------------------------------------------------------------------------
+
+
+def entity_spans(entities) -> list[tuple]:
+    return [(entity["entity_group"], entity["word"], entity["start"], entity["end"]) for entity in entities]
+
+
+def tag_without_warnings(tag, *args, **kwargs):
+    """What `tag(*args, **kwargs)` returns, after checking that it warned of nothing."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = tag(*args, **kwargs)
+    assert [str(warning.message) for warning in caught] == []
+    return result
+
+
+@pytest.mark.parametrize("strategy", ["simple", "first", "average", "max"])
+def test_token_classification_gives_each_entity_the_span_of_its_words(tagger, tagger_tokenizer, strategy):
+    tag = pipeline("token-classification", model=tagger, tokenizer=tagger_tokenizer, aggregation_strategy=strategy)
+    assert type(tag) is TokenClassificationPipeline
+    # no "Tokenizer does not support real words, using fallback heuristic": the words are known
+    assert entity_spans(tag_without_warnings(tag, SENTENCE)) == ENTITIES
+    # every word, the "O" ones too: "Berlin" and "." are two words, as in CoNLL-2003
+    every_word = tag_without_warnings(tag, SENTENCE, ignore_labels=[])
+    assert [(entity["start"], entity["end"]) for entity in every_word] == [(0, 10), (11, 19), (20, 26), (26, 27)]
+    # pre-split words: spans in the words joined by spaces, as transformers gives them
+    [split] = tag_without_warnings(tag, TAGGED[0][0].split(), is_split_into_words=True)
+    assert entity_spans(split) == [("PER", "John Smith", 0, 10), ("LOC", "Berlin", 20, 26)]
+
+
+@pytest.fixture(scope="module")
+def table_tagger() -> tuple[VaswaniForTokenClassification, VaswaniTokenizer]:
+    """An untrained tagger made to tag by a table of token ids, and its tokenizer, which knows each word of TAGGED
+    whole: the token of each word of TAGGED[0] gets the word's tag, every other token O (a lone "▁" too), so that
+    what it says of a text it was not fitted to is known."""
+    texts = SOURCES + [text for text, _ in TAGGED]
+    tokenizer = VaswaniTokenizer.train_from_texts(texts * 3, vocab_size=600, min_frequency=1, split_punctuation=True)
+    config = tiny_config(vocab_size=len(tokenizer), num_labels=len(TAG_NAMES), id2label=dict(enumerate(TAG_NAMES)),
+                         label2id={name: index for index, name in enumerate(TAG_NAMES)})
+    model = VaswaniForTokenClassification(config).eval()
+    table = torch.zeros(len(tokenizer), dtype=torch.long)
+    for word, tag in zip(*(part.split() for part in TAGGED[0])):
+        *_, piece = tokenizer([word], is_split_into_words=True, add_special_tokens=False)["input_ids"]  # "." is "▁", "."
+        table[piece] = TAG_NAMES.index(tag)
+
+    def by_table(module, args, kwargs, output):
+        output.logits = torch.nn.functional.one_hot(table[kwargs["input_ids"]], len(TAG_NAMES)).float() * 10
+        return output
+
+    model.register_forward_hook(by_table, with_kwargs=True)
+    return model, tokenizer
+
+
+@pytest.mark.parametrize("strategy", ["simple", "first", "average", "max"])
+def test_tokens_that_stand_for_spaces_belong_to_no_entity(table_tagger, strategy):
+    model, tokenizer = table_tagger
+    tag = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy=strategy)
+    assert entity_spans(tag_without_warnings(tag, SENTENCE)) == ENTITIES
+    spaced = "  John  Smith lives in   Berlin . "  # each space but one before a word is a token ("▁") of its own
+    assert "\u2581" in tokenizer.convert_ids_to_tokens(tokenizer(spaced)["input_ids"])
+    assert entity_spans(tag_without_warnings(tag, spaced)) == [("PER", "John  Smith", 2, 13), ("LOC", "Berlin", 25, 31)]
+
+
+def test_transformers_own_token_classification_pipeline_gets_the_spans_from_the_offsets(tagger, tagger_tokenizer):
+    tag = transformers.pipeline("token-classification", model=tagger, tokenizer=tagger_tokenizer,
+                                aggregation_strategy="simple")
+    assert entity_spans(tag_without_warnings(tag, SENTENCE)) == ENTITIES
+
+
+def test_token_classification_works_in_a_fresh_process_without_the_package(checkpoints):
+    stdout = run_isolated(
+        f"""
+        import json, warnings
+        from transformers import pipeline
+        warnings.simplefilter("always")
+        with warnings.catch_warnings(record=True) as caught:
+            tag = pipeline("token-classification", model={str(checkpoints["tagger"])!r}, trust_remote_code=True,
+                           aggregation_strategy="first")
+            entities = tag({SENTENCE!r})
+        print(json.dumps({{
+            "entities": [[e["entity_group"], e["word"], e["start"], e["end"]] for e in entities],
+            "warnings": [str(w.message) for w in caught if "fallback" in str(w.message)],
+            "module": type(tag).__module__,
+        }}))
+        """
+    )
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert [tuple(entity) for entity in result["entities"]] == ENTITIES
+    assert result["warnings"] == [] and result["module"].startswith("transformers_modules.")
 
 
 # --- in-process use -------------------------------------------------------------------------------------------------

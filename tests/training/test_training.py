@@ -190,6 +190,26 @@ def test_a_dotted_column_reads_inside_a_dict_column(tmp_path, tokenizer):
     assert prepared.validation["target_text"][:2] == ["Ein Hund 0.", "Ein Hund 1."]
 
 
+def test_transformers_translation_format_is_read_by_the_languages(tmp_path, tokenizer):
+    """Rows as transformers' run_translation reads them: --source_lang/--target_lang name the keys of `translation`
+    (here de->en, against the flat columns' defaults en/de); a whole run trains on them."""
+    rows = [{"translation": {"en": f"A dog runs {i}.", "de": f"Ein Hund rennt {i}."}} for i in range(40)]
+    train_file = write_jsonl(tmp_path / "run_translation.jsonl", rows)
+    data = TrainDataArguments(train_file=str(train_file), validation_file=str(train_file), source_lang="de",
+                              target_lang="en")
+    prepared = prepare_data(*load_raw_splits(data, tmp_path, seed=0), tokenizer, data)
+    assert prepared.validation["source_text"][:2] == ["Ein Hund rennt 0.", "Ein Hund rennt 1."]
+    assert prepared.validation["target_text"][:2] == ["A dog runs 0.", "A dog runs 1."]
+    with pytest.raises(ValueError, match=r"no key 'fr'; its keys are \['en', 'de'\]. --source_lang/--target_lang"):
+        load_raw_splits(TrainDataArguments(train_file=str(train_file), source_lang="fr", target_lang="en"), tmp_path, 0)
+
+    output_dir = tmp_path / "run"
+    run_in_process(tiny_argv(output_dir, train_file=train_file, validation_file=train_file, source_lang="de",
+                             target_lang="en", max_steps=2, eval_steps=2, save_steps=2))
+    config = json.loads((output_dir / "best" / "config.json").read_text())
+    assert (config["source_lang"], config["target_lang"]) == ("de", "en")
+
+
 def test_a_hub_dataset_is_asked_for_by_name_config_and_split(tmp_path, monkeypatch):
     import datasets
 
@@ -417,7 +437,9 @@ def test_a_run_with_bpe_dropout_and_split_punctuation_trains_and_saves_the_token
     assert outcome.summary["steps"] == 4
     saved = json.loads((tmp_path / "last" / "tokenizer.json").read_text())
     assert saved["model"]["dropout"] is None  # segments as usual: the dropout was for training only
-    assert [step["type"] for step in saved["pre_tokenizer"]["pretokenizers"]] == ["Metaspace", "Punctuation"]
+    # (Split and the second Metaspace: the word-start alignment of the offsets, tokenization_vaswani.word_splitters)
+    assert [step["type"] for step in saved["pre_tokenizer"]["pretokenizers"]] == ["Metaspace", "Split", "Metaspace",
+                                                                                  "Punctuation"]
 
 
 # --- one update: accumulation weighting and clipping -----------------------------------------------------------------

@@ -10,6 +10,7 @@ A config can come from anywhere (the Hub, a shared folder), so every value is ch
 This file is copied into every saved checkpoint, so it imports nothing from this project.
 """
 
+import contextvars
 import copy
 import difflib
 import os
@@ -163,7 +164,12 @@ class VaswaniConfig(PreTrainedConfig):
     custom_pipelines: dict | None = None
 
     def __post_init__(self, **kwargs):
-        _reject_misspelled_fields(type(self), kwargs)
+        # Extra keyword arguments are kept as attributes (transformers' convention). One typed in code that nearly
+        # names a field is a typo and refused; one read from a file or dict (`from_dict`) is kept as written: a
+        # library may have set an attribute of its own (`layer_norm_epsilon`) on a config it saved.
+        if not _READING_A_SAVED_CONFIG.get():
+            for name, field_name in misspelled_fields(kwargs, type(self)).items():  # the first one
+                raise ValueError(f"Unknown config field {name!r}; did you mean {field_name!r}?")
         # deep copies: transformers edits these dicts in place when it resolves a pipeline
         if self.auto_map is None:
             self.auto_map = copy.deepcopy(AUTO_MAP)
@@ -175,6 +181,15 @@ class VaswaniConfig(PreTrainedConfig):
                 self.custom_pipelines[task] = copy.deepcopy(CUSTOM_PIPELINES["translation"])
         super().__post_init__(**kwargs)
         self._check_values()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """transformers' reader of a saved config (a config.json's fields), which keeps every field as written."""
+        reading = _READING_A_SAVED_CONFIG.set(True)
+        try:
+            return super().from_dict(config_dict, **kwargs)
+        finally:
+            _READING_A_SAVED_CONFIG.reset(reading)
 
     @classmethod
     def _dict_from_json_file(cls, json_file):
@@ -300,16 +315,16 @@ def json_nesting_depth(text: str, stop_above: int | None = None) -> int:
     return deepest
 
 
-def _reject_misspelled_fields(config_class, kwargs: dict):
-    """Extra keyword arguments are kept as attributes (transformers' convention), but one that is a near miss of a
-    field of this config is almost certainly a typo that would otherwise be silently ignored."""
-    known = [f.name for f in fields(config_class)]
-    for key in kwargs:
-        if key in known:
-            continue
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.85)
-        if close:
-            raise ValueError(f"Unknown config field {key!r}; did you mean {close[0]!r}?")
+# set while `VaswaniConfig.from_dict` builds a config from saved fields
+_READING_A_SAVED_CONFIG = contextvars.ContextVar("reading_a_saved_config", default=False)
 
 
-__all__ = ["VaswaniConfig", "PRESETS", "check_json_file"]
+def misspelled_fields(names, config_class=None) -> dict[str, str]:
+    """Of the field names a user typed, each that is not a field of the config but a near miss of one (almost
+    certainly a typo that would otherwise be kept as an unused attribute), with the field it misses."""
+    known = [f.name for f in fields(config_class or VaswaniConfig)]
+    close = {name: difflib.get_close_matches(name, known, n=1, cutoff=0.85) for name in names if name not in known}
+    return {name: matches[0] for name, matches in close.items() if matches}
+
+
+__all__ = ["VaswaniConfig", "PRESETS", "check_json_file", "misspelled_fields"]

@@ -1,8 +1,8 @@
-"""Translation, summarization and text-to-text pipelines for the Vaswani models.
+"""Translation, summarization, text-to-text and token-classification pipelines for the Vaswani models.
 
-transformers 5 removed these three tasks from its own `pipeline()`. A checkpoint of this project declares them in its
-config's `custom_pipelines`, and `pipeline("translation", model=DIR, trust_remote_code=True)` loads the classes below
-from the checkpoint's own copy of this file. They behave as transformers 4.x's pipelines did:
+transformers 5 removed the first three tasks from its own `pipeline()`. A checkpoint of this project declares them in
+its config's `custom_pipelines`, and `pipeline("translation", model=DIR, trust_remote_code=True)` loads the classes
+below from the checkpoint's own copy of this file. They behave as transformers 4.x's pipelines did:
 
     translator(text)                      -> [{"translation_text": "..."}]
     translator([text, text], batch_size=2) -> [{"translation_text": "..."}, {"translation_text": "..."}]
@@ -11,20 +11,27 @@ from the checkpoint's own copy of this file. They behave as transformers 4.x's p
 
 `SummarizationPipeline` answers with "summary_text", `Text2TextGenerationPipeline` with "generated_text".
 
+A tagger (VaswaniForTokenClassification) declares `TokenClassificationPipeline`: transformers' own, told where the
+tokenizer's words start, so that every aggregation strategy groups the pieces of each word exactly.
+
 One pipeline may be called from several threads at once: a call keeps what it needs (its target language, its
 settings) to itself and sets nothing on the shared tokenizer or model. The tokenizer is called with the same
 arguments on every call, so it never switches state between calls (transformers' fast tokenizers set their truncation
 on the shared backend at each call), and the target-language tag is put first by the call itself.
 
 This file is copied into every saved checkpoint and imported there on its own (where the `vaswani` package may not be
-installed), so it imports only the standard library, torch and transformers.
+installed), so it imports only the standard library, torch, transformers and tokenizers (which transformers needs).
 """
 
+import bisect
 import re
 import warnings
 
 import torch
+from tokenizers.pre_tokenizers import BertPreTokenizer
 from transformers import Pipeline
+from transformers import TokenClassificationPipeline as TransformersTokenClassificationPipeline
+from transformers.pipelines.token_classification import AggregationStrategy
 
 
 # The paper's bound on the output length (section 6.1): "maximum output length to input length + 50, but terminate
@@ -351,3 +358,66 @@ class TranslationPipeline(Text2TextGenerationPipeline):
             return self._encode(text, truncation)
         code = tgt_lang or self.tgt_lang
         return self._encode(text, truncation, first_ids=[self._language_tag_ids()[code]] if code else [])
+
+
+class TokenClassificationPipeline(TransformersTokenClassificationPipeline):
+    """transformers' token-classification pipeline, told where the words of the text are.
+
+    transformers groups the pieces of a word (aggregation_strategy "first", "average", "max") only for tokenizers
+    that mark the pieces that continue a word (WordPiece's "##", a `continuing_subword_prefix`); for any other it
+    guesses from the spaces around each piece and warns "Tokenizer does not support real words, using fallback
+    heuristic". This project's tokenizer marks the piece that starts a word ("▁") instead, so here the words are found
+    in the text itself, cut as BERT's pre-tokenizer cuts them: at spaces, and around each punctuation mark ("Berlin."
+    is the words "Berlin" and ".", as in CoNLL-2003), or they are the words of a pre-split input
+    (`is_split_into_words=True`). A piece belongs to the word its first character is in; pieces that stand for
+    spaces or line breaks only belong to no word and are left out. An entity's `word` is its text as it stands in the
+    input (`text[start:end]`). Everything else is transformers' pipeline unchanged.
+    """
+
+    def gather_pre_entities(
+        self,
+        sentence,
+        input_ids,
+        scores,
+        offset_mapping,
+        special_tokens_mask,
+        aggregation_strategy,
+        word_ids=None,
+        word_to_chars_map=None,
+    ):
+        # SIMPLE: transformers' guess at the word starts, and its warning, are replaced below
+        pre_entities = super().gather_pre_entities(
+            sentence, input_ids, scores, offset_mapping, special_tokens_mask, AggregationStrategy.SIMPLE,
+            word_ids=word_ids, word_to_chars_map=word_to_chars_map,
+        )
+        if offset_mapping is None:
+            return pre_entities
+        pre_entities = [entity for entity in pre_entities if sentence[entity["start"] : entity["end"]].strip()]
+        if word_ids is not None and word_to_chars_map is not None:
+            words = [word_ids[entity["index"]] for entity in pre_entities]
+        else:
+            words = word_numbers(sentence, [first_visible(sentence, entity["start"]) for entity in pre_entities])
+        for position, entity in enumerate(pre_entities):
+            entity["is_subword"] = position > 0 and words[position] == words[position - 1]
+        return pre_entities
+
+    def postprocess(self, all_outputs, aggregation_strategy=AggregationStrategy.NONE, ignore_labels=None):
+        entities = super().postprocess(all_outputs, aggregation_strategy, ignore_labels)
+        sentence = all_outputs[0]["sentence"]
+        if aggregation_strategy != AggregationStrategy.NONE:
+            for entity in entities:
+                if entity.get("start") is not None:
+                    # the pieces decoded word by word and joined would lose the spaces between the words
+                    entity["word"] = sentence[entity["start"] : entity["end"]]
+        return entities
+
+
+def first_visible(text: str, start: int) -> int:
+    """The position of the first character at or after `start` that is not a space."""
+    return start + len(text[start:]) - len(text[start:].lstrip())
+
+
+def word_numbers(text: str, positions: list[int]) -> list[int]:
+    """For each position in `text`, the number of the word it is in (words as BERT's pre-tokenizer cuts them)."""
+    starts = [start for _, (start, _) in BertPreTokenizer().pre_tokenize_str(text)]
+    return [bisect.bisect_right(starts, position) for position in positions]

@@ -7,6 +7,16 @@ strings `<s>`, `</s>`, `<pad>`, `<unk>` and `>>de<<` in an input are spelled as 
 control tokens of the same name (transformers' `split_special_tokens`), and a literal `▁` (U+2581, the word-start
 mark) is escaped on the way in and restored on the way out.
 
+A token's offsets (`return_offsets_mapping=True`) cover its characters in the text and not the space before a word:
+the word-start mark of `▁Smith` takes the place of the word's first character, so in "John Smith" the token spans
+(5, 7) "Sm", not (4, 7) " Sm". Only a mark that stands for a space of its own (a run of spaces) covers that space.
+Word boundaries, and so the token-classification pipeline's words, come out exact (pipeline_vaswani.py).
+
+A token a user adds (`add_tokens(["zzzq"])`) is used where a word starts with it ("a zzzq horse"), not inside a word
+("azzzqb"). Decoding gives the text back where a space or the end of the text follows the added token; what follows
+it directly ("zzzq." or "zzzq\nb") starts a word of its own, so decoding puts a space before it ("zzzq ."). Special
+tokens typed in text stay text, as above.
+
 Every sequence ends with `</s>`; the decoder starts from `<s>`. Optional language tags (`>>de<<`) are special tokens
 that a multilingual model reads at the start of the source: set `tokenizer.tgt_lang = "de"` and every source it
 encodes starts with the tag's id (targets, `text_target=...`, never do), as NLLB's tokenizer does with `src_lang`.
@@ -77,6 +87,14 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
         return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @classmethod
+    def _from_pretrained(cls, *args, **kwargs):
+        """As in transformers; a tokenizer saved before its word starts had exact offsets, or before added tokens were
+        found in text, gets both (`update_saved_tokenizer`: the same tokens and ids)."""
+        tokenizer = super()._from_pretrained(*args, **kwargs)
+        update_saved_tokenizer(tokenizer.backend_tokenizer)
+        return tokenizer
+
+    @classmethod
     def train_from_texts(
         cls,
         texts: Iterable[str],
@@ -112,8 +130,9 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
             raise ValueError(f"min_frequency must be at least 1, got {min_frequency}.")
 
         backend = Tokenizer(BPE(unk_token=UNK, byte_fallback=True))
-        # The only normalization is the escape of literal word-start marks and one word-start mark before the text
-        # (before each word of pre-split input), all undone by decoding: decode(encode(text)) gives back the text.
+        # The only normalization is the escape of literal word-start marks, one word-start mark before the text
+        # (before each word of pre-split input) and one for each space (`space_marks`), all undone by decoding:
+        # decode(encode(text)) gives back the text.
         backend.normalizer = normalizers.Sequence(
             [
                 normalizers.Replace(ESCAPE, ESCAPE + ESCAPED_ESCAPE),
@@ -121,16 +140,13 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
                 normalizers.Prepend(WORD_START),
             ]
         )
-        splitters = [pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="never", split=True)]
         after_fuse = []
         if split_newlines:
             # "a?\nB" -> "a?\n▁B": the next line starts a word; decoding drops the space this adds after the break
             backend.normalizer = normalizers.Sequence([backend.normalizer, normalizers.Replace("\n", "\n" + WORD_START)])
-            splitters.append(pre_tokenizers.Split(Regex("\r?\n"), behavior="isolated"))
             after_fuse = [decoders.Replace("\n ", "\n")]
-        if split_punctuation:
-            splitters.append(pre_tokenizers.Punctuation(behavior="isolated"))
-        backend.pre_tokenizer = splitters[0] if len(splitters) == 1 else pre_tokenizers.Sequence(splitters)
+        backend.normalizer = normalizers.Sequence([backend.normalizer, space_marks()])
+        backend.pre_tokenizer = pre_tokenizers.Sequence(word_splitters(split_punctuation, split_newlines))
         backend.decoder = decoders.Sequence(
             [
                 decoders.Replace(WORD_START, " "),
@@ -214,6 +230,108 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
             for token in self.all_special_tokens
             if token.startswith(">>") and token.endswith("<<") and len(token) > 4
         }
+
+
+# A word's start mark ("▁" before "Smith") is taken off and put back before the word: put first, it takes the place
+# of the word's first character in the text instead of the place of the space it replaced, so the word's first token
+# spans from the word's first character. A mark that is all of its piece (a run of spaces: "a  b" -> "▁a", "▁", "▁b")
+# keeps its space. The pieces, and so the tokens and ids, stay exactly those of the first step alone.
+WORD_MARK_BEFORE_TEXT = WORD_START + r"(?=[\s\S])"  # a mark with a character after it in its piece
+
+
+def word_splitters(split_punctuation: bool, split_newlines: bool) -> list:
+    """The pre-tokenizers that cut a text into the pieces BPE segments (see `train_from_texts` for the options)."""
+    splitters = [
+        # " " -> "▁", and a cut before each "▁": "▁John", "▁Smith"
+        pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="never", split=True),
+        *word_start_alignment(),
+    ]
+    if split_newlines:
+        splitters.append(pre_tokenizers.Split(Regex("\r?\n"), behavior="isolated"))
+    if split_punctuation:
+        splitters.append(pre_tokenizers.Punctuation(behavior="isolated"))
+    return splitters
+
+
+def word_start_alignment() -> list:
+    """The two steps that make a word's offsets start at the word and not at the space before it (see above)."""
+    return [
+        pre_tokenizers.Split(Regex(WORD_MARK_BEFORE_TEXT), behavior="removed"),
+        pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="always", split=False),
+    ]
+
+
+def align_word_starts(backend: Tokenizer) -> bool:
+    """Give a tokenizer of this project saved before `word_start_alignment` existed (its offsets covered the space
+    before each word) the exact offsets, in place; its pieces, tokens and ids stay the same. Any other pre-tokenizer
+    is left as it is. Returns whether it changed."""
+    state = json.loads(backend.to_str())
+    old = state.get("pre_tokenizer") or {}
+    steps = old.get("pretokenizers", []) if old.get("type") == "Sequence" else [old]
+    first_step = pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="never", split=True)
+    if not steps or steps[0] != json.loads(first_step.__getstate__()):
+        return False
+    alignment = [json.loads(step.__getstate__()) for step in word_start_alignment()]
+    if steps[1:3] == alignment:
+        return False
+    state["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [steps[0], *alignment, *steps[1:]]}
+    backend.pre_tokenizer = Tokenizer.from_str(json.dumps(state)).pre_tokenizer
+    return True
+
+
+def space_marks():
+    """The normalizer's last step: each space becomes a word-start mark, as the first pre-tokenizer (Metaspace) would
+    make it next, so the pieces and ids are the same. Done here, the normalized text "▁a▁zzzq▁horse" holds a token a
+    user added ("zzzq", matched in the normalized text as "▁zzzq", with the mark of the word it is) where it stands as
+    a word; transformers adds a user's tokens to be matched there (`normalized=True`)."""
+    return normalizers.Replace(" ", WORD_START)
+
+
+def mark_spaces(backend: Tokenizer) -> bool:
+    """Give a tokenizer of this project saved before `space_marks` existed that last normalizer step, in place; its
+    pieces, tokens and ids stay the same. Any other normalizer is left as it is. Returns whether it changed."""
+    state = json.loads(backend.to_str())
+    old = state.get("normalizer") or {}
+    space_step = json.loads(space_marks().__getstate__())
+    steps = list(flat_steps(old, "normalizers"))
+    escape_step = json.loads(normalizers.Replace(ESCAPE, ESCAPE + ESCAPED_ESCAPE).__getstate__())
+    if not steps or steps[0] != escape_step or steps[-1] == space_step:
+        return False
+    state["normalizer"] = {"type": "Sequence", "normalizers": [*steps, space_step]}
+    backend.normalizer = Tokenizer.from_str(json.dumps(state)).normalizer
+    return True
+
+
+def flat_steps(step: dict, key: str) -> Iterator[dict]:
+    """The steps of a normalizer or pre-tokenizer in its JSON form (`key`: "normalizers"), nested sequences flattened."""
+    if step.get("type") == "Sequence":
+        for inner in step.get(key, []):
+            yield from flat_steps(inner, key)
+    elif step:
+        yield step
+
+
+def update_saved_tokenizer(backend: Tokenizer) -> bool:
+    """`align_word_starts` and `mark_spaces`, in place: a tokenizer of this project saved before either gets exact
+    word offsets and finds the tokens a user adds, with the same pieces, tokens and ids. Returns whether it changed."""
+    aligned = align_word_starts(backend)
+    marked = mark_spaces(backend)
+    return aligned or marked
+
+
+def update_tokenizer_file(folder: str | Path) -> bool:
+    """Rewrite the tokenizer.json of a saved tokenizer folder with `update_saved_tokenizer` (exact offsets, added
+    tokens found, the same tokens and ids), leaving its other files alone. Returns whether the file changed.
+
+        python -c "from vaswani.tokenization_vaswani import update_tokenizer_file as u; u('results/x/model')"
+    """
+    path = Path(folder) / "tokenizer.json"
+    check_json_file(path)
+    backend = Tokenizer.from_file(str(path))
+    if not update_saved_tokenizer(backend):
+        return False
+    backend.save(str(path))
+    return True
 
 
 def check_tokenizer_files(folder: Path) -> None:

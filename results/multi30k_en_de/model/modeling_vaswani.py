@@ -1059,7 +1059,11 @@ class VaswaniForTokenClassification(VaswaniPreTrainedModel):
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
-        config.custom_pipelines = {}  # a tagger serves transformers' own token-classification pipeline only
+        # a tagger serves transformers' token-classification pipeline only, told where the tokenizer's words start
+        config.custom_pipelines = {"token-classification": {
+            "impl": "pipeline_vaswani.TokenClassificationPipeline", "pt": ["AutoModelForTokenClassification"],
+            "type": "text",
+        }}
         self.model = VaswaniEncoderModel(config)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
