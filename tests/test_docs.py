@@ -101,7 +101,8 @@ def toy_grammar() -> re.Pattern:
 @pytest.mark.parametrize("guide", [REPO / "README.md", REPO / "scripts" / "README.md"], ids=lambda path: str(path))
 def test_the_quickstart_translates_sentences_of_the_toy_grammar(guide):
     """The quick start's model knows only the toy task: a sentence outside its grammar comes out wrong."""
-    [call] = re.findall(r"translator\(\[(.*?)\]\)", guide.read_text(encoding="utf-8"))
+    # the quick start's call is the one with single-quoted sentences (other examples use double quotes)
+    [call] = re.findall(r"translator\(\[('.*?)\]\)", guide.read_text(encoding="utf-8"))
     sentences = re.findall(r"'([^']*)'", call)
     assert sentences
     grammar = toy_grammar()
