@@ -29,10 +29,10 @@ evaluate_model = load_script("evaluate_model")
 
 SIZE_BUDGET_BYTES = 60_000_000  # all shipped folders together: a clone stays small
 REQUIRED_FILES = {
-    "README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-    "tokenizer_config.json", "configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py",
-    "pipeline_vaswani.py",
+    "README.md", "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+    "configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py",
 }
+GENERATING_FILES = {"generation_config.json"}  # the decoding the results were scored with: generating models only
 PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}
 BLEU_TOLERANCE = 0.5
 
@@ -62,7 +62,14 @@ SLICES = {
          "--max_new_tokens", "64", "--batch_size", "16"],
         REPO / "results" / "samsum" / "evaluation_results_first50.json",
     ),
+    "CoNLL-2003": (
+        ("--validation_file", "conll2003/validation.jsonl"),
+        ["--task", "token-classification", "--dataset_label", "eriktks/conll2003", "--max_eval_samples", "300",
+         "--batch_size", "64"],
+        REPO / "results" / "conll2003" / "evaluation_results_first300.json",
+    ),
 }
+TAGGER = REPO / "results" / "conll2003"
 
 
 def shipped_recipes() -> dict[str, Path]:
@@ -84,8 +91,8 @@ def first_pairs(count: int, source: str, target: str) -> tuple[list[str], list[s
     return [row[source] for row in rows], [row[target] for row in rows]
 
 
-def test_the_translation_models_and_the_summarizer_are_shipped_and_checked():
-    assert {"Multi30k en->de", "Multi30k de->en", "SAMSum"} <= set(SHIPPED)
+def test_the_translation_models_the_summarizer_and_the_tagger_are_shipped_and_checked():
+    assert {"Multi30k en->de", "Multi30k de->en", "SAMSum", "CoNLL-2003"} <= set(SHIPPED)
     assert set(SHIPPED) <= set(SLICES), "every shipped model needs its slice check here"
 
 
@@ -93,7 +100,9 @@ def test_the_translation_models_and_the_summarizer_are_shipped_and_checked():
 def test_a_shipped_folder_is_complete_fp32_and_free_of_pickles(name):
     folder = SHIPPED[name]
     files = {path.name for path in folder.iterdir()}
-    assert REQUIRED_FILES <= files, f"{folder} lacks {sorted(REQUIRED_FILES - files)}"
+    [architecture] = json.loads((folder / "config.json").read_text(encoding="utf-8"))["architectures"]
+    required = REQUIRED_FILES | (GENERATING_FILES if architecture.endswith("ForConditionalGeneration") else set())
+    assert required <= files, f"{folder} lacks {sorted(required - files)}"
     assert not {Path(file).suffix for file in files} & PICKLE_SUFFIXES, f"{folder} holds a pickle: {sorted(files)}"
     with safe_open(folder / "model.safetensors", framework="pt") as weights:
         dtypes = {weights.get_slice(key).get_dtype() for key in weights.keys()}
@@ -236,3 +245,23 @@ def test_the_readme_first_command_translates_real_sentences_and_draws_the_attent
     assert len(matrix["weights"]) == len(matrix["target_tokens"])
     assert all(abs(sum(row) - 1) < 1e-4 for row in matrix["weights"])  # each row a distribution over the source
 
+
+
+TAGGING_CALL = re.compile(
+    r'tagger = pipeline\("token-classification", model="results/conll2003/model".*?```\n```text\n(.*?)```', re.S)
+
+
+def test_the_readme_tagging_call_gives_the_entities_it_shows():
+    """The README's tagging example, run on the shipped tagger: each entity's group and its exact span of the text
+    (the words without the space before them, issue 41), as the README prints them."""
+    from transformers import pipeline
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    [shown] = TAGGING_CALL.findall(readme)
+    text = re.search(r'tagger\("([^"]+)"\)', readme).group(1)
+    tagger = pipeline("token-classification", model=str(TAGGER / "model"), trust_remote_code=True,
+                      aggregation_strategy="first")
+    lines = [f"{e['entity_group']} {e['word']!r} {e['start']}-{e['end']}" for e in tagger(text)]
+    assert shown.strip().splitlines() == lines
+    for line, entity in zip(lines, tagger(text)):
+        assert text[entity["start"]:entity["end"]] == entity["word"], line

@@ -200,7 +200,17 @@ def main(argv=None):
     print(f"carried: {mib(carried_size)} ({', '.join(folder.name for folder in carried)}); the device call sends "
           f"{mib(total)} of at most {TRAVEL_LIMIT_MIB} MiB")
     if total > TRAVEL_LIMIT_MIB * 2**20:
-        raise ValueError(f"the device call would send {mib(total)}, over its {TRAVEL_LIMIT_MIB} MiB: carry less")
+        raise ValueError(f"the device call would send {mib(total)}, over its {TRAVEL_LIMIT_MIB} MiB: {set_aside_advice()}")
+
+
+def set_aside_advice() -> str:
+    """What to leave out of a device call: the shipped models' weights, which the GPU suite does not read."""
+    weights = sorted(REPO.glob("results/*/model/model.safetensors"))
+    if not weights:
+        return "carry less"
+    size = sum(path.stat().st_size for path in weights)
+    return (f"the shipped models' weights ({len(weights)} files, {mib(size)}) are not needed there: delete them for "
+            "the call (`rm results/*/model/model.safetensors`) and restore them after it (`git checkout -- results`)")
 
 
 if __name__ == "__main__":

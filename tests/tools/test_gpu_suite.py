@@ -204,3 +204,10 @@ def test_this_packages_wheel_installed_as_on_the_lent_machine_is_the_checkouts_s
     installed_at, refusal = done.stdout.strip().splitlines()[-2:]
     assert installed_at == str(site / "vaswani" / "__init__.py")
     assert "is not this checkout's source: training/loop.py differ" in refusal
+
+
+def test_a_call_over_the_limit_is_told_to_leave_the_shipped_weights_behind():
+    advice = gather.set_aside_advice()
+    shipped = sorted(REPO.glob("results/*/model/model.safetensors"))
+    assert shipped and f"({len(shipped)} files," in advice
+    assert "rm results/*/model/model.safetensors" in advice and "git checkout -- results" in advice
