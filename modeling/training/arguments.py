@@ -237,10 +237,14 @@ CHANGEABLE_ON_RESUME = (
 )
 
 
+# Options fixed by a checkpoint that checkpoints written before them do not record: the value those runs had.
+OPTIONS_OF_OLDER_CHECKPOINTS = {"torch_compile": False}  # their batches were not padded to a few shapes
+
+
 def options_changed_on_resume(saved: dict, current: dict) -> list[str]:
     """`--name saved -> current` for each option fixed by the checkpoint whose value differs. A checkpoint of the last
     release saved some options under their old names: they are compared under today's."""
-    saved = modern_options(saved, OLD_OPTIONS[PROGRAM])
+    saved = {**OPTIONS_OF_OLDER_CHECKPOINTS, **modern_options(saved, OLD_OPTIONS[PROGRAM])}
     return [
         f"--{name} {saved[name]!r} -> {current[name]!r}"
         for name in current

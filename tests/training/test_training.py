@@ -943,6 +943,16 @@ def test_a_checkpoint_saved_with_the_option_names_of_the_last_release_resumes(ch
     assert not set(old_names.values()) & set(written)
 
 
+def test_a_checkpoint_from_before_torch_compile_resumes_only_without_it():
+    """--torch_compile pads the batches to a few shapes: other batches. A checkpoint written before the option existed
+    trained on unpadded batches, so it continues without it and is refused with it."""
+    from vaswani.training.arguments import options_changed_on_resume
+
+    older = {"dropout": 0.1}  # no torch_compile recorded
+    assert options_changed_on_resume(older, {"dropout": 0.1, "torch_compile": False}) == []
+    assert options_changed_on_resume(older, {"dropout": 0.1, "torch_compile": True}) == ["--torch_compile False -> True"]
+
+
 # --- one writer per output folder ----------------------------------------------------------------------------------
 
 
