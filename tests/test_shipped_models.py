@@ -15,7 +15,7 @@ import sacrebleu
 import yaml
 from safetensors import safe_open
 from tokenizers import Tokenizer
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 import vaswani
 from vaswani.modeling_vaswani import code_files_to_ship
@@ -254,14 +254,13 @@ TAGGING_CALL = re.compile(
 def test_the_readme_tagging_call_gives_the_entities_it_shows():
     """The README's tagging example, run on the shipped tagger: each entity's group and its exact span of the text
     (the words without the space before them, issue 41), as the README prints them."""
-    from transformers import pipeline
-
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     [shown] = TAGGING_CALL.findall(readme)
     text = re.search(r'tagger\("([^"]+)"\)', readme).group(1)
     tagger = pipeline("token-classification", model=str(TAGGER / "model"), trust_remote_code=True,
                       aggregation_strategy="first")
-    lines = [f"{e['entity_group']} {e['word']!r} {e['start']}-{e['end']}" for e in tagger(text)]
-    assert shown.strip().splitlines() == lines
-    for line, entity in zip(lines, tagger(text)):
-        assert text[entity["start"]:entity["end"]] == entity["word"], line
+    entities = tagger(text)
+    printed = [f"{e['entity_group']} {e['word']!r} {e['start']}-{e['end']}" for e in entities]
+    assert shown.strip().splitlines() == printed
+    for entity in entities:
+        assert text[entity["start"]:entity["end"]] == entity["word"], entity
