@@ -71,7 +71,7 @@ def test_unknown_preset():
         (dict(layer_norm_eps=float("inf")), "layer_norm_eps"),
         (dict(layer_norm_eps=float("nan")), "layer_norm_eps"),
         (dict(layer_norm_eps=0.0), "layer_norm_eps"),
-        (dict(layer_norm_eps=1.5), "layer_norm_eps"),
+        (dict(layer_norm_eps=-1e-5), "layer_norm_eps"),
         (dict(vocab_size=100, pad_token_id=100), "pad_token_id"),
         (dict(bos_token_id=-1), "bos_token_id"),
         (dict(eos_token_id=[2, 37000]), "eos_token_id"),
@@ -146,7 +146,7 @@ def test_an_infinite_layer_norm_epsilon_in_a_config_file_is_refused(tmp_path):
     """With an infinite epsilon every normalized value is 0: the model ignores its input."""
     text = json.dumps(VaswaniConfig.from_preset("tiny").to_dict())[:-1] + ', "layer_norm_eps": Infinity}'
     (tmp_path / "config.json").write_text(text)
-    with pytest.raises(ValueError, match=r"`layer_norm_eps` must be a finite number in \(0, 1\).*got inf"):
+    with pytest.raises(ValueError, match=r"`layer_norm_eps` must be a finite positive number.*got inf"):
         AutoConfig.from_pretrained(tmp_path)
 
 
@@ -156,6 +156,15 @@ def test_values_set_after_construction_save_and_load_again(tmp_path):
     config.save_pretrained(tmp_path)
     loaded = AutoConfig.from_pretrained(tmp_path)
     assert (loaded.vocab_size, loaded.sep_token_id, loaded.eos_token_id, loaded.layer_norm_eps) == (900, 899, [2, 3], 1e-6)
+
+
+def test_the_large_epsilon_transformers_test_helpers_set_saves_and_loads_again(tmp_path):
+    """transformers' set_config_for_less_flaky_test sets every `*_eps` to 1.0 before saving a model and loading it
+    back (its eager-vs-sdpa tests): a large finite epsilon is a valid LayerNorm."""
+    config = VaswaniConfig.from_preset("tiny")
+    config.layer_norm_eps = 1.0
+    config.save_pretrained(tmp_path)
+    assert AutoConfig.from_pretrained(tmp_path).layer_norm_eps == 1.0
 
 
 def test_an_attribute_a_library_sets_saves_and_loads_again(tmp_path):
