@@ -36,7 +36,7 @@ from .training.checkpoints import fsync_directory
 
 PathLike = str | os.PathLike
 Inputs = Mapping[str, PathLike | Iterable[PathLike] | None]  # option -> its path(s); None where it is unset
-RESULTS_KEYS = ("metrics", "conventions")  # what marks a results file (vaswani.scoring.write_results)
+RESULTS_KEYS = ("metrics", "conventions")  # what marks a results file (vaswani.evaluation.scoring.write_results)
 LARGEST_RESULTS_FILE = 16 * 1024 * 1024  # bytes; a larger file is not read to find out whether it is one
 
 

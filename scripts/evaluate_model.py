@@ -26,10 +26,10 @@ local copy of a Hub dataset is named as the dataset.
 
 The results go to `--output_file` (default: `evaluation_results.json` in the checkpoint folder). The checkpoint must
 be fine-tuned for the task: one whose task head would be new (random) is refused. Translation and summarization
-decode on the CPU through the package's own decoding loop (vaswani.cpu_inference.for_cpu_inference: generate's tokens,
-faster; `--cpu_decoding False` runs generate's own loop). `--quantization int8` runs the model with int8 Linear layers
-(vaswani.cpu_inference); `--engine ctranslate2` exports the checkpoint to CTranslate2
-(vaswani.ctranslate2_export, into a temporary folder) and decodes there, with the same decoding settings.
+decode on the CPU through the package's own decoding loop (vaswani.serving.cpu_inference.for_cpu_inference: generate's
+tokens, faster; `--cpu_decoding False` runs generate's own loop). `--quantization int8` runs the model with int8 Linear
+layers (vaswani.serving.cpu_inference); `--engine ctranslate2` exports the checkpoint to CTranslate2
+(vaswani.serving.ctranslate2_export, into a temporary folder) and decodes there, with the same decoding settings.
 """
 
 import sys
@@ -59,9 +59,13 @@ from vaswani.cli import (
     require_folder_or_hub_id,
     run_command,
 )
-from vaswani.cpu_inference import for_cpu_inference
-from vaswani.diagnostics import encoder_collapse, format_encoder_collapse, input_independence_warning, output_diversity
-from vaswani.scoring import (
+from vaswani.evaluation.diagnostics import (
+    encoder_collapse,
+    format_encoder_collapse,
+    input_independence_warning,
+    output_diversity,
+)
+from vaswani.evaluation.scoring import (
     EvaluatedSplitArguments,
     GROUPED_AGGREGATIONS,
     score_summarization,
@@ -74,6 +78,7 @@ from vaswani.finetuning.head_loading import check_vocabulary, require_trained_he
 from vaswani.finetuning.label_sets import LabelSet
 from vaswani.output_paths import check_output_file
 from vaswani.safe_loading import check_checkpoint_folder
+from vaswani.serving.cpu_inference import for_cpu_inference
 from vaswani.training.checkpoints import weights_provenance
 
 
@@ -138,8 +143,8 @@ class EvaluationArguments:
     cpu_decoding: bool = field(
         default=True,
         metadata={"help": "Translation / summarization with --engine transformers, fp32 weights: decode with the "
-                  "package's CPU decoding loop (vaswani.cpu_inference.for_cpu_inference: generate's tokens, faster); "
-                  "False runs generate's own loop."},
+                  "package's CPU decoding loop (vaswani.serving.cpu_inference.for_cpu_inference: generate's "
+                  "tokens, faster); False runs generate's own loop."},
     )
 
 
@@ -264,8 +269,8 @@ def score_split(args: EvaluationArguments, model, tokenizer, dataset, columns: d
 def generation_pipeline(args: EvaluationArguments, model, tokenizer):
     """The translation / summarization pipeline of `--engine` with `--quantization`."""
     if args.engine == "ctranslate2":
-        from vaswani.ctranslate2_export import export_to_ctranslate2
-        from vaswani.ctranslate2_generation import CTranslate2Pipeline
+        from vaswani.serving.ctranslate2_export import export_to_ctranslate2
+        from vaswani.serving.ctranslate2_generation import CTranslate2Pipeline
 
         tgt_lang = getattr(model.config, "target_lang", None) if getattr(tokenizer, "language_tags", None) else None
         # the translator and the tokenizer are in memory once built: the exported folder is not needed after that
@@ -284,7 +289,7 @@ def generation_pipeline(args: EvaluationArguments, model, tokenizer):
 
 def generation_diagnostics(args: EvaluationArguments, model, tokenizer, sources, outputs) -> dict:
     """Whether the outputs depend on the inputs (with a warning when they do not), and how the encoder treats the
-    first `--diagnostic_examples` sources (see vaswani.diagnostics)."""
+    first `--diagnostic_examples` sources (see vaswani.evaluation.diagnostics)."""
     diagnostics = {"output_diversity": output_diversity(sources, outputs)}
     warning = input_independence_warning(diagnostics["output_diversity"])
     if warning:

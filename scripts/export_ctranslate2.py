@@ -23,7 +23,8 @@ The folder then holds the CTranslate2 model (`model.bin`, `config.json`, `shared
 
 All position types (sinusoidal, learned, relative), pre- and post-LayerNorm and every activation of the config are
 exported exactly; what cannot be (a classifier, a folder of another model) is refused with the reason. The conversion
-itself is `vaswani.ctranslate2_export`. Needs the optional extra: pip install 'vaswani-transformer[ctranslate2]'.
+itself is `vaswani.serving.ctranslate2_export`. Needs the optional extra: pip install
+'vaswani-transformer[ctranslate2]'.
 """
 
 import json
@@ -34,7 +35,7 @@ from transformers import HfArgumentParser
 from transformers.utils import logging as transformers_logging
 
 from vaswani.cli import run_command
-from vaswani.ctranslate2_export import OPTIONS_FILE, QUANTIZATIONS, export_to_ctranslate2
+from vaswani.serving.ctranslate2_export import OPTIONS_FILE, QUANTIZATIONS, export_to_ctranslate2
 
 
 @dataclass

@@ -12,8 +12,8 @@ row of its own beside the models.
 The data and their name in the results file are given as to scripts/evaluate_model.py (`--validation_file`,
 `--test_file` or `--dataset_name` with `--split`; `--dataset_label`).
 
-Methods (vaswani.extractive): `first_lines` (the first N lines: a dialogue's first N utterances), `longest_lines`
-(the N longest lines, in the document's order), `lead_sentence` (the first sentence of at least
+Methods (vaswani.evaluation.extractive): `first_lines` (the first N lines: a dialogue's first N utterances),
+`longest_lines` (the N longest lines, in the document's order), `lead_sentence` (the first sentence of at least
 `--min_sentence_words` words, cut to `--max_words` words). ROUGE as evaluate_model.py scores a model.
 """
 
@@ -24,9 +24,9 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
-from vaswani.extractive import METHODS, extract
+from vaswani.evaluation.extractive import METHODS, extract
+from vaswani.evaluation.scoring import EvaluatedSplitArguments, rouge_metrics, write_results
 from vaswani.output_paths import check_output_file
-from vaswani.scoring import EvaluatedSplitArguments, rouge_metrics, write_results
 
 
 DESCRIPTIONS = {

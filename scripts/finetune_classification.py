@@ -20,6 +20,7 @@ from pathlib import Path
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer
 
 from vaswani.cli import run_command
+from vaswani.evaluation.metrics import load_metric
 from vaswani.finetuning import (
     argmax_logits,
     input_length,
@@ -31,7 +32,6 @@ from vaswani.finetuning import (
     train_and_evaluate,
 )
 from vaswani.finetuning.label_sets import encode_labels
-from vaswani.metrics import load_metric
 
 
 @dataclass

@@ -25,7 +25,8 @@ import numpy as np
 from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from vaswani.cli import run_command
-from vaswani.diagnostics import input_independence_warning, output_diversity
+from vaswani.evaluation.diagnostics import input_independence_warning, output_diversity
+from vaswani.evaluation.metrics import load_metric, rouge_percent
 from vaswani.finetuning import (
     KeepGenerationConfig,
     drop_empty_pairs,
@@ -38,7 +39,6 @@ from vaswani.finetuning import (
     usable_length,
 )
 from vaswani.finetuning.head_loading import load_head
-from vaswani.metrics import load_metric, rouge_percent
 
 
 logger = logging.getLogger(__name__)

@@ -20,6 +20,8 @@ from pathlib import Path
 from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
 
 from vaswani.cli import run_command
+from vaswani.data import require_same_lengths
+from vaswani.evaluation.metrics import load_metric
 from vaswani.finetuning import (
     argmax_logits,
     input_length,
@@ -30,9 +32,7 @@ from vaswani.finetuning import (
     start_run,
     train_and_evaluate,
 )
-from vaswani.data import require_same_lengths
 from vaswani.finetuning.label_sets import encode_labels
-from vaswani.metrics import load_metric
 from vaswani.finetuning.token_alignment import WordStarts, inside_label_ids, tokenize_and_align, word_level_tags
 
 

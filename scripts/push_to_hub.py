@@ -41,9 +41,9 @@ from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
 import vaswani
 from vaswani.cli import run_command
-from vaswani.model_card import TEMPLATE, load_results, render_model_card, training_from_record
+from vaswani.hub.model_card import TEMPLATE, load_results, render_model_card, training_from_record
+from vaswani.hub.recipes import Recipe, find_recipe, load_recipes
 from vaswani.output_paths import check_output_dir, refuse_symbolic_link
-from vaswani.recipes import Recipe, find_recipe, load_recipes
 from vaswani.safe_loading import check_checkpoint_folder
 
 

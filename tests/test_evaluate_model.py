@@ -20,7 +20,7 @@ from conftest import (
 )
 from transformers import pipeline as transformers_pipeline
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
-from vaswani.metrics import rouge_percent
+from vaswani.evaluation.metrics import rouge_percent
 from vaswani.pipelines import pipeline
 from vaswani.training.checkpoints import write_averaging_record
 
@@ -121,7 +121,7 @@ def test_int8_weights_are_used_and_recorded(seq2seq, tmp_path):
 
 
 def test_translation_decodes_through_the_cpu_decoding_loop_unless_told_not_to(seq2seq, tmp_path, monkeypatch):
-    import vaswani.cpu_decoding as cpu_decoding
+    import vaswani.serving.cpu_decoding as cpu_decoding
 
     searches = []
     search = cpu_decoding.search

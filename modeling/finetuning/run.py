@@ -29,7 +29,7 @@ from ..cli import (
     require_folder_or_hub_id,
 )
 from ..data import split_paths
-from ..model_card import ARGUMENTS_FILE
+from ..hub.model_card import ARGUMENTS_FILE
 from ..output_paths import check_output_dir
 from ..safe_loading import check_trainer_checkpoint
 from ..training.preemption import RESUMABLE, StoppedBySignal, StopSignals

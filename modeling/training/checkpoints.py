@@ -50,7 +50,7 @@ from accelerate.utils import (
 from accelerate.utils import load as load_weights_only  # torch.load(weights_only=True), numpy's arrays allowed
 from safetensors import SafetensorError, safe_open
 
-from ..model_card import ARGUMENTS_FILE  # the options of the run that wrote the checkpoint
+from ..hub.model_card import ARGUMENTS_FILE  # the options of the run that wrote the checkpoint
 from .errors import CheckpointError
 
 

@@ -12,8 +12,8 @@ import torch
 from accelerate.utils import DistributedType, broadcast_object_list
 from torch.nn import functional as F
 
-from ..diagnostics import input_independence_warning, output_diversity
-from ..metrics import load_metric, rouge_percent
+from ..evaluation.diagnostics import input_independence_warning, output_diversity
+from ..evaluation.metrics import load_metric, rouge_percent
 from .batching import collate, evaluation_batches, generation_shards
 
 

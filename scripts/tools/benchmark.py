@@ -20,11 +20,11 @@ Runs on CPU by default and on the GPU when one is present (bf16 there, with a la
     python scripts/tools/benchmark.py --engines --threads 1 2    # generation in every engine (needs the ctranslate2 extra)
 
 With --engines, only generation is timed, on the CPU, fp32 weights unless named: this model's `generate` as it is
-(`vaswani`), after `vaswani.cpu_inference.for_cpu_inference` (`vaswani_cpu`: the package's own decoding loop, its
-Linear layers through oneDNN) or with int8 Linear layers (`vaswani_int8`); Marian (presets only); and CTranslate2
-running this model's export (`ct2_fp32`, `ct2_int8`, `vaswani.ctranslate2_export`), in process and alone in a fresh
-process (`*_alone`). All in one process, alternating round after round, at each thread count, greedy and beam-4, on
-each of `--workloads`: a preset with random weights (every engine forced to `--new-tokens` new tokens), or a shipped
+(`vaswani`), after `vaswani.serving.cpu_inference.for_cpu_inference` (`vaswani_cpu`: the package's own decoding loop,
+its Linear layers through oneDNN) or with int8 Linear layers (`vaswani_int8`); Marian (presets only); and CTranslate2
+running this model's export (`ct2_fp32`, `ct2_int8`, `vaswani.serving.ctranslate2_export`), in process and alone in a
+fresh process (`*_alone`). All in one process, alternating round after round, at each thread count, greedy and beam-4,
+on each of `--workloads`: a preset with random weights (every engine forced to `--new-tokens` new tokens), or a shipped
 model, results/NAME/model, on the first `--batch-size` (default 64) inputs of its held-out data in one padded batch,
 decoded up to its generation config's max_new_tokens with its length penalty (and n-gram rule). Each row gives the
 milliseconds per batch, the generated tokens per second (the tokens the plain model generates), the ratios to
@@ -50,7 +50,8 @@ from pathlib import Path
 import torch
 
 from vaswani import VaswaniTokenizer
-from vaswani.benchmarking import (
+from vaswani.output_paths import write_text_atomically
+from vaswani.serving.benchmarking import (
     Setup,
     autocast,
     cpu_name,
@@ -62,8 +63,7 @@ from vaswani.benchmarking import (
     training_flops,
     vaswani_model,
 )
-from vaswani.cpu_inference import for_cpu_inference
-from vaswani.output_paths import write_text_atomically
+from vaswani.serving.cpu_inference import for_cpu_inference
 
 
 # --- training ------------------------------------------------------------------------------------------------------
@@ -204,7 +204,7 @@ class Workload:
 def ctranslate2_export(model, folder: Path, quantization: str | None) -> Path:
     """`model` exported to CTranslate2 in `folder` (saved first with a small tokenizer: the ids it lacks get
     placeholder names in the exported vocabulary, which is all the benchmark's random inputs need)."""
-    from vaswani.ctranslate2_export import export_to_ctranslate2
+    from vaswani.serving.ctranslate2_export import export_to_ctranslate2
 
     checkpoint = folder / "checkpoint"
     if not checkpoint.is_dir():
@@ -239,7 +239,7 @@ def shipped_workload(name: str, args, scratch: Path) -> Workload:
     from transformers import AutoTokenizer, GenerationConfig
 
     from vaswani import VaswaniForConditionalGeneration
-    from vaswani.ctranslate2_export import export_to_ctranslate2
+    from vaswani.serving.ctranslate2_export import export_to_ctranslate2
 
     folder = REPO / "results" / name / "model"
     data_file, column = SHIPPED_WORKLOADS[name]
@@ -294,7 +294,7 @@ def decoding_settings(workload: Workload, num_beams: int) -> dict:
 def ctranslate2_options(workload: Workload, num_beams: int) -> dict:
     from transformers import GenerationConfig
 
-    from vaswani.ctranslate2_export import translate_options
+    from vaswani.serving.ctranslate2_export import translate_options
 
     return translate_options(GenerationConfig(**decoding_settings(workload, num_beams)))
 

@@ -13,7 +13,7 @@ over still leaves the others' results, and its error, in the JSON:
             (`vaswani.training.loop.run_update`, under an Accelerator with bf16 mixed precision, the optimizer and
             schedule of `vaswani.training.optimization`), eager and `torch.compile`d, beside transformers' Marian of
             the same architecture in the same update (eager). MFU against the bf16 matrix-multiply peak measured
-            first in the same process (`vaswani.benchmarking`, shared with scripts/tools/benchmark.py).
+            first in the same process (`vaswani.serving.benchmarking`, shared with scripts/tools/benchmark.py).
   engines   `accelerate launch --config_file scripts/configs/accelerate_{ddp,deepspeed,fsdp}.yaml --num_processes 1
             scripts/train.py` on the synthetic task with the base preset: whether the engine engaged is read from the
             run's own summary.json (`distributed_type`), never assumed; a run that refuses or fails is a row with
@@ -134,7 +134,7 @@ def training_worker(sizes: Sizes, work_dir: Path) -> None:
     limit may stop this process before the last); a row that fails is written as its error and the next one runs."""
     from accelerate import Accelerator
 
-    from vaswani.benchmarking import Setup, matmul_peak
+    from vaswani.serving.benchmarking import Setup, matmul_peak
 
     device = "cuda" if on_gpu() else "cpu"
     out = work_dir / "training.jsonl"
@@ -167,7 +167,7 @@ def measure_training(accelerator, setup, model_name: str, compiled: bool, sizes:
     from torch._dynamo.utils import counters
 
     from vaswani import VaswaniConfig
-    from vaswani.benchmarking import make_batch, marian_model, synchronize, training_flops, vaswani_model
+    from vaswani.serving.benchmarking import make_batch, marian_model, synchronize, training_flops, vaswani_model
     from vaswani.training.arguments import TrainArguments
     from vaswani.training.loop import TrainingProgress, run_update
     from vaswani.training.optimization import build_optimizer_and_schedule, paper_peak_learning_rate
@@ -456,7 +456,7 @@ RUNNERS = {"training": run_training, "engines": run_engines, "recipe": run_recip
 
 
 def device_name() -> str:
-    from vaswani.benchmarking import cpu_name
+    from vaswani.serving.benchmarking import cpu_name
 
     return torch.cuda.get_device_name() if on_gpu() else cpu_name()
 

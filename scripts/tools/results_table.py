@@ -25,8 +25,8 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from vaswani.model_card import load_results
-from vaswani.recipes import Recipe, load_recipes
+from vaswani.hub.model_card import load_results
+from vaswani.hub.recipes import Recipe, load_recipes
 from vaswani.training.reporting import format_duration
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import load_script
-from vaswani import benchmarking
+from vaswani.serving import benchmarking
 
 benchmark = load_script("tools/benchmark")
 

@@ -15,7 +15,7 @@ import yaml
 from conftest import REPO, load_script, tiny_config
 
 
-from vaswani import model_card
+from vaswani.hub import model_card
 
 results_table = load_script("tools/results_table")
 END, START = results_table.END, results_table.START

@@ -1,15 +1,15 @@
-"""What the exports to other engines (vaswani.ctranslate2_export, vaswani.onnx_export) share: the checks of the
-checkpoint they read and of the folder they write. An error names the argument (as the scripts spell it), the value
-and what is allowed."""
+"""What the exports to other engines (vaswani.serving.ctranslate2_export, vaswani.serving.onnx_export) share: the checks
+of the checkpoint they read and of the folder they write. An error names the argument (as the scripts spell it), the
+value and what is allowed."""
 
 import json
 from pathlib import Path
 
 import torch
 
-from . import output_paths
-from .pipelines.pipeline_vaswani import check_vocabulary
-from .safe_loading import check_checkpoint_folder
+from .. import output_paths
+from ..pipelines.pipeline_vaswani import check_vocabulary
+from ..safe_loading import check_checkpoint_folder
 
 
 SEQ2SEQ_ARCHITECTURE = "VaswaniForConditionalGeneration"
@@ -36,8 +36,8 @@ def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwar
     refused by name."""
     from transformers import AutoTokenizer
 
-    from .configuration_vaswani import VaswaniConfig
-    from .modeling_vaswani import VaswaniForConditionalGeneration
+    from ..configuration_vaswani import VaswaniConfig
+    from ..modeling_vaswani import VaswaniForConditionalGeneration
 
     if not model_dir.is_dir():
         raise FileNotFoundError(

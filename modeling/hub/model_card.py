@@ -16,11 +16,11 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .cli import OLD_OPTIONS, modern_options
-from .data import looks_like_hub_dataset
+from ..cli import OLD_OPTIONS, modern_options
+from ..data import looks_like_hub_dataset
 
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "model_card.md"  # the repository's (modeling/ sits beside it)
+TEMPLATE = Path(__file__).resolve().parents[2] / "model_card.md"  # the repository's (beside modeling/)
 
 TASKS = ("translation", "summarization", "text-classification", "token-classification")
 # what each model class is for, when no results file says otherwise

@@ -1,6 +1,6 @@
 """Export a translation or summarization checkpoint of this project to CTranslate2, for fast CPU and GPU inference.
 
-    from vaswani.ctranslate2_export import export_to_ctranslate2
+    from vaswani.serving.ctranslate2_export import export_to_ctranslate2
     export_to_ctranslate2("results/multi30k_en_de/model", "outputs/ct2/multi30k_en_de_int8", quantization="int8")
 
 The CTranslate2 model is written directly with CTranslate2's public specification API (`TransformerSpec`): no
@@ -200,7 +200,7 @@ def build_spec(model, tokenizer):
 def check_exportable(config) -> None:
     """Refuse, by name, a config value that the specification cannot hold (none of today's values; this guards the
     options a later version of the config may add)."""
-    from .configuration_vaswani import LAYER_NORM_POSITIONS, POSITION_EMBEDDING_TYPES
+    from ..configuration_vaswani import LAYER_NORM_POSITIONS, POSITION_EMBEDDING_TYPES
 
     for name, allowed in (
         ("activation_function", list(ACTIVATIONS)),
@@ -227,7 +227,7 @@ def set_stack(stack_spec, stack, config) -> None:
     embeddings_spec.weight = tensor(embeddings.embed_tokens.weight)
     stack_spec.scale_embeddings = np.float32(embeddings.embed_scale)
     if config.position_embedding_type == "sinusoidal":
-        from .modeling_vaswani import sinusoidal_positions
+        from ..modeling_vaswani import sinusoidal_positions
 
         positions = torch.arange(config.max_position_embeddings)
         stack_spec.position_encodings.encodings = tensor(sinusoidal_positions(positions, config.d_model))

@@ -1,9 +1,9 @@
 """Greedy and beam search as transformers' `generate` runs them, over any decoder that gives the next token's logits.
 
-Two decoders use it: `vaswani.cpu_decoding` (the CPU path of `for_cpu_inference`, on the model's weights) and
-`vaswani.onnx_export.OnnxGenerator` (the exported graphs in onnxruntime). Both give the tokens of `generate` with the
-same settings, because the search is the one transformers 5 runs (`GenerationMixin._sample` without sampling, and the
-vectorized `GenerationMixin._beam_search`), step for step:
+Two decoders use it: `vaswani.serving.cpu_decoding` (the CPU path of `for_cpu_inference`, on the model's weights) and
+`vaswani.serving.onnx_export.OnnxGenerator` (the exported graphs in onnxruntime). Both give the tokens of `generate`
+with the same settings, because the search is the one transformers 5 runs (`GenerationMixin._sample` without sampling,
+and the vectorized `GenerationMixin._beam_search`), step for step:
 
   * greedy: the highest-scoring token (the first of equal ones); an input that has produced an end-of-sequence token
     is padded with `pad_token_id` from then on; decoding stops when every input has ended or at `max_length`;

@@ -1,6 +1,6 @@
 """Export a translation or summarization checkpoint of this project to ONNX, and decode it with onnxruntime.
 
-    from vaswani.onnx_export import OnnxGenerator, export_to_onnx
+    from vaswani.serving.onnx_export import OnnxGenerator, export_to_onnx
     export_to_onnx("results/multi30k_en_de/model", "onnx/multi30k_en_de")
     OnnxGenerator("onnx/multi30k_en_de")(["A man is riding a horse."])   # -> ["Ein Mann reitet auf einem Pferd."]
     OnnxGenerator("onnx/multi30k_en_de")(texts, num_beams=4, length_penalty=0.6, max_new_tokens=40)
@@ -47,10 +47,10 @@ fails ("Cannot view a tensor with shape [batch, sequence, heads, head_dim] ... a
 the eager path computes the same function and exports for every position type. Then each graph is run with onnxruntime on inputs of other shapes than the traced ones (a past of length 0 included) and compared with
 PyTorch, and an export that fails or disagrees is reported with the name of the graph.
 
-Decoding: `OnnxGenerator` runs greedy or beam search (`vaswani.search`, transformers' search step for step: length
-penalty, early stopping, `no_repeat_ngram_size`, `min_length` / `min_new_tokens`) over decoder.onnx and its cache, and
-gives the tokens of `model.generate(..., do_sample=False)` with the same settings; settings not given are read from
-the folder's generation config, as `generate` reads them (the shipped translation models decode with 5 beams).
+Decoding: `OnnxGenerator` runs greedy or beam search (`vaswani.serving.search`, transformers' search step for step:
+length penalty, early stopping, `no_repeat_ngram_size`, `min_length` / `min_new_tokens`) over decoder.onnx and its
+cache, and gives the tokens of `model.generate(..., do_sample=False)` with the same settings; settings not given are
+read from the folder's generation config, as `generate` reads them (the shipped translation models decode with 5 beams).
 Sampling and the other logits processors (`repetition_penalty`, `bad_words_ids`, ...) are not implemented: a
 generation config that asks for one is refused by name.
 
@@ -128,7 +128,7 @@ def import_onnx_runtime(export: bool = False):
 def attend(attention: nn.Module, hidden_states, key, value, mask) -> torch.Tensor:
     """One multi-head attention of the model (`VaswaniAttention`), given its keys and values already split into heads:
     the query projection, the relative-position bias when the layer has one, eager attention, the output projection."""
-    from .modeling_vaswani import eager_attention_forward
+    from ..modeling_vaswani import eager_attention_forward
 
     query = attention._split_heads(attention.q_proj(hidden_states))
     position_bias = None
@@ -416,8 +416,8 @@ class OnnxGenerator:
         generator(texts, num_beams=4, length_penalty=0.6)      # other settings, as generate takes them
         generator.generate(input_ids, attention_mask)          # token ids -> token ids, starting with the decoder start
 
-    The search is `vaswani.search` (transformers' greedy and beam search, step for step) over decoder.onnx and its
-    cache (`OnnxDecoder`). The settings default to the folder's generation config, as `generate`'s do: the shipped
+    The search is `vaswani.serving.search` (transformers' greedy and beam search, step for step) over decoder.onnx and
+    its cache (`OnnxDecoder`). The settings default to the folder's generation config, as `generate`'s do: the shipped
     translation models decode with 5 beams. Needs onnxruntime, numpy and torch; the tokenizer (for texts) needs
     transformers.
     """
@@ -429,7 +429,7 @@ class OnnxGenerator:
             if not (self.folder / name).is_file():
                 raise FileNotFoundError(
                     f"{self.folder} is not an exported ONNX folder: it has no {name}. Write one with "
-                    "scripts/export_onnx.py (vaswani.onnx_export.export_to_onnx)."
+                    "scripts/export_onnx.py (vaswani.serving.onnx_export.export_to_onnx)."
                 )
         self.config = json.loads((self.folder / "config.json").read_text(encoding="utf-8"))
         generation_file = self.folder / "generation_config.json"
@@ -573,8 +573,8 @@ class OnnxGenerator:
 
 
 class OnnxDecoder:
-    """decoder.onnx and its cache as `vaswani.search` drives a decoder (`step`, `keep`): `num_beams` rows per input,
-    the cross-attention keys and values and the encoder's mask repeated for each. Choosing beams gathers the
+    """decoder.onnx and its cache as `vaswani.serving.search` drives a decoder (`step`, `keep`): `num_beams` rows per
+    input, the cross-attention keys and values and the encoder's mask repeated for each. Choosing beams gathers the
     self-attention cache by row, as `generate` reorders its cache; an input whose search is over leaves the batch.
 
     With `record_logits` (greedy search), `step_logits` holds each step's logits (batch, vocab), NaN in the rows of

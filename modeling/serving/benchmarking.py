@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import torch
 from transformers import MarianConfig, MarianMTModel
 
-from .configuration_vaswani import VaswaniConfig
-from .modeling_vaswani import VaswaniForConditionalGeneration
+from ..configuration_vaswani import VaswaniConfig
+from ..modeling_vaswani import VaswaniForConditionalGeneration
 
 
 @dataclass

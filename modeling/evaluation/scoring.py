@@ -4,7 +4,7 @@ translation / summarization pipelines (`vaswani.pipelines`), and transformers' o
 
 Each `score_*` function takes the pipeline and the rows, and returns the metrics as entries of the results file
 (`{"type", "name", "value", "signature"?}`, see scripts/evaluate_model.py); the two generative ones also return the
-texts the model wrote, so that the caller can check them (`vaswani.diagnostics.output_diversity`).
+texts the model wrote, so that the caller can check them (`vaswani.evaluation.diagnostics.output_diversity`).
 """
 
 import json
@@ -17,11 +17,11 @@ from pathlib import Path
 import datasets
 from transformers import Pipeline
 
-from .data import evaluated_source, split_paths
-from .finetuning.splits import load_checked_split
-from .finetuning.label_sets import LabelSet
+from ..data import evaluated_source, split_paths
+from ..finetuning.splits import load_checked_split
+from ..finetuning.label_sets import LabelSet
 from .metrics import load_metric, rouge_percent
-from .output_paths import write_text_atomically
+from ..output_paths import write_text_atomically
 
 
 TEXT_ROLES = ("source", "target", "text")  # the columns of one text per row, by role (the others: labels, word lists)

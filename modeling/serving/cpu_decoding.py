@@ -1,5 +1,5 @@
 """Decoding on a CPU at the speed of an inference engine, from the model's own weights: what `generate` runs after
-`vaswani.cpu_inference.for_cpu_inference(model)`, with the same tokens.
+`vaswani.serving.cpu_inference.for_cpu_inference(model)`, with the same tokens.
 
 `generate` runs the model's forward once per new token, which is written for training and for every attention
 backend: one token at a time it spends most of its time around the arithmetic (on the shipped en->de model, one
@@ -16,16 +16,16 @@ function for one new token per row, with the model's weights laid out for it (`M
     `num_beams` times wider, cheap at these sizes) through a mask that keeps, at each position, the keys of the
     beam's own history, so choosing beams moves a small table of indices (the history's slot at each position), not
     the keys and values;
-  * an input whose search is over leaves the batch (`vaswani.search`): its rows are no longer computed (its cache
-    slot is freed once half of the slots are, with one copy);
-  * the next token is picked with vectorized reductions (`vaswani.search.first_argmax`, `top_candidates`).
+  * an input whose search is over leaves the batch (`vaswani.serving.search`): its rows are no longer computed (its
+    cache slot is freed once half of the slots are, with one copy);
+  * the next token is picked with vectorized reductions (`vaswani.serving.search.first_argmax`, `top_candidates`).
 
 The search itself (greedy, beam search with its length penalty, early stopping, `no_repeat_ngram_size`,
-`min_length` / `min_new_tokens`) is `vaswani.search`, which follows transformers' step for step. `generate` still
-prepares everything (its settings, the encoder's output, the logits processors and stopping criteria) and hands the
-loop to `CpuGenerate.decoding_loop` through its `custom_generate` argument; where the call asks for what this path does not
-do (sampling, scores or attentions in the output, a streamer, other logits processors, a prompt for the decoder, a
-model in training mode or not in float32 on the CPU), the loop is transformers' own, so every call gives what
+`min_length` / `min_new_tokens`) is `vaswani.serving.search`, which follows transformers' step for step. `generate`
+still prepares everything (its settings, the encoder's output, the logits processors and stopping criteria) and hands
+the loop to `CpuGenerate.decoding_loop` through its `custom_generate` argument; where the call asks for what this path
+does not do (sampling, scores or attentions in the output, a streamer, other logits processors, a prompt for the
+decoder, a model in training mode or not in float32 on the CPU), the loop is transformers' own, so every call gives what
 `generate` gives.
 
 The weights are laid out once (about the model's size again) and laid out anew when a parameter changes (tracked by
@@ -43,7 +43,7 @@ from transformers.generation.logits_process import (
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.utils import GENERATION_MODES_MAPPING, GenerationMode
 
-from .modeling_vaswani import sinusoidal_positions
+from ..modeling_vaswani import sinusoidal_positions
 from .search import SearchSettings, search
 
 
@@ -157,7 +157,7 @@ def feed_forward(layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
 
 
 class CpuDecoder:
-    """The decoder's state during one search: `step` and `keep`, as `vaswani.search` drives them.
+    """The decoder's state during one search: `step` and `keep`, as `vaswani.serving.search` drives them.
 
     The inputs' rows sit in slots, `beams` rows each: the self-attention keys and values of slot a, head h are a
     block (positions, beams, head_dim) of `keys[layer]` / `values[layer]`, (slots, heads, max_positions, beams,
@@ -277,7 +277,8 @@ class CpuDecoder:
         return torch.addmm(layer.cross_out[1], self.merge_heads(output), layer.cross_out[0])
 
     def keep(self, rows: torch.Tensor, inputs: torch.Tensor | None) -> None:
-        """Go on with these rows (indices into the rows still decoding) of these inputs (see `vaswani.search`)."""
+        """Go on with these rows (indices into the rows still decoding) of these inputs (see
+        `vaswani.serving.search`)."""
         if inputs is not None:
             self.slots = self.slots[inputs]
         if self.beams > 1:
