@@ -51,11 +51,9 @@ from transformers import (
 
 from vaswani import pipelines as vaswani_pipelines
 from vaswani.cli import (
-    OLD_OPTIONS,
     POSITIVE,
     at_least,
     check_numbers,
-    modern_argv,
     require_folder_or_hub_id,
     run_command,
 )
@@ -303,7 +301,6 @@ def generation_diagnostics(args: EvaluationArguments, model, tokenizer, sources,
 
 
 def main(argv: list[str] | None = None) -> dict:
-    argv = modern_argv(argv, OLD_OPTIONS["evaluation"], program=Path(__file__).name)
     args, data = HfArgumentParser((EvaluationArguments, EvaluatedSplitArguments)).parse_args_into_dataclasses(args=argv)
     check_arguments(args, data)
     require_folder_or_hub_id(args.model, "--model")

@@ -17,24 +17,13 @@ is written. What cannot be exported (a classifier, a folder of another model) is
 optional extra: pip install 'vaswani-transformer[onnx]'.
 """
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import HfArgumentParser
 
 from vaswani.cli import run_command
+from vaswani.serving.exporting import ExportArguments
 from vaswani.serving.onnx_export import OnnxExportError, export_to_onnx
-
-
-@dataclass
-class ExportArguments:
-    model: str = field(
-        metadata={"help": "The checkpoint: a folder with a VaswaniForConditionalGeneration and its tokenizer."}
-    )
-    output_dir: str = field(metadata={"help": "The folder to write the ONNX graphs, tokenizer and configs to."})
-    overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Replace what --output_dir holds (by default a non-empty folder is refused)."}
-    )
 
 
 def main(argv: list[str] | None = None) -> Path:

@@ -19,11 +19,10 @@ Methods (vaswani.evaluation.extractive): `first_lines` (the first N lines: a dia
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
+from vaswani.cli import run_command
 from vaswani.evaluation.extractive import METHODS, extract
 from vaswani.evaluation.scoring import EvaluatedSplitArguments, rouge_metrics, write_results
 from vaswani.output_paths import check_output_file
@@ -57,7 +56,6 @@ def check_arguments(args: BaselineArguments) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    argv = modern_argv(argv, OLD_OPTIONS["evaluation"], program=Path(__file__).name)
     args, data = HfArgumentParser((BaselineArguments, EvaluatedSplitArguments)).parse_args_into_dataclasses(args=argv)
     check_arguments(args)
     data.source()  # bad data options stop here, before the output is checked against the data files

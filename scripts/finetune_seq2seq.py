@@ -18,7 +18,6 @@ ROUGE-1/2/L/Lsum. `--preset NAME --tokenizer_name DIR` trains from scratch inste
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -130,9 +129,7 @@ def generation_metrics(task: str, tokenizer, target_lang: str | None):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, task_args, training_args = start_run(
-        Seq2SeqTaskArguments, argv, Seq2SeqTrainingArguments, program=Path(__file__).name
-    )
+    model_args, data_args, task_args, training_args = start_run(Seq2SeqTaskArguments, argv, Seq2SeqTrainingArguments)
     source_column, target_column = resolve_columns(task_args)
 
     tokenizer = load_tokenizer(model_args)

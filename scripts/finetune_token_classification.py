@@ -15,7 +15,6 @@ here has one), the dataset's `ClassLabel` feature, or the values in the data. On
 """
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
 
@@ -64,9 +63,7 @@ def entity_metrics(id2label: dict[int, str], word_starts: WordStarts):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, task_args, training_args = start_run(
-        TokenClassificationArguments, argv, program=Path(__file__).name
-    )
+    model_args, data_args, task_args, training_args = start_run(TokenClassificationArguments, argv)
     tokenizer = load_tokenizer(model_args)
     splits = load_splits(data_args, training_args, [task_args.tokens_column, task_args.tags_column])
     labels, model, report = load_labelled_head(

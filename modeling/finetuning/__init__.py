@@ -9,8 +9,7 @@
 Everything else is transformers: the scripts build a `Trainer` / `Seq2SeqTrainer` from `TrainingArguments`, so that
 `torchrun` / `accelerate launch`, `--activation_checkpointing`, `--gradient_accumulation_steps`,
 `--resume_from_checkpoint` and the rest work as for any model. The data options are those of transformers' example
-scripts (`--train_file`, `--validation_file`, `--dataset_name`, `--max_train_samples`); the spellings of the last
-release are still read, with a warning (vaswani.cli.OLD_OPTIONS).
+scripts (`--train_file`, `--validation_file`, `--dataset_name`, `--max_train_samples`).
 """
 
 from .head_loading import load_labelled_head, load_tokenizer

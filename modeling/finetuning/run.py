@@ -19,13 +19,11 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from ..cli import (
     FRACTION,
-    OLD_OPTIONS,
     POSITIVE,
     SEED,
     Allowed,
     at_least,
     check_numbers,
-    modern_argv,
     require_folder_or_hub_id,
 )
 from ..data import split_paths
@@ -42,12 +40,9 @@ logger = logging.getLogger(__name__)
 RESUME_LATEST = ("last", "latest", "true", "True")
 
 
-def start_run(
-    task_arguments, argv: list[str] | None, training_arguments=TrainingArguments, program: str | None = None
-):
-    """Parse the command line (of the script `program`) into (model, data, task, training) arguments, set up
-    logging, check that the run makes sense and seed everything."""
-    argv = modern_argv(argv, OLD_OPTIONS["fine-tuning"], program)
+def start_run(task_arguments, argv: list[str] | None, training_arguments=TrainingArguments):
+    """Parse the command line into (model, data, task, training) arguments, set up logging, check that the run
+    makes sense and seed everything."""
     parser = HfArgumentParser((ModelArguments, DataArguments, task_arguments, training_arguments))
     model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     check_numbers((model_args, data_args, task_args, training_args), NUMBER_RULES)

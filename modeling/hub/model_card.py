@@ -16,7 +16,6 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..cli import OLD_OPTIONS, modern_options
 from ..data import looks_like_hub_dataset
 
 
@@ -138,8 +137,7 @@ def json_block(options: dict) -> str:
 
 def training_from_record(model_dir: str | Path) -> tuple[str | None, str | None]:
     """(training data, training procedure) of the card, from the record the run left beside the checkpoint
-    (`arguments.json` in the folder or the run folder above it); (None, None) where there is none. A record of the
-    last release names some options as they were then: the card names them as they are now."""
+    (`arguments.json` in the folder or the run folder above it); (None, None) where there is none."""
     model_dir = Path(model_dir)
     path = next((folder / ARGUMENTS_FILE for folder in (model_dir, model_dir.parent)
                  if (folder / ARGUMENTS_FILE).is_file()), None)
@@ -148,7 +146,7 @@ def training_from_record(model_dir: str | Path) -> tuple[str | None, str | None]
         return None, None
     if "training" in record and "data" in record:  # a fine-tuning script's record
         script, model = record.get("script", "a fine-tuning script"), record.get("model") or {}
-        data = modern_options(record["data"], OLD_OPTIONS["fine-tuning"]) if isinstance(record["data"], dict) else {}
+        data = record["data"] if isinstance(record["data"], dict) else {}
         training = record["training"] if isinstance(record["training"], dict) else {}
         state = read_record(path.parent / TRAINER_STATE_FILE) or {}
         start = model.get("model_name_or_path") or f"preset {model.get('preset')!r} (from scratch)"
@@ -158,7 +156,6 @@ def training_from_record(model_dir: str | Path) -> tuple[str | None, str | None]
         procedure = (f"Fine-tuned from {start} with `scripts/{script}` (the transformers Trainer){steps}. Its "
                      f"settings, from `{ARGUMENTS_FILE}`:\n\n" + json_block({**settings, "task": record.get("task")}))
         return json_block({key: value for key, value in data.items() if value is not None}), procedure
-    record = modern_options(record, OLD_OPTIONS["train.py"])
     data = {key: record[key] for key in TRAIN_PY_DATA_OPTIONS if record.get(key) is not None}
     options = {key: value for key, value in record.items() if value is not None and key not in RUN_BOOKKEEPING}
     procedure = (f"Trained from scratch with `scripts/train.py`. The run's options, from `{ARGUMENTS_FILE}`:\n\n"

@@ -5,8 +5,6 @@ file (YAML or JSON) and then from the command line, which overrides the file.
 
 The data options are those of transformers' example scripts: `--train_file` / `--validation_file` (local files) or
 `--dataset_name` (a dataset on the Hub, or `synthetic`), `--max_train_samples`, `--config_overrides "key=value,..."`.
-The spellings of the last release are still read, with a warning (vaswani.cli.OLD_OPTIONS), on the command line and
-in config files, and in the options a checkpoint was saved with (so that it resumes).
 
 The training defaults are the paper's recipe (section 5.3 and 5.4): Adam with beta (0.9, 0.98) and eps 1e-9, a
 learning rate that rises linearly for 4,000 warmup updates and then decays with the inverse square root of the
@@ -16,6 +14,7 @@ update number, label smoothing 0.1, dropout 0.1, and batches of about 25,000 sou
 import argparse
 import difflib
 import json
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
@@ -25,7 +24,6 @@ from transformers import HfArgumentParser
 
 from ..cli import (
     FRACTION,
-    OLD_OPTIONS,
     POSITIVE,
     SEED,
     Allowed,
@@ -33,8 +31,6 @@ from ..cli import (
     check_numbers,
     format_config_overrides,
     given_options,
-    modern_argv,
-    modern_options,
     parse_config_overrides,
 )
 
@@ -242,9 +238,8 @@ OPTIONS_OF_OLDER_CHECKPOINTS = {"torch_compile": False}  # their batches were no
 
 
 def options_changed_on_resume(saved: dict, current: dict) -> list[str]:
-    """`--name saved -> current` for each option fixed by the checkpoint whose value differs. A checkpoint of the last
-    release saved some options under their old names: they are compared under today's."""
-    saved = {**OPTIONS_OF_OLDER_CHECKPOINTS, **modern_options(saved, OLD_OPTIONS[PROGRAM])}
+    """`--name saved -> current` for each option fixed by the checkpoint whose value differs."""
+    saved = {**OPTIONS_OF_OLDER_CHECKPOINTS, **saved}
     return [
         f"--{name} {saved[name]!r} -> {current[name]!r}"
         for name in current
@@ -337,7 +332,6 @@ def load_config_file(path: str) -> dict:
         return {}
     if not isinstance(values, dict):
         raise ValueError(f"--config {path} must hold a mapping of option names to values.")
-    values = modern_options(values, OLD_OPTIONS[PROGRAM], where=path, program=PROGRAM)
     known = {f.name: f for cls in ARGUMENT_CLASSES for f in fields(cls)}
     for key, value in values.items():
         if key not in known:
@@ -352,7 +346,7 @@ def load_config_file(path: str) -> dict:
 def parse_arguments(argv: list[str] | None = None) -> tuple[TrainDataArguments, TrainModelArguments, TrainArguments]:
     """Defaults < values of `--config FILE` < the rest of the command line. Training data named on the command line
     (--train_file or --dataset_name) replace the config's, whichever of the two it names them with."""
-    argv = modern_argv(argv, OLD_OPTIONS[PROGRAM], program=PROGRAM)
+    argv = sys.argv[1:] if argv is None else list(argv)
     config_parser = argparse.ArgumentParser(add_help=False)
     config_parser.add_argument("--config", default=None)
     known, _ = config_parser.parse_known_args(argv)
