@@ -62,7 +62,7 @@ def require_folder_or_hub_id(value: str, option: str, needed_file: str = "config
     naming neither. Any other Hub id goes to the Hub."""
     if os.path.lexists(value):
         return
-    if not looks_like_hub_repo_id(value):
+    if not _looks_like_hub_repo_id(value):
         raise FileNotFoundError(f"{option} {value}: no such folder. Give a folder that exists, or a Hub repository id.")
     from huggingface_hub import constants, try_to_load_from_cache
 
@@ -73,7 +73,7 @@ def require_folder_or_hub_id(value: str, option: str, needed_file: str = "config
         )
 
 
-def looks_like_hub_repo_id(value: str) -> bool:
+def _looks_like_hub_repo_id(value: str) -> bool:
     """`name` or `namespace/name` as the Hub spells them, not a path (`./x`, `/abs/x`, `~/x`, `a/b/c`)."""
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
@@ -107,7 +107,7 @@ class Allowed:
     def admits(self, value) -> bool:
         if value is None:
             return self.optional
-        if not is_number(value, self.integer):
+        if not _is_number(value, self.integer):
             return False
         if self.minimum is not None and (value <= self.minimum if self.above else value < self.minimum):
             return False
@@ -119,21 +119,21 @@ class Allowed:
         """`a whole number >= 1, or unset (unset: no limit)`"""
         bounds = []
         if self.minimum is not None:
-            bounds.append(f"{'>' if self.above else '>='} {plain(self.minimum)}")
+            bounds.append(f"{'>' if self.above else '>='} {_plain(self.minimum)}")
         if self.maximum is not None:
-            bounds.append(f"{'<' if self.below else '<='} {plain(self.maximum)}")
+            bounds.append(f"{'<' if self.below else '<='} {_plain(self.maximum)}")
         text = "a whole number" if self.integer else "a finite number"
         text += (" " + " and ".join(bounds)) if bounds else ""
         text += ", or unset" if self.optional else ""
         return text + (f" ({self.meaning})" if self.meaning else "")
 
 
-def plain(number: float) -> str:
+def _plain(number: float) -> str:
     """`4294967295`, `1`, `0.5`, `1e-09`: whole numbers without an exponent or a fraction."""
     return str(int(number)) if float(number).is_integer() else f"{number:g}"
 
 
-def is_number(value, integer: bool = False) -> bool:
+def _is_number(value, integer: bool = False) -> bool:
     """An int (not a bool) where `integer`, else a finite int or float."""
     if isinstance(value, bool):
         return False
@@ -163,13 +163,13 @@ def check_numbers(arguments, rules: Mapping[str, Allowed]) -> None:
     type (or None, where its type allows it), and each option named in `rules` is in the range they give."""
     groups = arguments if isinstance(arguments, (list, tuple)) else [arguments]
     for group in groups:
-        for name, (kind, optional) in numeric_fields(type(group)).items():
+        for name, (kind, optional) in _numeric_fields(type(group)).items():
             rule = rules.get(name, Allowed())
             check_option(name, getattr(group, name),
                          dataclasses.replace(rule, integer=rule.integer or kind is int, optional=optional))
 
 
-def numeric_fields(cls) -> dict[str, tuple[type, bool]]:
+def _numeric_fields(cls) -> dict[str, tuple[type, bool]]:
     """The fields of dataclass `cls` typed int or float, each with that type and whether None is allowed too."""
     hints = typing.get_type_hints(cls)
     found = {}

@@ -82,14 +82,14 @@ class EvaluatedSplitArguments:
 GROUPED_AGGREGATIONS = ("simple", "first", "average", "max")
 
 
-def in_length_order(texts: Sequence[str]) -> list[int]:
+def _in_length_order(texts: Sequence[str]) -> list[int]:
     """Indices of `texts` from the longest to the shortest: batches of similar lengths waste little on padding."""
     return sorted(range(len(texts)), key=lambda index: -len(texts[index]))
 
 
 def run_pipeline(pipe: Pipeline, texts: Sequence[str], batch_size: int, **call_kwargs) -> list:
     """The pipeline's output for each text, in the order of `texts` (they are batched by length)."""
-    order = in_length_order(texts)
+    order = _in_length_order(texts)
     outputs = pipe([texts[index] for index in order], batch_size=batch_size, **call_kwargs)
     results = [None] * len(texts)
     for index, output in zip(order, outputs):
@@ -203,6 +203,7 @@ def score_token_classification(pipe: Pipeline, sentences, tags, label_set: Label
 
 
 __all__ = [
+    "EvaluatedSplitArguments",
     "GROUPED_AGGREGATIONS",
     "rouge_metrics",
     "run_pipeline",

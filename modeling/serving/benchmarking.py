@@ -128,3 +128,17 @@ def proc_field(path: str, name: str) -> str | None:
 def cpu_name() -> str:
     """The processor's model name from /proc/cpuinfo (platform.processor() is often empty on Linux)."""
     return proc_field("/proc/cpuinfo", "model name") or platform.processor() or "CPU"
+
+
+__all__ = [
+    "Setup",
+    "autocast",
+    "cpu_name",
+    "make_batch",
+    "marian_model",
+    "matmul_peak",
+    "proc_field",
+    "synchronize",
+    "training_flops",
+    "vaswani_model",
+]

@@ -209,12 +209,6 @@ class TrainArguments:
         metadata={"help": "Threads for CPU math (torch.set_num_threads); unset: PyTorch's default. On a CPU that "
                   "other work shares, 1 can be many times faster."},
     )
-    debug_kill_at_step: int | None = field(
-        default=None, metadata={"help": "Testing only: SIGKILL this process after update N (and its checkpoint)."}
-    )
-    debug_kill_during_save: bool = field(
-        default=False, metadata={"help": "Testing only: with debug_kill_at_step, die halfway through that save."}
-    )
 
 
 ARGUMENT_CLASSES = (TrainDataArguments, TrainModelArguments, TrainArguments)
@@ -229,7 +223,6 @@ CHANGEABLE_ON_RESUME = (
     "eval_num_beams", "eval_length_penalty", "eval_max_new_tokens", "eval_batch_size", "max_eval_samples",
     "best_metric", "early_stopping_patience", "report_to", "cpu_threads", "preprocessing_num_workers",
     "dataloader_num_workers",
-    "debug_kill_at_step", "debug_kill_during_save",
 )
 
 
@@ -243,11 +236,11 @@ def options_changed_on_resume(saved: dict, current: dict) -> list[str]:
     return [
         f"--{name} {saved[name]!r} -> {current[name]!r}"
         for name in current
-        if name not in CHANGEABLE_ON_RESUME and name in saved and not same_value(name, saved[name], current[name])
+        if name not in CHANGEABLE_ON_RESUME and name in saved and not _same_value(name, saved[name], current[name])
     ]
 
 
-def same_value(name: str, saved, current) -> bool:
+def _same_value(name: str, saved, current) -> bool:
     """Config overrides are the same when they set the same fields to the same values, however they are written."""
     if name == "config_overrides" and saved is not None and current is not None:
         return parse_config_overrides(saved) == parse_config_overrides(current)
@@ -260,8 +253,7 @@ NUMBER_RULES = {
         ("max_source_length", "max_target_length", "vocab_size", "max_steps", "max_tokens_per_batch",
          "tokens_per_update", "logging_steps", "eval_steps", "save_steps", "keep_checkpoints", "eval_num_beams",
          "eval_max_new_tokens", "eval_batch_size", "warmup_steps", "max_train_samples", "max_eval_samples",
-         "synthetic_train_size", "synthetic_validation_size", "preprocessing_num_workers", "cpu_threads",
-         "debug_kill_at_step"),
+         "synthetic_train_size", "synthetic_validation_size", "preprocessing_num_workers", "cpu_threads"),
         POSITIVE,
     ),
     "max_epochs": at_least(1, meaning="unset: --max_steps alone ends the run"),
@@ -283,7 +275,7 @@ NUMBER_RULES = {
 }
 
 
-def check_arguments(data: TrainDataArguments, model: TrainModelArguments, train: TrainArguments) -> None:
+def _check_arguments(data: TrainDataArguments, model: TrainModelArguments, train: TrainArguments) -> None:
     """Values that parse but make no sense, reported with the option's name, its value and what is allowed: every
     number first (a run that would train no update is among them: --max_steps, --max_epochs and --max_train_samples
     are at least 1), then the options that depend on each other."""
@@ -361,7 +353,7 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[TrainDataArguments, 
                 values.pop(name, None)
         parser.set_defaults(**values)
     data, model, train, _config = parser.parse_args_into_dataclasses(args=argv)
-    check_arguments(data, model, train)
+    _check_arguments(data, model, train)
     return data, model, train
 
 
@@ -371,3 +363,17 @@ def arguments_as_dict(*arguments) -> dict:
     for group in arguments:
         merged.update(asdict(group))
     return merged
+
+
+__all__ = [
+    "CHANGEABLE_ON_RESUME",
+    "SYNTHETIC_DATASET",
+    "TrainArguments",
+    "TrainDataArguments",
+    "TrainModelArguments",
+    "arguments_as_dict",
+    "best_metric_name",
+    "load_config_file",
+    "options_changed_on_resume",
+    "parse_arguments",
+]
