@@ -8,5 +8,5 @@
     ctranslate2_export      the export to CTranslate2 and the decoding options that match `generate`'s
     ctranslate2_generation  a CTranslate2 export called as the project's pipelines are
     onnx_export             the export to ONNX and decoding with onnxruntime
-    benchmarking            what the speed measurements share: setups, the Marian twin, FLOPs, the matmul peak
+    benchmarking            the speed measurements: setups, the Marian twin, FLOPs, the matmul peak; benchmark.py's runs
 """
