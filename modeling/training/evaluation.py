@@ -17,7 +17,7 @@ from ..evaluation.metrics import load_metric, rouge_percent
 from .batching import collate, evaluation_batches, generation_shards
 
 
-def to_device(batch: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
+def _to_device(batch: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
     return {name: tensor.to(device) for name, tensor in batch.items()}
 
 
@@ -33,7 +33,7 @@ def _validation_loss(accelerator, model, validation, max_tokens: int, pad_token_
     )
     totals = torch.zeros(3, dtype=torch.float64, device=accelerator.device)  # smoothed loss, nll, tokens
     for indices, counted in batches:
-        batch = to_device(collate(pairs[indices], pad_token_id), accelerator.device)
+        batch = _to_device(collate(pairs[indices], pad_token_id), accelerator.device)
         with accelerator.autocast():
             logits = model(**batch).logits
         if not counted:
@@ -58,7 +58,7 @@ def generate_predictions(accelerator, model, tokenizer, validation, batch_size: 
     for indices in generation_shards(
         validation["source_length"], batch_size, accelerator.num_processes, accelerator.process_index
     ):
-        batch = to_device(collate(sources[indices], tokenizer.pad_token_id), accelerator.device)
+        batch = _to_device(collate(sources[indices], tokenizer.pad_token_id), accelerator.device)
         with accelerator.autocast():
             generated = model.generate(**batch, **generate_kwargs)
         generated = accelerator.pad_across_processes(generated, dim=1, pad_index=tokenizer.pad_token_id)
