@@ -281,14 +281,7 @@ def evaluate_checkpoint(args: EvaluationArguments, data: EvaluatedSplitArguments
     data.source()  # bad data options stop here, before the model is loaded
     check_output_file(output_file, {"--model": args.model, **data.files()})
 
-    check_checkpoint_folder(args.model)  # before transformers parses any of its files
-    model = require_trained_head(AUTO_CLASSES[args.task], args.model, args.task, args.trust_remote_code).eval()
-    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
-    check_vocabulary(model, tokenizer)
-    # never feed the model more positions than it has
-    max_positions = getattr(model.config, "max_position_embeddings", None)
-    if max_positions:
-        tokenizer.model_max_length = min(tokenizer.model_max_length, max_positions)
+    model, tokenizer = _load_checkpoint(args)
     columns = _columns_for(args, model.config)
     if args.task == "translation" and (warning := _direction_warning(columns, model.config)):
         print(f"WARNING: {warning}", file=sys.stderr)
@@ -302,6 +295,25 @@ def evaluate_checkpoint(args: EvaluationArguments, data: EvaluatedSplitArguments
         decoding=decoding, metrics=metrics, conventions=conventions, seconds=time.perf_counter() - started,
         **({"diagnostics": diagnostics} if diagnostics else {}),
     )
+    _print_results(metrics, diagnostics)
+    print(f"Wrote {output_file}")
+    return results
+
+
+def _load_checkpoint(args: EvaluationArguments):
+    """The model (with a trained head for the task, in eval mode) and its tokenizer, checked before and after
+    loading; the tokenizer never gives the model more positions than it has."""
+    check_checkpoint_folder(args.model)  # before transformers parses any of its files
+    model = require_trained_head(AUTO_CLASSES[args.task], args.model, args.task, args.trust_remote_code).eval()
+    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
+    check_vocabulary(model, tokenizer)
+    max_positions = getattr(model.config, "max_position_embeddings", None)
+    if max_positions:
+        tokenizer.model_max_length = min(tokenizer.model_max_length, max_positions)
+    return model, tokenizer
+
+
+def _print_results(metrics: list[dict], diagnostics: dict) -> None:
     for metric in metrics:
         print(f"{metric['name']}: {metric['value']}" + (f"  ({metric['signature']})" if "signature" in metric else ""))
     if diagnostics:
@@ -309,8 +321,5 @@ def evaluate_checkpoint(args: EvaluationArguments, data: EvaluatedSplitArguments
         print(f"{diversity['distinct_outputs']} distinct outputs for {diversity['distinct_inputs']} distinct inputs")
         if "encoder_layers" in diagnostics:
             print(format_encoder_collapse(diagnostics["encoder_layers"]))
-    print(f"Wrote {output_file}")
-    return results
-
 
 __all__ = ["AUTO_CLASSES", "EvaluationArguments", "RESULTS_FILE", "evaluate_checkpoint"]
