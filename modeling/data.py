@@ -96,7 +96,7 @@ def check_files_exist(files: str, option: str) -> None:
             raise FileNotFoundError(f"{option} {part}: no such file{hint}.")
 
 
-def check_local_file(path: Path) -> None:
+def _check_local_file(path: Path) -> None:
     """Read a local data file once, so that an encoding or syntax error is reported with its file and line rather
     than from deep inside the loader."""
     if path.is_dir():
@@ -170,7 +170,7 @@ def load_split(dataset: str, split: str = "train", config_name: str | None = Non
     if is_local(dataset):
         paths = [Path(part) for part in split_paths(dataset)]
         for path in paths:
-            check_local_file(path)
+            _check_local_file(path)
         formats = {LOCAL_FORMATS[path.suffix.lower()] for path in paths}
         if len(formats) > 1:
             raise ValueError(f"Data files {dataset!r} mix formats {sorted(formats)}; give files of one format.")
@@ -205,17 +205,17 @@ def require_text(dataset: datasets.Dataset, columns: Sequence[str], where: str =
     failing inside the tokenizer. A dotted name reads inside a dict column (`translation.en`). A column typed as text
     throughout is not read row by row."""
     for column in columns:
-        if is_text_feature(column_feature(dataset.features, column)):
+        if _is_text_feature(_column_feature(dataset.features, column)):
             continue
         for row, value in enumerate(dotted_values(dataset[column.partition(".")[0]], column), start=1):
             if value is not None and not isinstance(value, str):
                 raise ValueError(
-                    f"{where}, row {row}: `{column}` holds {value_kind(value)} ({reprlib.repr(value)}), not text; "
+                    f"{where}, row {row}: `{column}` holds {_value_kind(value)} ({reprlib.repr(value)}), not text; "
                     "every value of a text column must be a string."
                 )
 
 
-def column_feature(features: datasets.Features, column: str):
+def _column_feature(features: datasets.Features, column: str):
     """The type of `column`; of key `en` of the dict column `translation` for `translation.en` (None if unknown)."""
     top, _, key = column.partition(".")
     feature = features.get(top)
@@ -226,7 +226,7 @@ def column_feature(features: datasets.Features, column: str):
     return feature.get(key) if isinstance(feature, dict) else None
 
 
-def is_text_feature(feature) -> bool:
+def _is_text_feature(feature) -> bool:
     return isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")
 
 
@@ -250,7 +250,7 @@ def unnest_translation(dataset: datasets.Dataset, keys: dict[str, str], where: s
     missing = {column: key for column, key in keys.items() if column not in dataset.column_names}
     if not missing or TRANSLATION_COLUMN not in dataset.column_names:
         return dataset
-    there = translation_keys(dataset.features[TRANSLATION_COLUMN])
+    there = _translation_keys(dataset.features[TRANSLATION_COLUMN])
     for key in missing.values():
         if there is not None and key not in there:
             raise ValueError(f"{where}: the {TRANSLATION_COLUMN!r} column has no key {key!r}; its keys are {there}. "
@@ -263,7 +263,7 @@ def unnest_translation(dataset: datasets.Dataset, keys: dict[str, str], where: s
     return dataset.map(lift, batched=True, desc=f"Reading the {TRANSLATION_COLUMN!r} column")
 
 
-def translation_keys(feature) -> list[str] | None:
+def _translation_keys(feature) -> list[str] | None:
     """The keys of a `translation` column's dicts, from its type (None where the type does not say)."""
     if isinstance(feature, datasets.Translation):
         return list(feature.languages)
@@ -272,7 +272,7 @@ def translation_keys(feature) -> list[str] | None:
     return list(feature) if isinstance(feature, dict) else None
 
 
-def value_kind(value) -> str:
+def _value_kind(value) -> str:
     """What a JSON value is, in words: `an integer`, `a list`."""
     kinds = {bool: "true/false", int: "an integer", float: "a number", list: "a list", dict: "an object"}
     return next((kind for cls, kind in kinds.items() if isinstance(value, cls)), f"a {type(value).__name__}")
@@ -317,3 +317,22 @@ def write_train_validation(rows: Sequence[dict], output_dir: str | Path, validat
             for row in part:
                 file.write(json.dumps(row, ensure_ascii=False) + "\n")
     return cut
+
+
+__all__ = [
+    "check_files_exist",
+    "data_source",
+    "dotted_values",
+    "evaluated_source",
+    "is_local",
+    "iter_texts",
+    "load_split",
+    "looks_like_hub_dataset",
+    "require_columns",
+    "require_same_lengths",
+    "require_text",
+    "require_values",
+    "split_paths",
+    "unnest_translation",
+    "write_train_validation",
+]

@@ -1292,10 +1292,21 @@ def code_files_to_ship(extra_folders: list[Path] = ()) -> list[Path]:
 
 
 __all__ = [
-    "VaswaniPreTrainedModel",
-    "VaswaniModel",
+    "CACHE_FIELD",
+    "VaswaniAttention",
     "VaswaniEncoderModel",
+    "VaswaniFeedForward",
     "VaswaniForConditionalGeneration",
     "VaswaniForSequenceClassification",
     "VaswaniForTokenClassification",
+    "VaswaniModel",
+    "VaswaniPreTrainedModel",
+    "available_memory",
+    "check_fits_in_memory",
+    "check_model_files",
+    "code_files_to_ship",
+    "eager_attention_forward",
+    "repeated_rows",
+    "shift_tokens_right",
+    "sinusoidal_positions",
 ]

@@ -36,31 +36,31 @@ from .training.checkpoints import fsync_directory
 
 PathLike = str | os.PathLike
 Inputs = Mapping[str, PathLike | Iterable[PathLike] | None]  # option -> its path(s); None where it is unset
-RESULTS_KEYS = ("metrics", "conventions")  # what marks a results file (vaswani.scoring.write_results)
+RESULTS_KEYS = ("metrics", "conventions")  # what marks a results file (vaswani.evaluation.scoring.write_results)
 LARGEST_RESULTS_FILE = 16 * 1024 * 1024  # bytes; a larger file is not read to find out whether it is one
 
 
 def check_output_dir(output_dir: PathLike, inputs: Inputs, option: str = "--output_dir") -> None:
     """Refuse an output folder that is one of `inputs`, lies inside one or holds one (see the module's docstring)."""
-    for input_option, input_path in input_paths(inputs):
-        relation = overlap(Path(output_dir), input_path)
+    for input_option, input_path in _input_paths(inputs):
+        relation = _overlap(Path(output_dir), input_path)
         if relation:
-            raise ValueError(conflict_message(option, Path(output_dir), relation, input_option, input_path))
+            raise ValueError(_conflict_message(option, Path(output_dir), relation, input_option, input_path))
 
 
 def check_output_file(output_file: PathLike, inputs: Inputs, option: str = "--output_file") -> None:
     """Refuse an output file that is one of `inputs` or holds one, or that would replace a file of an input folder
     other than an earlier results file (see the module's docstring)."""
     output_file = Path(output_file)
-    for input_option, input_path in input_paths(inputs):
-        relation = overlap(output_file, input_path)
-        if relation == "lies inside" and replaces_nothing_read(output_file):
+    for input_option, input_path in _input_paths(inputs):
+        relation = _overlap(output_file, input_path)
+        if relation == "lies inside" and _replaces_nothing_read(output_file):
             continue
         if relation:
-            raise ValueError(conflict_message(option, output_file, relation, input_option, input_path))
+            raise ValueError(_conflict_message(option, output_file, relation, input_option, input_path))
 
 
-def input_paths(inputs: Inputs) -> list[tuple[str, Path]]:
+def _input_paths(inputs: Inputs) -> list[tuple[str, Path]]:
     """(option, path) for every input path that is on disk."""
     found = []
     for option, value in inputs.items():
@@ -69,7 +69,7 @@ def input_paths(inputs: Inputs) -> list[tuple[str, Path]]:
     return found
 
 
-def overlap(output: Path, input_path: Path) -> str | None:
+def _overlap(output: Path, input_path: Path) -> str | None:
     """How `output` stands to `input_path`, resolved: "is", "lies inside", "holds", or None when they are apart."""
     output, input_path = output.resolve(), input_path.resolve()
     if output == input_path:
@@ -81,7 +81,7 @@ def overlap(output: Path, input_path: Path) -> str | None:
     return None
 
 
-def replaces_nothing_read(output_file: Path) -> bool:
+def _replaces_nothing_read(output_file: Path) -> bool:
     """A file written into an input folder reads nothing of it when it is new, or an earlier results file."""
     if not os.path.lexists(output_file):
         return True
@@ -99,7 +99,7 @@ def is_results_file(path: Path) -> bool:
     return isinstance(content, dict) and all(key in content for key in RESULTS_KEYS)
 
 
-def conflict_message(option: str, output: Path, relation: str, input_option: str, input_path: Path) -> str:
+def _conflict_message(option: str, output: Path, relation: str, input_option: str, input_path: Path) -> str:
     """One line: both options, both paths (and where links make them one, the resolved paths), what to do."""
     through_links = ""
     if any(path.resolve() != Path(os.path.abspath(path)) for path in (output, input_path)):

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from vaswani import pipelines as vaswani_pipelines
-from vaswani.attention_map import PICTURE_FORMATS, cross_attention_map, save_heatmap
 from vaswani.cli import run_command
-from vaswani.cpu_inference import for_cpu_inference
+from vaswani.evaluation.attention_map import PICTURE_FORMATS, cross_attention_map, save_heatmap
 from vaswani.output_paths import check_output_file
+from vaswani.serving.cpu_inference import for_cpu_inference
 
 
 MODEL = Path(__file__).resolve().parents[1] / "results" / "multi30k_en_de" / "model"
@@ -38,7 +38,7 @@ def load_translator(model_dir: Path, cpu_decoding: bool = True):
     """The translation pipeline of a checkpoint of this project, built from the installed package's classes: the
     code files the folder carries (its own `pipeline_vaswani.py`, `modeling_vaswani.py`, ...) are never run, so a
     folder from elsewhere can hold weights and a tokenizer, not code. With `cpu_decoding`, the model decodes through
-    `vaswani.cpu_inference.for_cpu_inference` (the same tokens as its own `generate`, faster)."""
+    `vaswani.serving.cpu_inference.for_cpu_inference` (the same tokens as its own `generate`, faster)."""
     model_type = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
     if model_type != VaswaniConfig.model_type:
         raise ValueError(
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         "--cpu_decoding",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="Decode with the package's CPU decoding loop (vaswani.cpu_inference.for_cpu_inference: the same "
+        help="Decode with the package's CPU decoding loop (vaswani.serving.cpu_inference.for_cpu_inference: the same "
         "translations as the model's own generate, faster); --no-cpu_decoding runs generate's own loop.",
     )
     args = parser.parse_args(argv)

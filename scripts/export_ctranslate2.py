@@ -23,7 +23,8 @@ The folder then holds the CTranslate2 model (`model.bin`, `config.json`, `shared
 
 All position types (sinusoidal, learned, relative), pre- and post-LayerNorm and every activation of the config are
 exported exactly; what cannot be (a classifier, a folder of another model) is refused with the reason. The conversion
-itself is `vaswani.ctranslate2_export`. Needs the optional extra: pip install 'vaswani-transformer[ctranslate2]'.
+itself is `vaswani.serving.ctranslate2_export`. Needs the optional extra: pip install
+'vaswani-transformer[ctranslate2]'.
 """
 
 import json
@@ -34,15 +35,14 @@ from transformers import HfArgumentParser
 from transformers.utils import logging as transformers_logging
 
 from vaswani.cli import run_command
-from vaswani.ctranslate2_export import OPTIONS_FILE, QUANTIZATIONS, export_to_ctranslate2
+from vaswani.serving.ctranslate2_export import OPTIONS_FILE, QUANTIZATIONS, export_to_ctranslate2
+from vaswani.serving.exporting import ExportArguments
 
 
 @dataclass
-class ExportArguments:
-    model: str = field(
-        metadata={"help": "The checkpoint: a folder with a VaswaniForConditionalGeneration and its tokenizer."}
-    )
-    output_dir: str = field(metadata={"help": "The folder to write the CTranslate2 model and the tokenizer to."})
+class QuantizationArguments:
+    """CTranslate2's option beside the export's own (vaswani.serving.exporting.ExportArguments)."""
+
     quantization: str | None = field(
         default=None,
         metadata={
@@ -50,22 +50,20 @@ class ExportArguments:
             "choices": list(QUANTIZATIONS),
         },
     )
-    overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Replace what --output_dir holds (by default a non-empty folder is refused)."}
-    )
 
 
 def main(argv: list[str] | None = None) -> Path:
-    (args,) = HfArgumentParser(ExportArguments).parse_args_into_dataclasses(args=argv)
+    parser = HfArgumentParser((ExportArguments, QuantizationArguments))
+    args, weights = parser.parse_args_into_dataclasses(args=argv)
     transformers_logging.disable_progress_bar()  # one "Loading weights" bar says nothing here
     output_dir = export_to_ctranslate2(
-        args.model, args.output_dir, quantization=args.quantization, overwrite_output_dir=args.overwrite_output_dir
+        args.model, args.output_dir, quantization=weights.quantization, overwrite_output_dir=args.overwrite_output_dir
     )
     files = sorted(path for path in output_dir.iterdir() if path.is_file())
     listing = "\n".join(f"  {path.name}  ({path.stat().st_size:,} bytes)" for path in files)
     options = json.loads((output_dir / OPTIONS_FILE).read_text(encoding="utf-8"))
     print(
-        f"Exported {args.model} to {output_dir} ({args.quantization or 'float32'} weights):\n{listing}\n"
+        f"Exported {args.model} to {output_dir} ({weights.quantization or 'float32'} weights):\n{listing}\n"
         f"translate_batch(sources, **options) decodes as the checkpoint's generation config does, with options "
         f"from {OPTIONS_FILE}: {options}"
     )

@@ -7,34 +7,23 @@ steps in, the logits and the grown cache out), the tokenizer, `config.json` and 
 with onnxruntime, greedy or beam search, to the tokens of `model.generate(...)` with the same settings (by default the
 generation config's, as for `generate`):
 
-    from vaswani.onnx_export import OnnxGenerator
+    from vaswani.serving.onnx_export import OnnxGenerator
     print(OnnxGenerator("onnx/multi30k_en_de", num_threads=1)(["A man is riding a horse."]))
     print(OnnxGenerator("onnx/multi30k_en_de", num_threads=1)(["A man is riding a horse."], num_beams=4))
 
-The graphs' inputs and outputs are described in `vaswani.onnx_export`. Every position type (sinusoidal, learned,
+The graphs' inputs and outputs are described in `vaswani.serving.onnx_export`. Every position type (sinusoidal, learned,
 relative) and pre- and post-LayerNorm are exported; each graph is checked against PyTorch with onnxruntime before it
 is written. What cannot be exported (a classifier, a folder of another model) is refused with the reason. Needs the
 optional extra: pip install 'vaswani-transformer[onnx]'.
 """
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import HfArgumentParser
 
 from vaswani.cli import run_command
-from vaswani.onnx_export import OnnxExportError, export_to_onnx
-
-
-@dataclass
-class ExportArguments:
-    model: str = field(
-        metadata={"help": "The checkpoint: a folder with a VaswaniForConditionalGeneration and its tokenizer."}
-    )
-    output_dir: str = field(metadata={"help": "The folder to write the ONNX graphs, tokenizer and configs to."})
-    overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Replace what --output_dir holds (by default a non-empty folder is refused)."}
-    )
+from vaswani.serving.exporting import ExportArguments
+from vaswani.serving.onnx_export import OnnxExportError, export_to_onnx
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -44,7 +33,7 @@ def main(argv: list[str] | None = None) -> Path:
     listing = "\n".join(f"  {path.name}  ({path.stat().st_size:,} bytes)" for path in files)
     print(
         f"Exported {args.model} to {output_dir}:\n{listing}\n"
-        f"Decode with onnxruntime: vaswani.onnx_export.OnnxGenerator({str(output_dir)!r})(texts, num_beams=...)"
+        f"Decode with onnxruntime: vaswani.serving.onnx_export.OnnxGenerator({str(output_dir)!r})(texts, num_beams=...)"
     )
     return output_dir
 

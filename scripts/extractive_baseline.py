@@ -12,21 +12,20 @@ row of its own beside the models.
 The data and their name in the results file are given as to scripts/evaluate_model.py (`--validation_file`,
 `--test_file` or `--dataset_name` with `--split`; `--dataset_label`).
 
-Methods (vaswani.extractive): `first_lines` (the first N lines: a dialogue's first N utterances), `longest_lines`
-(the N longest lines, in the document's order), `lead_sentence` (the first sentence of at least
+Methods (vaswani.evaluation.extractive): `first_lines` (the first N lines: a dialogue's first N utterances),
+`longest_lines` (the N longest lines, in the document's order), `lead_sentence` (the first sentence of at least
 `--min_sentence_words` words, cut to `--max_words` words). ROUGE as evaluate_model.py scores a model.
 """
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
-from vaswani.extractive import METHODS, extract
+from vaswani.cli import run_command
+from vaswani.evaluation.extractive import METHODS, extract
+from vaswani.evaluation.scoring import EvaluatedSplitArguments, rouge_metrics, write_results
 from vaswani.output_paths import check_output_file
-from vaswani.scoring import EvaluatedSplitArguments, rouge_metrics, write_results
 
 
 DESCRIPTIONS = {
@@ -57,7 +56,6 @@ def check_arguments(args: BaselineArguments) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    argv = modern_argv(argv, OLD_OPTIONS["evaluation"], program=Path(__file__).name)
     args, data = HfArgumentParser((BaselineArguments, EvaluatedSplitArguments)).parse_args_into_dataclasses(args=argv)
     check_arguments(args)
     data.source()  # bad data options stop here, before the output is checked against the data files

@@ -15,11 +15,11 @@ works: `--activation_checkpointing`, `--bf16`, `--resume_from_checkpoint last`, 
 """
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer
 
 from vaswani.cli import run_command
+from vaswani.evaluation.metrics import load_metric
 from vaswani.finetuning import (
     argmax_logits,
     input_length,
@@ -31,7 +31,6 @@ from vaswani.finetuning import (
     train_and_evaluate,
 )
 from vaswani.finetuning.label_sets import encode_labels
-from vaswani.metrics import load_metric
 
 
 @dataclass
@@ -58,9 +57,7 @@ def classification_metrics(num_labels: int):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, task_args, training_args = start_run(
-        ClassificationArguments, argv, program=Path(__file__).name
-    )
+    model_args, data_args, task_args, training_args = start_run(ClassificationArguments, argv)
     tokenizer = load_tokenizer(model_args)
     splits = load_splits(
         data_args, training_args, [task_args.text_column, task_args.label_column], text_columns=[task_args.text_column]

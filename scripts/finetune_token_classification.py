@@ -15,11 +15,12 @@ here has one), the dataset's `ClassLabel` feature, or the values in the data. On
 """
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
 
 from vaswani.cli import run_command
+from vaswani.data import require_same_lengths
+from vaswani.evaluation.metrics import load_metric
 from vaswani.finetuning import (
     argmax_logits,
     input_length,
@@ -30,9 +31,7 @@ from vaswani.finetuning import (
     start_run,
     train_and_evaluate,
 )
-from vaswani.data import require_same_lengths
 from vaswani.finetuning.label_sets import encode_labels
-from vaswani.metrics import load_metric
 from vaswani.finetuning.token_alignment import WordStarts, inside_label_ids, tokenize_and_align, word_level_tags
 
 
@@ -64,9 +63,7 @@ def entity_metrics(id2label: dict[int, str], word_starts: WordStarts):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    model_args, data_args, task_args, training_args = start_run(
-        TokenClassificationArguments, argv, program=Path(__file__).name
-    )
+    model_args, data_args, task_args, training_args = start_run(TokenClassificationArguments, argv)
     tokenizer = load_tokenizer(model_args)
     splits = load_splits(data_args, training_args, [task_args.tokens_column, task_args.tags_column])
     labels, model, report = load_labelled_head(

@@ -25,18 +25,17 @@ The documents come from `--train_file` (local files), or from a dataset on the H
 
 A dialogue has no lead sentence that sums it up; `--method longest_lines --count 2` pairs it with its two longest
 utterances instead, speaker names included, in the dialogue's order (the SAMSum recipe), and `--method first_lines`
-with its first lines (vaswani.extractive).
+with its first lines (vaswani.evaluation.extractive).
 """
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
+from vaswani.cli import run_command
 from vaswani.data import data_source, load_split, require_columns, split_paths, write_train_validation
-from vaswani.extractive import METHODS, extract
-from vaswani.metrics import rouge_percent
+from vaswani.evaluation.extractive import METHODS, extract
+from vaswani.evaluation.metrics import rouge_percent
 from vaswani.output_paths import check_output_dir
 
 
@@ -60,7 +59,6 @@ class PseudoSummaryArguments:
 
 
 def main(argv: list[str] | None = None) -> dict[str, int | float]:
-    argv = modern_argv(argv, OLD_OPTIONS["make_pseudo_summaries.py"], program=Path(__file__).name)
     (args,) = HfArgumentParser(PseudoSummaryArguments).parse_args_into_dataclasses(args=argv)
     if args.method not in METHODS:
         raise ValueError(f"--method {args.method!r} is not one of {list(METHODS)}.")

@@ -8,12 +8,11 @@ dataset on the Hub (`--dataset_name`, with `--dataset_config_name` and `--split`
 """
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from transformers import HfArgumentParser
 
 from vaswani import VaswaniTokenizer
-from vaswani.cli import OLD_OPTIONS, modern_argv, run_command
+from vaswani.cli import run_command
 from vaswani.data import data_source, iter_texts, load_split, require_columns, split_paths
 from vaswani.output_paths import check_output_dir
 
@@ -42,7 +41,6 @@ class TokenizerTrainingArguments:
 
 
 def main(argv: list[str] | None = None) -> VaswaniTokenizer:
-    argv = modern_argv(argv, OLD_OPTIONS["train_tokenizer.py"], program=Path(__file__).name)
     (args,) = HfArgumentParser(TokenizerTrainingArguments).parse_args_into_dataclasses(args=argv)
     if args.max_train_samples is not None and args.max_train_samples < 1:
         raise ValueError(f"--max_train_samples must be at least 1, got {args.max_train_samples}.")

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from conftest import PAIRS, REPO, load_script, tiny_config
-from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification, attention_map as attention_maps
+from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
+from vaswani.evaluation import attention_map as attention_maps
 
 
 attention_heatmap = load_script("attention_heatmap")

@@ -1,4 +1,4 @@
-"""vaswani.cpu_inference: oneDNN fp32 gives the plain model's outputs; int8 stays close to them, on the trained
+"""vaswani.serving.cpu_inference: oneDNN fp32 gives the plain model's outputs; int8 stays close to them, on the trained
 en->de model the project ships (real weights and real sentences: random weights would make agreement meaningless)."""
 
 import copy
@@ -12,7 +12,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from conftest import PAIRS, REPO, SHARED_DATA, needs_shared_data, spread_weights, tiny_config
 from vaswani import VaswaniForConditionalGeneration
-from vaswani.cpu_inference import OneDNNLinear, for_cpu_inference
+from vaswani.serving.cpu_inference import OneDNNLinear, for_cpu_inference
 
 
 EN_DE = REPO / "results" / "multi30k_en_de" / "model"

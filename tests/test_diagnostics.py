@@ -1,4 +1,4 @@
-"""vaswani.diagnostics: does a model's output depend on its input, and does its encoder keep tokens apart?"""
+"""vaswani.evaluation.diagnostics: does a model's output depend on its input, and does its encoder keep tokens apart?"""
 
 import math
 
@@ -7,7 +7,7 @@ import torch
 
 from conftest import PAIRS, spread_weights, tiny_config
 from vaswani import VaswaniForConditionalGeneration
-from vaswani.diagnostics import (
+from vaswani.evaluation.diagnostics import (
     encoder_collapse,
     format_encoder_collapse,
     input_independence_warning,

@@ -20,7 +20,7 @@ from conftest import (
 )
 from transformers import pipeline as transformers_pipeline
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
-from vaswani.metrics import rouge_percent
+from vaswani.evaluation.metrics import rouge_percent
 from vaswani.pipelines import pipeline
 from vaswani.training.checkpoints import write_averaging_record
 
@@ -86,22 +86,14 @@ def test_translation_results_come_from_the_pipeline_with_the_given_decoding(seq2
     assert "weights: the checkpoint as given (no checkpoint averaging recorded in it)" in results["conventions"]
 
 
-def test_a_call_of_the_last_release_records_the_same_results_with_a_warning_per_option(seq2seq, tmp_path, capsys):
+def test_a_local_test_file_is_recorded_under_its_label_or_its_path(seq2seq, tmp_path):
     data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:4]])
     common = ["--model", str(seq2seq), "--task", "translation", "--split", "test_2016_flickr", *DECODING]
-    old = evaluate_model.main([*common, "--dataset", str(data), "--dataset_name", "bentrevett/multi30k",
-                               "--max_examples", "3", "--output_file", str(tmp_path / "old.json")])
-    warnings = [line for line in capsys.readouterr().err.splitlines() if ": warning: " in line]
     new = evaluate_model.main([*common, "--test_file", str(data), "--dataset_label", "bentrevett/multi30k",
                                "--max_eval_samples", "3", "--output_file", str(tmp_path / "new.json")])
-    assert old["dataset"] == new["dataset"] == {
+    assert new["dataset"] == {
         "name": "bentrevett/multi30k", "config": None, "split": "test_2016_flickr",
         "columns": {"source": "en", "target": "de"}, "num_examples": 3}
-    assert old["metrics"] == new["metrics"] and old["decoding"] == new["decoding"]
-    deprecated = "is deprecated (removed in the next release); use"
-    assert warnings == [f"evaluate_model.py: warning: --dataset {deprecated} --validation_file",
-                        f"evaluate_model.py: warning: --dataset_name beside --dataset {deprecated} --dataset_label",
-                        f"evaluate_model.py: warning: --max_examples {deprecated} --max_eval_samples"]
     # without a label the file is named as given; a local file is not a Hub dataset
     unlabelled = evaluate_model.main([*common, "--test_file", str(data), "--output_file", str(tmp_path / "u.json")])
     assert unlabelled["dataset"]["name"] == str(data)
@@ -121,7 +113,7 @@ def test_int8_weights_are_used_and_recorded(seq2seq, tmp_path):
 
 
 def test_translation_decodes_through_the_cpu_decoding_loop_unless_told_not_to(seq2seq, tmp_path, monkeypatch):
-    import vaswani.cpu_decoding as cpu_decoding
+    import vaswani.serving.cpu_decoding as cpu_decoding
 
     searches = []
     search = cpu_decoding.search

@@ -1,7 +1,7 @@
-"""The CTranslate2 export (vaswani.ctranslate2_export, scripts/export_ctranslate2.py): the exported model decodes to
-the tokens of `generate()` in float32, for the shipped en->de model (relative positions) on real sentences and for
-tiny models of every position type and LayerNorm placement; what cannot be exported is refused; the usage example of
-scripts/README.md runs.
+"""The CTranslate2 export (vaswani.serving.ctranslate2_export, scripts/export_ctranslate2.py): the exported model
+decodes to the tokens of `generate()` in float32, for the shipped en->de model (relative positions) on real sentences
+and for tiny models of every position type and LayerNorm placement; what cannot be exported is refused; the usage
+example of scripts/README.md runs.
 
 ctranslate2 is an optional dependency (`pip install 'vaswani-transformer[ctranslate2]'`): without it these tests skip.
 """
@@ -29,8 +29,8 @@ from vaswani import (  # noqa: E402
     VaswaniForSequenceClassification,
     VaswaniTokenizer,
 )
-from vaswani import ctranslate2_export  # noqa: E402
-from vaswani.ctranslate2_export import export_to_ctranslate2  # noqa: E402
+from vaswani.serving import ctranslate2_export  # noqa: E402
+from vaswani.serving.ctranslate2_export import export_to_ctranslate2  # noqa: E402
 
 export_ctranslate2 = load_script("export_ctranslate2")
 

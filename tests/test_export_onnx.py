@@ -1,5 +1,5 @@
-"""The ONNX export (vaswani.onnx_export, scripts/export_onnx.py): onnxruntime's decoding with the encoder graph and the
-decoder graph with a cache gives the tokens of `generate(do_sample=False)`, token for token, greedy (with logits
+"""The ONNX export (vaswani.serving.onnx_export, scripts/export_onnx.py): onnxruntime's decoding with the encoder graph
+and the decoder graph with a cache gives the tokens of `generate(do_sample=False)`, token for token, greedy (with logits
 within 1e-4 of PyTorch's) and beam search with the same settings, for the shipped en->de model (sinusoidal positions,
 post-LayerNorm) on real sentences and for a tiny pre-LayerNorm model with learned positions; what cannot be exported
 is refused.
@@ -28,7 +28,7 @@ pytest.importorskip("onnxscript", reason=f"onnxscript (the dynamo exporter's ONN
 pytest.importorskip("onnxruntime", reason=f"onnxruntime {SKIP_REASON}")
 
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification  # noqa: E402
-from vaswani.onnx_export import OnnxGenerator, export_to_onnx, onnx_greedy_generate  # noqa: E402
+from vaswani.serving.onnx_export import OnnxGenerator, export_to_onnx, onnx_greedy_generate  # noqa: E402
 
 export_onnx = load_script("export_onnx")
 

@@ -1,14 +1,14 @@
-"""vaswani.extractive and scripts/extractive_baseline.py: summaries taken from the document itself, scored with
-ROUGE into a results file that the results table and the model card read like a model's."""
+"""vaswani.evaluation.extractive and scripts/extractive_baseline.py: summaries taken from the document itself, scored
+with ROUGE into a results file that the results table and the model card read like a model's."""
 
 import json
 
 import pytest
 
 from conftest import REPO, SHARED_DATA, load_script, needs_shared_data, write_jsonl
-from vaswani import model_card
-from vaswani.extractive import extract, first_lines, longest_lines
-from vaswani.metrics import rouge_percent
+from vaswani.evaluation.extractive import extract, first_lines, longest_lines
+from vaswani.evaluation.metrics import rouge_percent
+from vaswani.hub import model_card
 
 
 script = load_script("extractive_baseline")

@@ -4,7 +4,7 @@ and errors that name the argument."""
 import pytest
 
 from conftest import load_script, read_jsonl, write_jsonl
-from vaswani.extractive import lead_sentence
+from vaswani.evaluation.extractive import lead_sentence
 
 
 script = load_script("make_pseudo_summaries")

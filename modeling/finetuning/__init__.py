@@ -4,13 +4,13 @@
   and preparing them;
 - `head_loading`: the tokenizer and the model with its task head, and what was new in it;
 - `label_sets`, `token_alignment`: the labels of classification and tagging, and word labels on subword tokens;
-- `run`: the command line, the checkpoint to resume from, and the train -> save -> evaluate sequence.
+- `run`: the command line, the checkpoint to resume from, and the train -> save -> evaluate sequence;
+- `seq2seq`: finetune_seq2seq.py's task: its options, the tokenized pairs and the metrics of generated text.
 
 Everything else is transformers: the scripts build a `Trainer` / `Seq2SeqTrainer` from `TrainingArguments`, so that
 `torchrun` / `accelerate launch`, `--activation_checkpointing`, `--gradient_accumulation_steps`,
 `--resume_from_checkpoint` and the rest work as for any model. The data options are those of transformers' example
-scripts (`--train_file`, `--validation_file`, `--dataset_name`, `--max_train_samples`); the spellings of the last
-release are still read, with a warning (vaswani.cli.OLD_OPTIONS).
+scripts (`--train_file`, `--validation_file`, `--dataset_name`, `--max_train_samples`).
 """
 
 from .head_loading import load_labelled_head, load_tokenizer

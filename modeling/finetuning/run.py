@@ -19,17 +19,15 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from ..cli import (
     FRACTION,
-    OLD_OPTIONS,
     POSITIVE,
     SEED,
     Allowed,
     at_least,
     check_numbers,
-    modern_argv,
     require_folder_or_hub_id,
 )
 from ..data import split_paths
-from ..model_card import ARGUMENTS_FILE
+from ..hub.model_card import ARGUMENTS_FILE
 from ..output_paths import check_output_dir
 from ..safe_loading import check_trainer_checkpoint
 from ..training.preemption import RESUMABLE, StoppedBySignal, StopSignals
@@ -42,19 +40,16 @@ logger = logging.getLogger(__name__)
 RESUME_LATEST = ("last", "latest", "true", "True")
 
 
-def start_run(
-    task_arguments, argv: list[str] | None, training_arguments=TrainingArguments, program: str | None = None
-):
-    """Parse the command line (of the script `program`) into (model, data, task, training) arguments, set up
-    logging, check that the run makes sense and seed everything."""
-    argv = modern_argv(argv, OLD_OPTIONS["fine-tuning"], program)
+def start_run(task_arguments, argv: list[str] | None, training_arguments=TrainingArguments):
+    """Parse the command line into (model, data, task, training) arguments, set up logging, check that the run
+    makes sense and seed everything."""
     parser = HfArgumentParser((ModelArguments, DataArguments, task_arguments, training_arguments))
     model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     check_numbers((model_args, data_args, task_args, training_args), NUMBER_RULES)
-    check_training_length(training_args)
+    _check_training_length(training_args)
     setup_logging(training_args)
     check_run(training_args)
-    check_paths(model_args, data_args, training_args)
+    _check_paths(model_args, data_args, training_args)
     set_seed(training_args.seed)
     return model_args, data_args, task_args, training_args
 
@@ -84,7 +79,7 @@ NUMBER_RULES = {
 }
 
 
-def check_training_length(training_args: TrainingArguments) -> None:
+def _check_training_length(training_args: TrainingArguments) -> None:
     """A training run makes at least one update (the Trainer takes --max_steps 0 as zero updates, and a negative
     --max_steps as "--num_train_epochs decides"), and its warmup is a fraction of the run or a whole number of
     updates within it where --max_steps gives the run's length (else `WarmupWithinRun` checks it at the start)."""
@@ -100,10 +95,10 @@ def check_training_length(training_args: TrainingArguments) -> None:
         raise ValueError(f"--warmup_steps must be a whole number of updates, or a fraction of the run below 1; got "
                          f"{warmup:g}.")
     if training_args.do_train and max_steps >= 1:
-        check_warmup_within(warmup, max_steps, f"--max_steps {max_steps}")
+        _check_warmup_within(warmup, max_steps, f"--max_steps {max_steps}")
 
 
-def check_warmup_within(warmup: float, updates: int, run: str) -> None:
+def _check_warmup_within(warmup: float, updates: int, run: str) -> None:
     """A warmup of whole updates no longer than the run's `updates` (`run` says where that number comes from)."""
     if warmup >= 1 and warmup > updates:
         raise ValueError(f"--warmup_steps {warmup:g} is longer than the run ({updates} updates, from {run}): the "
@@ -116,7 +111,7 @@ class WarmupWithinRun(TrainerCallback):
     Trainer knows it only once it has the data)."""
 
     def on_train_begin(self, args, state, control, **kwargs):
-        check_warmup_within(args.warmup_steps, state.max_steps, f"--num_train_epochs {args.num_train_epochs:g}")
+        _check_warmup_within(args.warmup_steps, state.max_steps, f"--num_train_epochs {args.num_train_epochs:g}")
 
 
 def setup_logging(training_args: TrainingArguments) -> None:
@@ -151,7 +146,7 @@ def check_run(training_args: TrainingArguments) -> None:
         check_trainer_checkpoint(checkpoint)
 
 
-def check_paths(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
+def _check_paths(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
     """The checkpoint and tokenizer folders are there (or are Hub ids), and --output_dir, where the Trainer saves
     the model and its checkpoints and deletes the older ones, stays apart from them and from the data files
     (vaswani.output_paths)."""
@@ -224,7 +219,7 @@ class SaveAndStopOnSignal(TrainerCallback):
         return control
 
 
-def train_or_stop(trainer: Trainer, training_args: TrainingArguments, signals: StopSignals):
+def _train_or_stop(trainer: Trainer, training_args: TrainingArguments, signals: StopSignals):
     """`trainer.train()`, resuming where asked; a stop signal (`signals`) ends it after the update under way, with
     a checkpoint: StoppedBySignal."""
     stopping = SaveAndStopOnSignal(trainer.accelerator, signals)
@@ -276,7 +271,7 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
     return value
 
 
-def save_trained_model(trainer: Trainer, training_args: TrainingArguments, arguments: tuple) -> None:
+def _save_trained_model(trainer: Trainer, training_args: TrainingArguments, arguments: tuple) -> None:
     """The model and tokenizer in --output_dir, the Trainer's state, and arguments.json (see train_and_evaluate)."""
     trainer.save_model()
     trainer.save_state()
@@ -310,8 +305,8 @@ def train_and_evaluate(
     if training_args.do_train:
         # a stop signal is acted on while there is training to lose: after the last update it lets the saves finish
         with StopSignals() as signals:
-            outcome = train_or_stop(trainer, training_args, signals)
-            save_trained_model(trainer, training_args, arguments)
+            outcome = _train_or_stop(trainer, training_args, signals)
+            _save_trained_model(trainer, training_args, arguments)
         metrics = {**outcome.metrics, "num_processes": training_args.world_size}
         trainer.log_metrics("train", metrics)
         trainer.save_metrics("train", metrics)
@@ -323,3 +318,16 @@ def train_and_evaluate(
         results.update(metrics)
     end_process_group()
     return results
+
+
+__all__ = [
+    "KeepGenerationConfig",
+    "argmax_logits",
+    "check_run",
+    "end_process_group",
+    "loss_is_a_batch_mean",
+    "resume_checkpoint",
+    "setup_logging",
+    "start_run",
+    "train_and_evaluate",
+]

@@ -147,3 +147,15 @@ def prepare_splits(training_args: TrainingArguments, splits: Splits, prepare) ->
         train = prepare(splits.train, splits.train_source) if splits.train is not None else None
         evaluation = prepare(splits.evaluation, splits.evaluation_source) if splits.evaluation is not None else None
     return train, evaluation
+
+
+__all__ = [
+    "DataArguments",
+    "Splits",
+    "drop_empty_pairs",
+    "input_length",
+    "load_checked_split",
+    "load_splits",
+    "prepare_splits",
+    "usable_length",
+]

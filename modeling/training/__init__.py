@@ -13,4 +13,6 @@
     reporting       metrics as JSON Lines, the training-curves PNG, the closing summary
     loop            the training loop that puts them together
     errors          why a run stopped, when the user can act on it
+    gpu_suite       the GPU suite of scripts/tools/gpu_suite.py: MFU, the engines engaged, a recipe on a clock
+    gpu_wheels      what a lent GPU machine lacks for the suite, gathered by scripts/tools/gather_gpu_wheels.py
 """

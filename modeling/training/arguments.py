@@ -5,8 +5,6 @@ file (YAML or JSON) and then from the command line, which overrides the file.
 
 The data options are those of transformers' example scripts: `--train_file` / `--validation_file` (local files) or
 `--dataset_name` (a dataset on the Hub, or `synthetic`), `--max_train_samples`, `--config_overrides "key=value,..."`.
-The spellings of the last release are still read, with a warning (vaswani.cli.OLD_OPTIONS), on the command line and
-in config files, and in the options a checkpoint was saved with (so that it resumes).
 
 The training defaults are the paper's recipe (section 5.3 and 5.4): Adam with beta (0.9, 0.98) and eps 1e-9, a
 learning rate that rises linearly for 4,000 warmup updates and then decays with the inverse square root of the
@@ -16,6 +14,7 @@ update number, label smoothing 0.1, dropout 0.1, and batches of about 25,000 sou
 import argparse
 import difflib
 import json
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
@@ -25,7 +24,6 @@ from transformers import HfArgumentParser
 
 from ..cli import (
     FRACTION,
-    OLD_OPTIONS,
     POSITIVE,
     SEED,
     Allowed,
@@ -33,8 +31,6 @@ from ..cli import (
     check_numbers,
     format_config_overrides,
     given_options,
-    modern_argv,
-    modern_options,
     parse_config_overrides,
 )
 
@@ -213,12 +209,6 @@ class TrainArguments:
         metadata={"help": "Threads for CPU math (torch.set_num_threads); unset: PyTorch's default. On a CPU that "
                   "other work shares, 1 can be many times faster."},
     )
-    debug_kill_at_step: int | None = field(
-        default=None, metadata={"help": "Testing only: SIGKILL this process after update N (and its checkpoint)."}
-    )
-    debug_kill_during_save: bool = field(
-        default=False, metadata={"help": "Testing only: with debug_kill_at_step, die halfway through that save."}
-    )
 
 
 ARGUMENT_CLASSES = (TrainDataArguments, TrainModelArguments, TrainArguments)
@@ -233,7 +223,6 @@ CHANGEABLE_ON_RESUME = (
     "eval_num_beams", "eval_length_penalty", "eval_max_new_tokens", "eval_batch_size", "max_eval_samples",
     "best_metric", "early_stopping_patience", "report_to", "cpu_threads", "preprocessing_num_workers",
     "dataloader_num_workers",
-    "debug_kill_at_step", "debug_kill_during_save",
 )
 
 
@@ -242,17 +231,16 @@ OPTIONS_OF_OLDER_CHECKPOINTS = {"torch_compile": False}  # their batches were no
 
 
 def options_changed_on_resume(saved: dict, current: dict) -> list[str]:
-    """`--name saved -> current` for each option fixed by the checkpoint whose value differs. A checkpoint of the last
-    release saved some options under their old names: they are compared under today's."""
-    saved = {**OPTIONS_OF_OLDER_CHECKPOINTS, **modern_options(saved, OLD_OPTIONS[PROGRAM])}
+    """`--name saved -> current` for each option fixed by the checkpoint whose value differs."""
+    saved = {**OPTIONS_OF_OLDER_CHECKPOINTS, **saved}
     return [
         f"--{name} {saved[name]!r} -> {current[name]!r}"
         for name in current
-        if name not in CHANGEABLE_ON_RESUME and name in saved and not same_value(name, saved[name], current[name])
+        if name not in CHANGEABLE_ON_RESUME and name in saved and not _same_value(name, saved[name], current[name])
     ]
 
 
-def same_value(name: str, saved, current) -> bool:
+def _same_value(name: str, saved, current) -> bool:
     """Config overrides are the same when they set the same fields to the same values, however they are written."""
     if name == "config_overrides" and saved is not None and current is not None:
         return parse_config_overrides(saved) == parse_config_overrides(current)
@@ -265,8 +253,7 @@ NUMBER_RULES = {
         ("max_source_length", "max_target_length", "vocab_size", "max_steps", "max_tokens_per_batch",
          "tokens_per_update", "logging_steps", "eval_steps", "save_steps", "keep_checkpoints", "eval_num_beams",
          "eval_max_new_tokens", "eval_batch_size", "warmup_steps", "max_train_samples", "max_eval_samples",
-         "synthetic_train_size", "synthetic_validation_size", "preprocessing_num_workers", "cpu_threads",
-         "debug_kill_at_step"),
+         "synthetic_train_size", "synthetic_validation_size", "preprocessing_num_workers", "cpu_threads"),
         POSITIVE,
     ),
     "max_epochs": at_least(1, meaning="unset: --max_steps alone ends the run"),
@@ -288,7 +275,7 @@ NUMBER_RULES = {
 }
 
 
-def check_arguments(data: TrainDataArguments, model: TrainModelArguments, train: TrainArguments) -> None:
+def _check_arguments(data: TrainDataArguments, model: TrainModelArguments, train: TrainArguments) -> None:
     """Values that parse but make no sense, reported with the option's name, its value and what is allowed: every
     number first (a run that would train no update is among them: --max_steps, --max_epochs and --max_train_samples
     are at least 1), then the options that depend on each other."""
@@ -337,7 +324,6 @@ def load_config_file(path: str) -> dict:
         return {}
     if not isinstance(values, dict):
         raise ValueError(f"--config {path} must hold a mapping of option names to values.")
-    values = modern_options(values, OLD_OPTIONS[PROGRAM], where=path, program=PROGRAM)
     known = {f.name: f for cls in ARGUMENT_CLASSES for f in fields(cls)}
     for key, value in values.items():
         if key not in known:
@@ -352,7 +338,7 @@ def load_config_file(path: str) -> dict:
 def parse_arguments(argv: list[str] | None = None) -> tuple[TrainDataArguments, TrainModelArguments, TrainArguments]:
     """Defaults < values of `--config FILE` < the rest of the command line. Training data named on the command line
     (--train_file or --dataset_name) replace the config's, whichever of the two it names them with."""
-    argv = modern_argv(argv, OLD_OPTIONS[PROGRAM], program=PROGRAM)
+    argv = sys.argv[1:] if argv is None else list(argv)
     config_parser = argparse.ArgumentParser(add_help=False)
     config_parser.add_argument("--config", default=None)
     known, _ = config_parser.parse_known_args(argv)
@@ -367,7 +353,7 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[TrainDataArguments, 
                 values.pop(name, None)
         parser.set_defaults(**values)
     data, model, train, _config = parser.parse_args_into_dataclasses(args=argv)
-    check_arguments(data, model, train)
+    _check_arguments(data, model, train)
     return data, model, train
 
 
@@ -377,3 +363,17 @@ def arguments_as_dict(*arguments) -> dict:
     for group in arguments:
         merged.update(asdict(group))
     return merged
+
+
+__all__ = [
+    "CHANGEABLE_ON_RESUME",
+    "SYNTHETIC_DATASET",
+    "TrainArguments",
+    "TrainDataArguments",
+    "TrainModelArguments",
+    "arguments_as_dict",
+    "best_metric_name",
+    "load_config_file",
+    "options_changed_on_resume",
+    "parse_arguments",
+]

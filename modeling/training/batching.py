@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 
-def bucketed(size: int) -> int:
+def _bucketed(size: int) -> int:
     """`size` rounded up to the next of a geometric series of sizes: multiples of 8 up to 64, then four per doubling
     (80, 96, 112, 128, 160, ...), so that padding adds at most a quarter beyond 64 and every size is a multiple of 8
     (what tensor cores work in)."""
@@ -36,7 +36,7 @@ def bucketed(size: int) -> int:
 
 @dataclass(frozen=True)
 class BatchShapes:
-    """The shapes a compiled model is given: lengths and numbers of pairs from the series of `bucketed`, within the
+    """The shapes a compiled model is given: lengths and numbers of pairs from the series of `_bucketed`, within the
     token budget `max_tokens` (pairs x length, on each side) and the `longest` sequence the model takes (its
     max_position_embeddings)."""
 
@@ -45,15 +45,15 @@ class BatchShapes:
 
     def length(self, length: int) -> int:
         """The padded length of a side whose longest sequence has `length` tokens."""
-        return max(length, min(bucketed(length), self.longest, self.max_tokens))
+        return max(length, min(_bucketed(length), self.longest, self.max_tokens))
 
     def rows(self, rows: int, length: int) -> int:
         """The padded number of pairs of a batch of `rows` pairs padded to `length` tokens: bucketed, but never past
         the budget (a full batch stays as it is)."""
-        return max(rows, min(bucketed(rows), self.max_tokens // length))
+        return max(rows, min(_bucketed(rows), self.max_tokens // length))
 
 
-def pack_by_tokens(order: Sequence[int], source_lengths, target_lengths, max_tokens: int,
+def _pack_by_tokens(order: Sequence[int], source_lengths, target_lengths, max_tokens: int,
                    shapes: BatchShapes | None = None) -> list[list[int]]:
     """Cut `order` (already sorted by length) into consecutive batches whose padded size, the longest source or
     target times the number of pairs, stays within `max_tokens` on each side; with `shapes`, the longest lengths
@@ -115,7 +115,7 @@ class TokenBudgetBatches:
         # stable sorts: by target length, then by source length, so source length is the primary key
         order = order[np.argsort(target_lengths[order], kind="stable")]
         order = order[np.argsort(source_lengths[order], kind="stable")]
-        batches = pack_by_tokens(order, source_lengths, target_lengths, self.max_tokens, self.shapes)
+        batches = _pack_by_tokens(order, source_lengths, target_lengths, self.max_tokens, self.shapes)
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def batches(self, epoch: int) -> list[list[int]]:
@@ -172,7 +172,7 @@ def evaluation_batches(
     (indices, counted) pairs. Every process gets as many batches as the others (a sharded model, under FSDP, needs
     all processes in every forward pass); a process short of one repeats a batch with counted=False."""
     order = np.lexsort((np.asarray(target_lengths), np.asarray(source_lengths)))
-    batches = pack_by_tokens(order, source_lengths, target_lengths, max_tokens)
+    batches = _pack_by_tokens(order, source_lengths, target_lengths, max_tokens)
     mine = [(batch, True) for batch in batches[process_index::num_processes]]
     rounds = -(-len(batches) // num_processes)
     return mine + [(batches[0], False)] * (rounds - len(mine))
@@ -233,9 +233,9 @@ def collate(rows: dict[str, list], pad_token_id: int, shapes: BatchShapes | None
         sources += [[pad_token_id]] * filler
         masks += [[1]] * filler
         targets = targets + [[]] * filler if targets is not None else None
-    batch = {"input_ids": pad(sources, pad_token_id, source_length), "attention_mask": pad(masks, 0, source_length)}
+    batch = {"input_ids": _pad(sources, pad_token_id, source_length), "attention_mask": _pad(masks, 0, source_length)}
     if targets is not None:
-        batch["labels"] = pad(targets, -100, target_length)
+        batch["labels"] = _pad(targets, -100, target_length)
     return batch
 
 
@@ -245,7 +245,20 @@ def token_counts(rows: dict[str, list]) -> tuple[int, int]:
     return sum(map(len, rows["input_ids"])), sum(map(len, rows["labels"]))
 
 
-def pad(sequences: list[list[int]], value: int, length: int | None = None) -> torch.Tensor:
+def _pad(sequences: list[list[int]], value: int, length: int | None = None) -> torch.Tensor:
     """`sequences` right-padded with `value` to `length` (default: the longest)."""
     length = length if length is not None else max(len(sequence) for sequence in sequences)
     return torch.tensor([list(sequence) + [value] * (length - len(sequence)) for sequence in sequences])
+
+
+__all__ = [
+    "BatchShapes",
+    "CollatingDataset",
+    "StreamBatch",
+    "TokenBudgetBatches",
+    "collate",
+    "evaluation_batches",
+    "generation_shards",
+    "share_length",
+    "token_counts",
+]

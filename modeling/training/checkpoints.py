@@ -31,7 +31,6 @@ import pickle
 import random
 import re
 import shutil
-import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,7 +49,7 @@ from accelerate.utils import (
 from accelerate.utils import load as load_weights_only  # torch.load(weights_only=True), numpy's arrays allowed
 from safetensors import SafetensorError, safe_open
 
-from ..model_card import ARGUMENTS_FILE  # the options of the run that wrote the checkpoint
+from ..hub.model_card import ARGUMENTS_FILE  # the options of the run that wrote the checkpoint
 from .errors import CheckpointError
 
 
@@ -86,7 +85,7 @@ def list_checkpoints(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def checkpoint_step(folder: Path) -> int | None:
+def _checkpoint_step(folder: Path) -> int | None:
     """The update count of a checkpoint folder (`step-00009000/`, or its `model/`), None for other folders."""
     for name in (folder.name, folder.parent.name):
         if match := CHECKPOINT_NAME.match(name):
@@ -97,7 +96,7 @@ def checkpoint_step(folder: Path) -> int | None:
 def write_averaging_record(output_dir: Path, folders: list[Path]) -> None:
     """Beside a model that `scripts/average_checkpoints.py` averaged: which checkpoints went into it, so that the
     conventions written next to its scores can say so."""
-    record = {"checkpoints": [str(folder) for folder in folders], "steps": [checkpoint_step(f) for f in folders]}
+    record = {"checkpoints": [str(folder) for folder in folders], "steps": [_checkpoint_step(f) for f in folders]}
     (output_dir / AVERAGING_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
@@ -135,7 +134,7 @@ def checkpoint_problem(folder: Path, progress_problem: Callable[[dict, int | Non
     """Why the run cannot continue exactly from `folder`, in words; None if it can. Reads the JSON records (the
     progress checked field by field with `progress_problem(progress, update)`), the safetensors header and, with
     weights_only=True (no code runs), the schedule and every random state the checkpoint's processes wrote, whose
-    contents are checked too (`random_state_problem`)."""
+    contents are checked too (`_random_state_problem`)."""
     if not (folder / PROGRESS_FILE).is_file():
         if (folder / LEGACY_PROGRESS_FILE).exists():
             return (
@@ -153,7 +152,7 @@ def checkpoint_problem(folder: Path, progress_problem: Callable[[dict, int | Non
     written_by = record.get("num_processes")
     if not is_count(written_by) or written_by == 0:
         return f"{PROGRESS_FILE}: `num_processes` is {describe_value(written_by)}; allowed: an integer, 1 or more"
-    problem = progress_problem(record.get("progress"), checkpoint_step(folder))
+    problem = progress_problem(record.get("progress"), _checkpoint_step(folder))
     if problem is not None:
         return f"{PROGRESS_FILE}: {problem}"
     random_states = [f"random_states_{index}.pkl" for index in range(written_by)]
@@ -171,12 +170,12 @@ def checkpoint_problem(folder: Path, progress_problem: Callable[[dict, int | Non
             content = load_weights_only(folder / name, map_location="cpu")
         except Exception as error:  # an UnpicklingError for anything but tensors and plain containers
             return f"{name} cannot be loaded safely ({describe_load_error(error)})"
-        if name in random_states and (problem := random_state_problem(content)) is not None:
+        if name in random_states and (problem := _random_state_problem(content)) is not None:
             return f"{name} {problem}, so the run would not continue as it would have"
     return None
 
 
-def device_states(kind: str) -> Callable:
+def _device_states(kind: str) -> Callable:
     """A check of the states of one kind of device's generators (`torch.<kind>.get_rng_state_all()`): one tensor per
     device, each like this machine's own."""
     def check(states) -> None:
@@ -192,12 +191,12 @@ def device_states(kind: str) -> Callable:
     return check
 
 
-def check_xla_seed(state) -> None:
+def _check_xla_seed(state) -> None:
     if not is_count(state):
         raise TypeError(f"{describe_value(state)}, not a non-negative integer")
 
 
-def random_state_checks() -> dict[str, tuple[str, Callable]]:
+def _random_state_checks() -> dict[str, tuple[str, Callable]]:
     """What Accelerate's load_state restores from `random_states_<process>.pkl` on this machine, by key: the
     generators of Python, NumPy and PyTorch's CPU, and those of each kind of device the machine has, with a check
     of each. Follows accelerate.checkpointing.load_accelerator_state (accelerate 1.15), which reads the same keys
@@ -213,20 +212,20 @@ def random_state_checks() -> dict[str, tuple[str, Callable]]:
     kinds += [kind for kind, available in (("mlu", is_mlu_available), ("sdaa", is_sdaa_available),
                                            ("musa", is_musa_available)) if available()][:1]  # the first one only
     for kind in kinds:
-        checks[f"torch_{kind}_manual_seed"] = (f"the {kind.upper()} generators", device_states(kind))
+        checks[f"torch_{kind}_manual_seed"] = (f"the {kind.upper()} generators", _device_states(kind))
     if is_torch_xla_available():
-        checks["xm_seed"] = ("the XLA generator", check_xla_seed)
+        checks["xm_seed"] = ("the XLA generator", _check_xla_seed)
     return checks
 
 
-def random_state_problem(states) -> str | None:
+def _random_state_problem(states) -> str | None:
     """Why `states`, one process's random_states_*.pkl as loaded, would not restore every generator; None if it
     would. Accelerate's load_state sets the generators one after the other and, at the first key missing or value
     it cannot set, stops without a word (the log says "Could not load random states" at the info level): the
     generators after it keep the seed's state, and the run's dropout goes another way than the run that wrote it."""
     if not isinstance(states, dict):
         return f"holds a {describe_value(states)}, not the generators' states"
-    for key, (what, check) in random_state_checks().items():
+    for key, (what, check) in _random_state_checks().items():
         if key not in states:
             return f"holds no `{key}` (the state of {what})"
         try:
@@ -299,7 +298,7 @@ def all_processes_succeeded(accelerator, succeeded: bool) -> bool:
     return int(accelerator.reduce(flag, reduction="sum").item()) == 0
 
 
-def fsync_tree(folder: Path) -> None:
+def _fsync_tree(folder: Path) -> None:
     """Push the folder's files to the disk before the rename that publishes them (a kill alone would not lose
     them, a power cut could)."""
     for path in sorted(folder.rglob("*")):
@@ -317,7 +316,7 @@ def fsync_directory(folder: Path) -> None:
         os.close(descriptor)
 
 
-def save_model(accelerator, model, tokenizer, folder: Path) -> None:
+def _save_model(accelerator, model, tokenizer, folder: Path) -> None:
     """`save_pretrained` of the model (gathered from its shards under FSDP or DeepSpeed) and of the tokenizer."""
     state_dict = accelerator.get_state_dict(model)  # every process must call this: it gathers shards
     if accelerator.is_main_process:
@@ -332,7 +331,7 @@ def save_model(accelerator, model, tokenizer, folder: Path) -> None:
 TORCH_WRITE_FAILURES = ("PytorchStreamWriter", "inline_container.cc", "iostream error", "file write failed")
 
 
-def is_write_failure(error: BaseException) -> bool:
+def _is_write_failure(error: BaseException) -> bool:
     """Whether `error` says that a file could not be written (rather than a bug to show with its traceback)."""
     if isinstance(error, (OSError, SafetensorError)):
         return True
@@ -341,7 +340,7 @@ def is_write_failure(error: BaseException) -> bool:
     )
 
 
-def describe_write_error(error: BaseException, folder: Path) -> str:
+def _describe_write_error(error: BaseException, folder: Path) -> str:
     """One line for a failed write into `folder`; torch's own message names no cause, so the space left on that disk
     (before the temporary files go) is added."""
     if isinstance(error, (OSError, SafetensorError)):
@@ -356,11 +355,12 @@ def describe_write_error(error: BaseException, folder: Path) -> str:
 
 def save_checkpoint(
     accelerator, model, tokenizer, root: Path, step: int, keep: int, records: dict[str, dict] | None = None,
-    kill_halfway: bool = False,
+    before_publishing: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write the full checkpoint of update `step` atomically, with `records` (file name -> content) as JSON files;
-    keep the last `keep`. Raises CheckpointError (on every process) if it cannot be written, with the earlier
-    checkpoints left as they were."""
+    keep the last `keep`. `before_publishing` is called with the temporary folder once its files are written, before
+    it is renamed (where the tests kill a save halfway). Raises CheckpointError (on every process) if it cannot be
+    written, with the earlier checkpoints left as they were."""
     final = checkpoint_path(root, step)
     temporary = root / f"{TEMPORARY_PREFIX}{final.name}"
     error = None
@@ -374,19 +374,19 @@ def save_checkpoint(
     if all_processes_succeeded(accelerator, error is None):
         try:
             accelerator.save_state(str(temporary))
-            save_model(accelerator, model, tokenizer, temporary / "model")
+            _save_model(accelerator, model, tokenizer, temporary / "model")
             if accelerator.is_main_process:
                 for name, content in (records or {}).items():
                     (temporary / name).write_text(json.dumps(content, indent=1) + "\n", encoding="utf-8")
         except Exception as caught:  # safetensors and torch report a full disk as errors of their own
-            if not is_write_failure(caught):
+            if not _is_write_failure(caught):
                 raise
             error = caught
-    if kill_halfway:
-        os.kill(os.getpid(), signal.SIGKILL)  # testing only: die with a half-finished save on disk
+    if before_publishing is not None:
+        before_publishing(temporary)
     if all_processes_succeeded(accelerator, error is None) and accelerator.is_main_process:
         try:
-            fsync_tree(temporary)
+            _fsync_tree(temporary)
             if final.exists():  # saved at this step already (a run resumed from its final checkpoint)
                 shutil.rmtree(final)
             temporary.rename(final)
@@ -396,7 +396,7 @@ def save_checkpoint(
         except OSError as caught:
             error = caught
     if not all_processes_succeeded(accelerator, error is None):
-        reason = describe_write_error(error, root) if error is not None else "another process failed to write its part"
+        reason = _describe_write_error(error, root) if error is not None else "another process failed to write its part"
         if accelerator.is_main_process:
             shutil.rmtree(temporary, ignore_errors=True)
         latest = latest_checkpoint(root)
@@ -418,19 +418,19 @@ def publish_model(accelerator, model, tokenizer, final: Path) -> None:
     try:
         if accelerator.is_main_process:
             shutil.rmtree(temporary, ignore_errors=True)
-        save_model(accelerator, model, tokenizer, temporary)
+        _save_model(accelerator, model, tokenizer, temporary)
         if accelerator.is_main_process:
-            fsync_tree(temporary)
+            _fsync_tree(temporary)
             if final.exists():
                 final.rename(retired)
             temporary.rename(final)
             shutil.rmtree(retired, ignore_errors=True)
     except Exception as caught:  # safetensors and torch report a full disk as errors of their own
-        if not is_write_failure(caught):
+        if not _is_write_failure(caught):
             raise
         error = caught
     if not all_processes_succeeded(accelerator, error is None):
-        reason = describe_write_error(error, final.parent) if error else "another process failed to write its part"
+        reason = _describe_write_error(error, final.parent) if error else "another process failed to write its part"
         if accelerator.is_main_process:
             shutil.rmtree(temporary, ignore_errors=True)
             if retired.exists() and not final.exists():
@@ -439,3 +439,26 @@ def publish_model(accelerator, model, tokenizer, final: Path) -> None:
             f"Could not save the model to {final}: {reason}. The previous version there is intact (its temporary "
             "folder is removed). Free disk space or make the folder writable."
         )
+
+
+__all__ = [
+    "AVERAGING_RECORD",
+    "DATA_FILE",
+    "PROGRESS_FILE",
+    "all_processes_succeeded",
+    "checkpoint_path",
+    "checkpoint_problem",
+    "describe_load_error",
+    "describe_value",
+    "fsync_directory",
+    "is_count",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "publish_model",
+    "read_json_record",
+    "remove_leftovers",
+    "resumable_checkpoint",
+    "save_checkpoint",
+    "weights_provenance",
+    "write_averaging_record",
+]

@@ -15,3 +15,11 @@ class TrainingDiverged(TrainingError):
 
 class MetricsWriteError(TrainingError):
     """metrics.jsonl could not be written (a full disk); the lines it held are intact."""
+
+
+__all__ = [
+    "CheckpointError",
+    "MetricsWriteError",
+    "TrainingDiverged",
+    "TrainingError",
+]

@@ -12,17 +12,17 @@ import torch
 from accelerate.utils import DistributedType, broadcast_object_list
 from torch.nn import functional as F
 
-from ..diagnostics import input_independence_warning, output_diversity
-from ..metrics import load_metric, rouge_percent
+from ..evaluation.diagnostics import input_independence_warning, output_diversity
+from ..evaluation.metrics import load_metric, rouge_percent
 from .batching import collate, evaluation_batches, generation_shards
 
 
-def to_device(batch: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
+def _to_device(batch: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
     return {name: tensor.to(device) for name, tensor in batch.items()}
 
 
 @torch.no_grad()
-def validation_loss(accelerator, model, validation, max_tokens: int, pad_token_id: int, label_smoothing: float):
+def _validation_loss(accelerator, model, validation, max_tokens: int, pad_token_id: int, label_smoothing: float):
     """Token-level mean loss with label smoothing (comparable to the training loss), and the plain negative log-
     likelihood with its perplexity, over all validation pairs."""
     model.eval()
@@ -33,7 +33,7 @@ def validation_loss(accelerator, model, validation, max_tokens: int, pad_token_i
     )
     totals = torch.zeros(3, dtype=torch.float64, device=accelerator.device)  # smoothed loss, nll, tokens
     for indices, counted in batches:
-        batch = to_device(collate(pairs[indices], pad_token_id), accelerator.device)
+        batch = _to_device(collate(pairs[indices], pad_token_id), accelerator.device)
         with accelerator.autocast():
             logits = model(**batch).logits
         if not counted:
@@ -58,7 +58,7 @@ def generate_predictions(accelerator, model, tokenizer, validation, batch_size: 
     for indices in generation_shards(
         validation["source_length"], batch_size, accelerator.num_processes, accelerator.process_index
     ):
-        batch = to_device(collate(sources[indices], tokenizer.pad_token_id), accelerator.device)
+        batch = _to_device(collate(sources[indices], tokenizer.pad_token_id), accelerator.device)
         with accelerator.autocast():
             generated = model.generate(**batch, **generate_kwargs)
         generated = accelerator.pad_across_processes(generated, dim=1, pad_index=tokenizer.pad_token_id)
@@ -72,7 +72,7 @@ def generate_predictions(accelerator, model, tokenizer, validation, batch_size: 
     return tokenizer.batch_decode(ordered, skip_special_tokens=True)
 
 
-def score(task: str, predictions: list[str], references: list[str]) -> dict:
+def _score(task: str, predictions: list[str], references: list[str]) -> dict:
     """sacreBLEU (as `bleu`, with `bleu_signature`) for translation; ROUGE-1/2/L/Lsum for summarization."""
     if task == "translation":
         result = load_metric("sacrebleu").compute(predictions=predictions, references=[[r] for r in references])
@@ -97,7 +97,7 @@ def evaluate(
     so does the count of distinct outputs for distinct sources (`distinct_outputs`, `distinct_inputs`), with a
     `warning` when the outputs do not depend on the sources."""
     unwrapped = accelerator.unwrap_model(model)
-    results = validation_loss(accelerator, model, validation, max_tokens, tokenizer.pad_token_id, label_smoothing)
+    results = _validation_loss(accelerator, model, validation, max_tokens, tokenizer.pad_token_id, label_smoothing)
     scored = validation
     if max_eval_samples is not None:
         scored = validation.select(range(min(max_eval_samples, len(validation))))
@@ -111,7 +111,7 @@ def evaluate(
         examples = zip(scored["source_text"][:3], predictions[:3], scored["target_text"][:3])
         diversity = output_diversity(scored["source_text"], predictions)
         scores = [{
-            **score(task, predictions, scored["target_text"]),
+            **_score(task, predictions, scored["target_text"]),
             "distinct_outputs": diversity["distinct_outputs"],
             "distinct_inputs": diversity["distinct_inputs"],
             "samples": list(examples),
@@ -121,3 +121,9 @@ def evaluate(
             scores[0]["warning"] = warning
     broadcast_object_list(scores)
     return {**results, **scores[0]}
+
+
+__all__ = [
+    "evaluate",
+    "generate_predictions",
+]

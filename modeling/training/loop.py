@@ -53,7 +53,7 @@ from .checkpoints import (
     save_checkpoint,
 )
 from .errors import CheckpointError, MetricsWriteError, TrainingDiverged, TrainingError
-from .evaluation import evaluate, to_device
+from .evaluation import evaluate
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 from .ownership import die_with_the_launcher, release_output_dir
 from .preemption import RESUMABLE, STOP_SIGNALS, StoppedBySignal, StopSignals
@@ -108,7 +108,7 @@ class TrainingProgress:
     def problem(cls, state, step: int | None = None) -> str | None:
         """What makes `state` unlike any progress a run writes, in words naming the field, its value and what is
         allowed; None if nothing does. `step` is the update the checkpoint is named for, which `state` must be at.
-        The bounds that the data set (epoch, batch) are `position_problem`'s."""
+        The bounds that the data set (epoch, batch) are `_position_problem`'s."""
         if not isinstance(state, dict):
             return f"`progress` is {describe_value(state)}; allowed: an object of the fields {list(asdict(cls()))}"
         unknown = sorted(set(state) - set(asdict(cls())))
@@ -147,7 +147,7 @@ class TrainingOutcome:
 
 @dataclass
 class Run:
-    """Everything a training run works with, built once by `set_up`."""
+    """Everything a training run works with, built once by `_set_up`."""
 
     data: TrainDataArguments
     model_args: TrainModelArguments
@@ -185,6 +185,22 @@ class Run:
         return self.earlier_seconds + time.perf_counter() - self.started
 
 
+class TrainingHooks:
+    """Where a test reaches into a run: the loop asks `extra_save` after each update whether to save a checkpoint
+    there besides those of --save_steps, and calls `checkpoint_written` inside each save, with the temporary folder,
+    once its files are written and before they are published. These do nothing; the kill -9 tests (tests/training)
+    set `hooks` to a subclass that dies halfway through a save."""
+
+    def extra_save(self, step: int) -> bool:
+        return False
+
+    def checkpoint_written(self, folder: Path) -> None:
+        pass
+
+
+hooks = TrainingHooks()  # the loop looks it up at each call, so a test may replace it before `train`
+
+
 @dataclass
 class LoggingWindow:
     """Sums over the updates since the last log line."""
@@ -208,7 +224,7 @@ def train(data: TrainDataArguments, model_args: TrainModelArguments, args: Train
     `preemption`) during training ends it after the update under way, with a checkpoint: StoppedBySignal."""
     started = time.perf_counter()
     die_with_the_launcher()
-    run = set_up(data, model_args, args)
+    run = _set_up(data, model_args, args)
     try:
         run.started, run.earlier_seconds = started, run.progress.wall_seconds
         # from the first update on, a stop signal is noted and acted on between updates; after the last update it
@@ -217,15 +233,15 @@ def train(data: TrainDataArguments, model_args: TrainModelArguments, args: Train
             bar = tqdm(total=args.max_steps, initial=run.progress.step, desc="training",
                        disable=not run.accelerator.is_main_process)
             try:
-                stopped_because, last_evaluated, last_saved = train_until_done(run, bar, stop)
+                stopped_because, last_evaluated, last_saved = _train_until_done(run, bar, stop)
             finally:
                 bar.close()  # also when an error stops the run, so that its message does not end up on the bar's line
             if last_evaluated != run.progress.step:
-                evaluate_and_keep_best(run)
+                _evaluate_and_keep_best(run)
             if last_saved != run.progress.step:
-                save_full_checkpoint(run)
+                _save_full_checkpoint(run)
             publish_model(run.accelerator, run.model, run.tokenizer, run.output_dir / "last")
-            summary = finish(run, stopped_because)
+            summary = _finish(run, stopped_because)
     except StoppedBySignal:
         # the caller gets no accelerator back: the trackers are flushed and the process group ended here, after a
         # barrier (see vaswani.finetuning.run.end_process_group for why)
@@ -238,7 +254,7 @@ def train(data: TrainDataArguments, model_args: TrainModelArguments, args: Train
     return TrainingOutcome(summary=summary, model=run.accelerator.unwrap_model(run.model), accelerator=run.accelerator)
 
 
-def set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: TrainArguments) -> Run:
+def _set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: TrainArguments) -> Run:
     """Data, tokenizer, model, optimizer and schedule, prepared by Accelerate; the state of the latest checkpoint
     with --resume."""
     output_dir = Path(args.output_dir)
@@ -268,7 +284,7 @@ def set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: Trai
         )
     lock = prepare_output_dir(accelerator, output_dir, args, run_inputs(data, model_args))
     try:
-        return prepare_run(accelerator, lock, data, model_args, args)
+        return _prepare_run(accelerator, lock, data, model_args, args)
     except BaseException:
         if lock is not None:
             release_output_dir(lock)
@@ -279,13 +295,13 @@ def default_mixed_precision(option: str | None, environment=os.environ, gpu_comp
     """The mixed precision of a run: --mixed_precision as given; unset, what `accelerate launch` says (it passes
     its config's or its options' choice as ACCELERATE_MIXED_PRECISION, which Accelerate reads); run without it,
     bf16 where the run trains on a GPU that computes in bf16 (`gpu_computes_bf16()`, by default
-    `cuda_computes_bf16`), else None: Accelerate's default, fp32."""
+    `_cuda_computes_bf16`), else None: Accelerate's default, fp32."""
     if option is not None or "ACCELERATE_MIXED_PRECISION" in environment:
         return option
-    return "bf16" if (gpu_computes_bf16 or cuda_computes_bf16)() else None
+    return "bf16" if (gpu_computes_bf16 or _cuda_computes_bf16)() else None
 
 
-def cuda_computes_bf16() -> bool:
+def _cuda_computes_bf16() -> bool:
     """Whether Accelerate will put the run on a CUDA GPU with bf16 arithmetic (Ampere and later; older GPUs only
     emulate it, slowly)."""
     if parse_flag_from_env("ACCELERATE_USE_CPU") or not torch.cuda.is_available():
@@ -328,7 +344,7 @@ def fit_deepspeed_config(accelerator, accumulation: int) -> None:
     plugin.deepspeed_config["gradient_accumulation_steps"] = accumulation
 
 
-def prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_args: TrainModelArguments,
+def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_args: TrainModelArguments,
                 args: TrainArguments) -> Run:
     output_dir = Path(args.output_dir)
     set_seed(args.seed)
@@ -350,7 +366,7 @@ def prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_a
         args.weight_decay, max_steps=args.max_steps, cooldown_steps=args.cooldown_steps,
         fused=accelerator.device.type == "cuda" and accelerator.distributed_type in UNSHARDED,
     )
-    accumulation = micro_batches_per_update(args, accelerator.num_processes)
+    accumulation = _micro_batches_per_update(args, accelerator.num_processes)
     accelerator.gradient_accumulation_steps = accumulation
     fit_deepspeed_config(accelerator, accumulation)
     shapes = (BatchShapes(args.max_tokens_per_batch, model.config.max_position_embeddings) if args.torch_compile
@@ -366,11 +382,14 @@ def prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_a
     )
     metrics = MetricsLog(output_dir / "metrics.jsonl", enabled=accelerator.is_main_process)
     options = arguments_as_dict(data, model_args, args)
-    run = Run(data, model_args, args, accelerator, model, optimizer, schedule, tokenizer, prepared, batches,
-              accumulation, TrainingProgress(), metrics, best_metric_name(data, args), resegmented, options, lock,
-              fingerprints=fingerprints, update_model=update_model)
+    run = Run(
+        data=data, model_args=model_args, args=args, accelerator=accelerator, model=model, optimizer=optimizer,
+        schedule=schedule, tokenizer=tokenizer, prepared=prepared, batches=batches, accumulation=accumulation,
+        progress=TrainingProgress(), metrics=metrics, score_name=best_metric_name(data, args),
+        resegmented=resegmented, options=options, lock=lock, fingerprints=fingerprints, update_model=update_model,
+    )
     if args.resume:
-        resume(run, peak_learning_rate)
+        _resume(run, peak_learning_rate)
         metrics.drop_after(run.progress.step)
     if accelerator.is_main_process:
         (output_dir / ARGUMENTS_FILE).write_text(json.dumps(options, indent=2))
@@ -404,16 +423,16 @@ def compiled_for_updates(accelerator, model: torch.nn.Module) -> torch.nn.Module
     return torch.compile(model, fullgraph=True, backend=COMPILE_BACKEND)
 
 
-def micro_batches_per_update(args: TrainArguments, num_processes: int) -> int:
+def _micro_batches_per_update(args: TrainArguments, num_processes: int) -> int:
     """Micro-batches each process takes per update, so that an update holds about --tokens_per_update tokens."""
     return max(1, round(args.tokens_per_update / (args.max_tokens_per_batch * num_processes)))
 
 
-def resume(run: Run, peak_learning_rate: float) -> None:
+def _resume(run: Run, peak_learning_rate: float) -> None:
     """Load the newest checkpoint the run can continue from exactly (saying why a newer one cannot), after checking
     that no option the checkpoint fixes was changed, that the data and the tokenizer are those it was trained with,
     and that its place in the data is one the run can reach; then apply the schedule options that may change. A
-    checkpoint of another number of processes continues after the same batches (`continue_elsewhere`)."""
+    checkpoint of another number of processes continues after the same batches (`_continue_elsewhere`)."""
     accelerator, root, progress = run.accelerator, run.output_dir / "checkpoints", run.progress
     folder, skipped = resumable_checkpoint(root, TrainingProgress.problem)
     if folder is None and not skipped:
@@ -438,8 +457,8 @@ def resume(run: Run, peak_learning_rate: float) -> None:
     record = read_json_record(folder / PROGRESS_FILE)  # checked by resumable_checkpoint
     progress.load_state_dict(record["progress"])
     written_by = record["num_processes"]
-    check_same_inputs(accelerator, folder, run.fingerprints, progress)
-    problem = position_problem(progress, written_by, run.batches, micro_batches_per_update(run.args, 1))
+    _check_same_inputs(accelerator, folder, run.fingerprints, progress)
+    problem = _position_problem(progress, written_by, run.batches, _micro_batches_per_update(run.args, 1))
     if problem is not None:
         raise CheckpointError(
             f"--resume: {folder / PROGRESS_FILE}: {problem}. Remove that folder to resume from the one before it, "
@@ -462,10 +481,10 @@ def resume(run: Run, peak_learning_rate: float) -> None:
     # (the value loaded, but for a checkpoint of another number of processes, which made updates of other sizes)
     accelerator.step = progress.step * run.accumulation
     if written_by != accelerator.num_processes:
-        continue_elsewhere(run, written_by)
-        accelerator.print(f"WARNING: {what_differs(run, folder, written_by)}")
+        _continue_elsewhere(run, written_by)
+        accelerator.print(f"WARNING: {_what_differs(run, folder, written_by)}")
     run.batches.continue_epoch(progress.epoch, progress.first_batch)
-    set_peak_learning_rate(run.schedule, peak_learning_rate)
+    _set_peak_learning_rate(run.schedule, peak_learning_rate)
     accelerator.print(f"Resumed from {folder}: update {progress.step}, epoch {progress.epoch}, "
                       f"batch {progress.position}.")
 
@@ -474,7 +493,7 @@ def resume(run: Run, peak_learning_rate: float) -> None:
 SHARDED_ENGINES = (DistributedType.FSDP, DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM)
 
 
-def check_same_inputs(accelerator, folder: Path, fingerprints: dict, progress: TrainingProgress) -> None:
+def _check_same_inputs(accelerator, folder: Path, fingerprints: dict, progress: TrainingProgress) -> None:
     """Refuse to resume on data or a tokenizer other than those the checkpoint was trained with: it would go on at
     its batch of other pairs (or read them with another vocabulary) without a word. A checkpoint of an earlier
     version, without the record, is resumed with a warning."""
@@ -492,7 +511,7 @@ def check_same_inputs(accelerator, folder: Path, fingerprints: dict, progress: T
         )
 
 
-def position_problem(progress: TrainingProgress, written_by: int, batches: TokenBudgetBatches,
+def _position_problem(progress: TrainingProgress, written_by: int, batches: TokenBudgetBatches,
                      most_micro_batches: int) -> str | None:
     """Whether a checkpoint's place in the data is one its run could reach on this data, in words: the epoch no
     later than its updates can get to (each takes at most `most_micro_batches` batches per process, and an epoch
@@ -513,7 +532,7 @@ def position_problem(progress: TrainingProgress, written_by: int, batches: Token
     return None
 
 
-def continue_elsewhere(run: Run, written_by: int) -> None:
+def _continue_elsewhere(run: Run, written_by: int) -> None:
     """Continue the checkpoint of `written_by` processes, just loaded, on this run's processes: after the same
     batches, from the batch of the same epoch that the first of them had not taken. The batches of an epoch are one
     list, whatever the number of processes (`TokenBudgetBatches`), so this is the point after the same pairs, hence
@@ -527,17 +546,17 @@ def continue_elsewhere(run: Run, written_by: int) -> None:
         set_seed(int(seed))
 
 
-def what_differs(run: Run, folder: Path, written_by: int) -> str:
-    """In one line, how a run continued on another number of processes (`continue_elsewhere`) differs from one
+def _what_differs(run: Run, folder: Path, written_by: int) -> str:
+    """In one line, how a run continued on another number of processes (`_continue_elsewhere`) differs from one
     continued on as many as wrote the checkpoint."""
     progress, processes = run.progress, run.accelerator.num_processes
     epoch_batches = run.batches.all_batches(progress.epoch)
     pairs = sum(len(batch) for batch in epoch_batches[: progress.first_batch])
-    states = f"random states: {named_processes(0, min(processes, written_by))} restored"
+    states = f"random states: {_named_processes(0, min(processes, written_by))} restored"
     if processes < written_by:
-        states += f", those of {named_processes(processes, written_by)} not used"
+        states += f", those of {_named_processes(processes, written_by)} not used"
     else:
-        states += f", {named_processes(written_by, processes)} seeded anew (from --seed and the update)"
+        states += f", {_named_processes(written_by, processes)} seeded anew (from --seed and the update)"
     return (
         f"{folder} was written by {written_by} process(es) and this run has {processes}: it goes on after the same "
         f"pairs, from batch {progress.first_batch} of the {len(epoch_batches)} of epoch {progress.epoch} (the "
@@ -548,11 +567,11 @@ def what_differs(run: Run, folder: Path, written_by: int) -> str:
     )
 
 
-def named_processes(first: int, stop: int) -> str:
+def _named_processes(first: int, stop: int) -> str:
     return f"process {first}" if stop - first == 1 else f"processes {first}-{stop - 1}"
 
 
-def set_peak_learning_rate(schedule, peak_learning_rate: float) -> None:
+def _set_peak_learning_rate(schedule, peak_learning_rate: float) -> None:
     """Make the schedule follow this run's options after a resume: the checkpoint restores the peak it was saved
     with (LambdaLR's base_lrs), while warmup, cooldown and max_steps come from the schedule's function, built from
     the options given now. Without changed options this sets what was loaded."""
@@ -564,7 +583,7 @@ def set_peak_learning_rate(schedule, peak_learning_rate: float) -> None:
     scheduler._last_lr = rates
 
 
-def train_until_done(run: Run, bar, stop: StopSignals | None = None) -> tuple[str, int | None, int | None]:
+def _train_until_done(run: Run, bar, stop: StopSignals | None = None) -> tuple[str, int | None, int | None]:
     """Updates until max_steps, max_epochs or early stopping; logs, evaluates and saves on the way. Returns why it
     stopped, and the last update evaluated and saved. When any process received a stop signal (`stop`), every
     process stops after the same update, saves a checkpoint of it and raises StoppedBySignal."""
@@ -604,24 +623,21 @@ def train_until_done(run: Run, bar, stop: StopSignals | None = None) -> tuple[st
                 "tokens": progress.tokens,
                 **({"grad_norm": grad_norm} if grad_norm is not None else {}),
             }
-            log_metrics(run, record)
+            _log_metrics(run, record)
             accelerator.log(record, step=progress.step)
             window = LoggingWindow()
 
         if progress.step % args.eval_steps == 0:
-            evaluate_and_keep_best(run)
+            _evaluate_and_keep_best(run)
             last_evaluated = progress.step
-        kill_now = args.debug_kill_at_step == progress.step
-        if progress.step % args.save_steps == 0 or (kill_now and args.debug_kill_during_save):
-            save_full_checkpoint(run, kill_halfway=kill_now and args.debug_kill_during_save)
+        if progress.step % args.save_steps == 0 or hooks.extra_save(progress.step):
+            _save_full_checkpoint(run)
             last_saved = progress.step
-        if kill_now:
-            os.kill(os.getpid(), signal.SIGKILL)  # testing only: a hard kill, as a preempted job gets
         patience = args.early_stopping_patience
         if patience is not None and progress.evaluations_without_improvement >= patience:
             return f"no better {run.score_name} in {patience} evaluations (early stopping)", last_evaluated, last_saved
         if stop is not None and stop.agreed:
-            stop_with_a_checkpoint(run, stop, saved=last_saved == progress.step)
+            _stop_with_a_checkpoint(run, stop, saved=last_saved == progress.step)
     return f"reached max_steps={args.max_steps}", last_evaluated, last_saved
 
 
@@ -638,14 +654,14 @@ def training_batches(run: Run) -> Iterator[StreamBatch]:
     dataset = CollatingDataset(run.prepared.train.select_columns(["input_ids", "labels"]),
                                run.tokenizer.pad_token_id, run.batches.shapes)
     loader = DataLoader(
-        dataset, batch_size=None, sampler=batch_keys(run, progress.epoch, progress.position), num_workers=workers,
-        pin_memory=device.type == "cuda", worker_init_fn=ignore_stop_signals,
+        dataset, batch_size=None, sampler=_batch_keys(run, progress.epoch, progress.position), num_workers=workers,
+        pin_memory=device.type == "cuda", worker_init_fn=_ignore_stop_signals,
         generator=torch.Generator(),  # the workers' seeds, drawn from this one rather than from the run's random state
     )
     return iter(loader)
 
 
-def batch_keys(run: Run, epoch: int, position: int) -> Iterator[tuple]:
+def _batch_keys(run: Run, epoch: int, position: int) -> Iterator[tuple]:
     """The stream's batches from (`epoch`, `position`) on, as CollatingDataset's keys: each with the place of the
     batch after it (read while the stream is in its epoch) and its pairs (under BPE-dropout, segmented here)."""
     for epoch, position, indices in run.batches.stream(epoch, position):
@@ -653,7 +669,7 @@ def batch_keys(run: Run, epoch: int, position: int) -> Iterator[tuple]:
         yield epoch, position, following, run.resegmented.rows(epoch, indices) if run.resegmented else indices
 
 
-def ignore_stop_signals(worker_id: int) -> None:
+def _ignore_stop_signals(worker_id: int) -> None:
     """A DataLoader worker leaves the stop signals to the training process, which finishes its update and saves
     (`preemption`): a job's SIGTERM reaches every process of its group, and a worker that died of it would stop
     the training process with an error first."""
@@ -661,10 +677,10 @@ def ignore_stop_signals(worker_id: int) -> None:
         signal.signal(number, signal.SIG_IGN)
 
 
-def stop_with_a_checkpoint(run: Run, stop: StopSignals, saved: bool) -> None:
+def _stop_with_a_checkpoint(run: Run, stop: StopSignals, saved: bool) -> None:
     """End the run on a stop signal, after the checkpoint of its last update (unless it was just saved)."""
     if not saved:
-        save_full_checkpoint(run)
+        _save_full_checkpoint(run)
     folder = checkpoint_path(run.output_dir / "checkpoints", run.progress.step)
     raise StoppedBySignal(
         f"stopped by {stop.describe()} after update {run.progress.step}: its checkpoint {folder} holds the run so "
@@ -672,7 +688,7 @@ def stop_with_a_checkpoint(run: Run, stop: StopSignals, saved: bool) -> None:
     )
 
 
-def log_metrics(run: Run, record: dict) -> None:
+def _log_metrics(run: Run, record: dict) -> None:
     """Append `record` to metrics.jsonl (the main process writes it). A write that fails (a full disk) leaves the
     file as it was and stops every process here together, after a checkpoint of this update if one can still be
     written; the message says what was kept."""
@@ -685,7 +701,7 @@ def log_metrics(run: Run, record: dict) -> None:
         return
     failure = failure or f"The main process could not write to {run.metrics.path}."
     try:
-        save_full_checkpoint(run)
+        _save_full_checkpoint(run)
         kept = f"Saved the checkpoint of update {run.progress.step} all the same"
     except CheckpointError:
         latest = latest_checkpoint(run.output_dir / "checkpoints")
@@ -694,7 +710,7 @@ def log_metrics(run: Run, record: dict) -> None:
     raise MetricsWriteError(f"{failure} {kept}. Free disk space, then continue with --resume.")
 
 
-def evaluate_and_keep_best(run: Run) -> dict:
+def _evaluate_and_keep_best(run: Run) -> dict:
     """Evaluate, log, and publish the model as `best/` when it scores better than every earlier evaluation."""
     progress, accelerator = run.progress, run.accelerator
     results = evaluate(
@@ -714,7 +730,7 @@ def evaluate_and_keep_best(run: Run) -> dict:
     else:
         progress.evaluations_without_improvement += 1
     record = {"step": progress.step, **{k: v for k, v in results.items() if k not in ("samples", "warning")}}
-    log_metrics(run, record)
+    _log_metrics(run, record)
     accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=progress.step)
     if accelerator.is_main_process:
         source, output, reference = results["samples"][0]
@@ -742,11 +758,11 @@ def run_update(accelerator, model, optimizer, schedule, micro_batches, args, pro
     `stop`, each process's stop-signal flag too: `stop.agreed` then says whether any process received one). A loss
     or gradient that is not finite stops the run there, before anything of this update is saved."""
     if token_counts is None:
-        token_counts = [host_token_counts(batch) for batch in micro_batches]
+        token_counts = [_host_token_counts(batch) for batch in micro_batches]
     device, processes = accelerator.device, accelerator.num_processes
     local_tokens = [sum(counts) for counts in zip(*token_counts)]  # source, target
     # every process's counts, summed on the device (the weights below divide by them there; read after the step)
-    all_tokens = (accelerator.reduce(device_values(local_tokens, device), reduction="sum") if processes > 1
+    all_tokens = (accelerator.reduce(_device_values(local_tokens, device), reduction="sum") if processes > 1
                   else local_tokens)
     loss_sum = torch.zeros((), device=device)
     norm = None
@@ -764,18 +780,18 @@ def run_update(accelerator, model, optimizer, schedule, micro_batches, args, pro
                 optimizer.step()
                 schedule.step()
                 optimizer.zero_grad(set_to_none=True)
-    check = update_check(accelerator, loss_sum, all_tokens, norm, model.parameters(), stop)
+    check = _update_check(accelerator, loss_sum, all_tokens, norm, model.parameters(), stop)
     if not math.isfinite(check.loss):
-        raise diverged(f"the loss is {check.loss}", progress, args, accelerator)
+        raise _diverged(f"the loss is {check.loss}", progress, args, accelerator)
     # fp16 overflows are the gradient scaler's business: it skipped that step and lowered its scale
     if check.grad_norm is not None and not math.isfinite(check.grad_norm) and accelerator.mixed_precision != "fp16":
-        raise diverged(f"the gradient norm is {check.grad_norm}", progress, args, accelerator)
+        raise _diverged(f"the gradient norm is {check.grad_norm}", progress, args, accelerator)
     if not check.weights_finite:
-        raise diverged("the update made weights inf or nan", progress, args, accelerator, applied=True)
+        raise _diverged("the update made weights inf or nan", progress, args, accelerator, applied=True)
     return check.loss, check.tokens, check.grad_norm
 
 
-def host_token_counts(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
+def _host_token_counts(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
     """A micro-batch's (source, target) tokens, counted on its host tensors (before they go to the device): the
     attended source positions and the labels that are not -100."""
     if batch["labels"].device.type != "cpu":
@@ -784,7 +800,7 @@ def host_token_counts(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
     return int(batch["attention_mask"].sum()), int((batch["labels"] != -100).sum())
 
 
-def device_values(values, device, dtype=None) -> torch.Tensor:
+def _device_values(values, device, dtype=None) -> torch.Tensor:
     """A small tensor of host numbers on `device`, copied without making the host wait (torch.tensor(values,
     device=...) waits for the copy)."""
     host = torch.tensor(values, dtype=dtype)
@@ -803,20 +819,20 @@ class UpdateCheck:
     weights_finite: bool  # on every process
 
 
-def update_check(accelerator, loss_sum: torch.Tensor, all_tokens, norm, parameters,
+def _update_check(accelerator, loss_sum: torch.Tensor, all_tokens, norm, parameters,
                  stop: StopSignals | None) -> UpdateCheck:
     """Sum the update's loss, its new weights' non-finite flag and the stop flags over the processes in one
     reduction, and read them with the token counts and the gradient norm in one transfer to the host."""
     device = accelerator.device
     summed = torch.stack([
-        loss_sum.float(), non_finite_flag(parameters, device), stop_flag(stop, device)
+        loss_sum.float(), non_finite_flag(parameters, device), _stop_flag(stop, device)
     ])
     summed = accelerator.reduce(summed, reduction="sum")
     read = [summed.double() if device.type != "mps" else summed]
     if torch.is_tensor(all_tokens):
         read.append(all_tokens.to(read[0].dtype))
     if torch.is_tensor(norm):
-        read.append(plain_tensor(norm).detach().reshape(1).to(read[0].dtype))
+        read.append(_plain_tensor(norm).detach().reshape(1).to(read[0].dtype))
     values = torch.cat(read).tolist()  # the one synchronization of the update
     loss_total, broken, stopping = values[:3]
     source_tokens, target_tokens = values[3:5] if torch.is_tensor(all_tokens) else all_tokens
@@ -827,13 +843,13 @@ def update_check(accelerator, loss_sum: torch.Tensor, all_tokens, norm, paramete
                        grad_norm=grad_norm, weights_finite=broken == 0)
 
 
-def plain_tensor(tensor: torch.Tensor) -> torch.Tensor:
+def _plain_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """A DTensor (FSDP2's sharded parameters and the norms computed from them) as the whole tensor; others as they
     are."""
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-def stop_flag(stop: StopSignals | None, device) -> torch.Tensor:
+def _stop_flag(stop: StopSignals | None, device) -> torch.Tensor:
     """This process's stop-signal flag as a device scalar, made on the device (a fill, no copy from the host)."""
     return torch.full((), stop.flag() if stop is not None else 0.0, device=device)
 
@@ -862,7 +878,7 @@ def all_finite(accelerator, tensors, stop: StopSignals | None = None) -> bool:
     With `stop`, the same reduction carries each process's stop-signal flag, and `stop.agreed` says whether any
     process had received one."""
     device = accelerator.device
-    totals = accelerator.reduce(torch.stack([non_finite_flag(tensors, device), stop_flag(stop, device)]),
+    totals = accelerator.reduce(torch.stack([non_finite_flag(tensors, device), _stop_flag(stop, device)]),
                                 reduction="sum")
     broken_total, stop_total = totals.tolist()
     if stop is not None:
@@ -870,11 +886,11 @@ def all_finite(accelerator, tensors, stop: StopSignals | None = None) -> bool:
     return broken_total == 0
 
 
-def optimizer_tensors(optimizer):
+def _optimizer_tensors(optimizer):
     return [value for state in optimizer.state.values() for value in state.values() if torch.is_tensor(value)]
 
 
-def diverged(what: str, progress: TrainingProgress, args: TrainArguments, accelerator,
+def _diverged(what: str, progress: TrainingProgress, args: TrainArguments, accelerator,
              applied: bool = False, update: int | None = None) -> TrainingDiverged:
     """The error for a run that stopped being finite at update `progress.step + 1`. When the loss or the gradient of
     that update is not finite, a checkpoint of the update just before holds the weights that gave it: it is set
@@ -903,10 +919,10 @@ def diverged(what: str, progress: TrainingProgress, args: TrainArguments, accele
     )
 
 
-def save_full_checkpoint(run: Run, kill_halfway: bool = False) -> None:
+def _save_full_checkpoint(run: Run) -> None:
     """The run's full state at its current update, with the wall time so far (for the summary after a resume)."""
-    if not all_finite(run.accelerator, [*run.model.parameters(), *optimizer_tensors(run.optimizer.optimizer)]):
-        raise diverged("the weights or the optimizer state hold inf or nan", run.progress, run.args, run.accelerator,
+    if not all_finite(run.accelerator, [*run.model.parameters(), *_optimizer_tensors(run.optimizer.optimizer)]):
+        raise _diverged("the weights or the optimizer state hold inf or nan", run.progress, run.args, run.accelerator,
                        applied=True, update=run.progress.step)
     run.progress.wall_seconds = run.wall_seconds()
     run.progress.first_batch = run.batches.first_batch(run.progress.epoch)
@@ -916,16 +932,16 @@ def save_full_checkpoint(run: Run, kill_halfway: bool = False) -> None:
         DATA_FILE: run.fingerprints,
     }
     save_checkpoint(run.accelerator, run.model, run.tokenizer, run.output_dir / "checkpoints", run.progress.step,
-                    run.args.keep_checkpoints, records=records, kill_halfway=kill_halfway)
+                    run.args.keep_checkpoints, records=records, before_publishing=hooks.checkpoint_written)
 
 
-def peak_memory_mib(device: torch.device) -> float | None:
+def _peak_memory_mib(device: torch.device) -> float | None:
     """The most GPU memory this process's tensors held at once (the CUDA allocator's high-water mark), in MiB; None
     off a GPU, where PyTorch keeps no such mark."""
     return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
 
 
-def finish(run: Run, stopped_because: str) -> dict:
+def _finish(run: Run, stopped_because: str) -> dict:
     accelerator, progress, output_dir = run.accelerator, run.progress, run.output_dir
     summary = {
         "stopped_because": stopped_because,
@@ -937,7 +953,7 @@ def finish(run: Run, stopped_because: str) -> dict:
         "num_processes": accelerator.num_processes,
         "mixed_precision": accelerator.mixed_precision,
         "distributed_type": accelerator.distributed_type.value,  # what Accelerate set up: NO, MULTI_GPU, FSDP, ...
-        "peak_memory_mib": peak_memory_mib(accelerator.device),
+        "peak_memory_mib": _peak_memory_mib(accelerator.device),
         "best_metric": run.score_name,
         "best_score": progress.best_score,
         "best_step": progress.best_step,
@@ -960,3 +976,21 @@ def finish(run: Run, stopped_because: str) -> dict:
     for tracker in accelerator.trackers:
         tracker.finish()  # flushed and closed; the process group stays for the caller (see scripts/train.py)
     return summary
+
+
+__all__ = [
+    "COMPILE_BACKEND",
+    "TrainingHooks",
+    "TrainingProgress",
+    "all_finite",
+    "check_engine",
+    "compiled_for_updates",
+    "default_mixed_precision",
+    "fit_deepspeed_config",
+    "hooks",
+    "installed",
+    "non_finite_flag",
+    "run_update",
+    "train",
+    "training_batches",
+]

@@ -25,13 +25,13 @@ def paper_peak_learning_rate(d_model: int, warmup_steps: int) -> float:
     return d_model**-0.5 * warmup_steps**-0.5
 
 
-def inverse_square_root_factor(step: int, warmup_steps: int) -> float:
+def _inverse_square_root_factor(step: int, warmup_steps: int) -> float:
     """The schedule divided by its peak, for update number `step` (counted from 1): step / warmup while warming
     up, then sqrt(warmup / step)."""
     return min(step / warmup_steps, (warmup_steps / step) ** 0.5)
 
 
-def cooldown_factor(step: int, max_steps: int, cooldown_steps: int) -> float:
+def _cooldown_factor(step: int, max_steps: int, cooldown_steps: int) -> float:
     """1 until the last `cooldown_steps` updates, then linearly down: (max_steps - step + 1) / (cooldown_steps + 1),
     so the last update (step == max_steps) still moves the weights and the next one would have a rate of zero."""
     if cooldown_steps <= 0:
@@ -73,7 +73,14 @@ def build_optimizer_and_schedule(
 
     def factor(count: int) -> float:
         step = count + 1
-        return inverse_square_root_factor(step, warmup_steps) * cooldown_factor(step, max_steps, cooldown_steps)
+        return _inverse_square_root_factor(step, warmup_steps) * _cooldown_factor(step, max_steps, cooldown_steps)
 
     schedule = LambdaLR(optimizer, factor)
     return optimizer, schedule
+
+
+__all__ = [
+    "build_optimizer_and_schedule",
+    "paper_peak_learning_rate",
+    "trains_on_cuda",
+]

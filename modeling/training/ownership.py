@@ -36,33 +36,33 @@ def take_output_dir(output_dir: Path) -> tuple[int, str | None]:
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = describe(read_holder(descriptor))
+        holder = _describe(_read_holder(descriptor))
         os.close(descriptor)
         raise TrainingError(
             f"--output_dir {output_dir} is in use by another run: {holder} (lock {path}). Two runs in one folder "
             "would overwrite each other's checkpoints and logs. Wait for it to end or stop it, or choose another "
             "--output_dir."
         ) from None
-    previous = read_holder(descriptor)
+    previous = _read_holder(descriptor)
     note = None
     if previous.get("pid") and not previous.get("released"):
-        note = f"the previous run in {output_dir} ({describe(previous)}) ended without releasing its lock (killed?)"
+        note = f"the previous run in {output_dir} ({_describe(previous)}) ended without releasing its lock (killed?)"
     record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "command": " ".join(sys.argv)[:500]}
-    write_holder(descriptor, record)
+    _write_holder(descriptor, record)
     return descriptor, note
 
 
 def release_output_dir(descriptor: int) -> None:
     """Mark the lock released (for the next run's message) and let it go."""
     try:
-        record = read_holder(descriptor)
-        write_holder(descriptor, {**record, "released": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        record = _read_holder(descriptor)
+        _write_holder(descriptor, {**record, "released": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     finally:
         os.close(descriptor)  # closing the descriptor releases the flock
 
 
-def read_holder(descriptor: int) -> dict:
+def _read_holder(descriptor: int) -> dict:
     os.lseek(descriptor, 0, os.SEEK_SET)
     text = os.read(descriptor, 65536).decode("utf-8", errors="replace")
     try:
@@ -72,14 +72,14 @@ def read_holder(descriptor: int) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def write_holder(descriptor: int, record: dict) -> None:
+def _write_holder(descriptor: int, record: dict) -> None:
     os.ftruncate(descriptor, 0)
     os.lseek(descriptor, 0, os.SEEK_SET)
     os.write(descriptor, (json.dumps(record) + "\n").encode("utf-8"))
     os.fsync(descriptor)
 
 
-def describe(record: dict) -> str:
+def _describe(record: dict) -> str:
     if not record.get("pid"):
         return "a process that did not say who it is"
     return (f"process {record['pid']} on {record.get('host', '?')}, started {record.get('started', '?')}"
@@ -98,3 +98,10 @@ def die_with_the_launcher() -> bool:
     if os.getppid() == 1:  # the launcher died before the request was in place
         os.kill(os.getpid(), signal.SIGKILL)
     return True
+
+
+__all__ = [
+    "die_with_the_launcher",
+    "release_output_dir",
+    "take_output_dir",
+]

@@ -80,3 +80,12 @@ class StopSignals:
     def describe(self) -> str:
         """The signal, in words, for the message: another process's when this one received none."""
         return self.received.name if self.received else "a stop signal to another process of the run"
+
+
+__all__ = [
+    "EXIT_RESUMABLE",
+    "RESUMABLE",
+    "STOP_SIGNALS",
+    "StopSignals",
+    "StoppedBySignal",
+]

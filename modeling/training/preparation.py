@@ -52,7 +52,7 @@ def prepare_output_dir(
                         "--resume, start over with --overwrite_output_dir, or choose another folder."
                     )
                 for name in previous:
-                    remove_run_file(output_dir / name)
+                    _remove_run_file(output_dir / name)
             try:
                 probe = output_dir / ".write-test"
                 probe.write_bytes(b"ok")
@@ -77,7 +77,7 @@ def run_inputs(data: TrainDataArguments, model_args: TrainModelArguments) -> Inp
     }
 
 
-def remove_run_file(path: Path) -> None:
+def _remove_run_file(path: Path) -> None:
     """Delete what an earlier run wrote under one of RUN_FILES. A symbolic link there (`best` -> a published copy)
     is removed itself, never followed: what it points to was never this run's to delete."""
     if path.is_dir() and not path.is_symlink():
@@ -150,3 +150,12 @@ def generation_settings(args: TrainArguments) -> dict:
     if args.eval_num_beams > 1:  # transformers refuses a length penalty that greedy decoding would ignore
         settings["length_penalty"] = args.eval_length_penalty
     return settings
+
+
+__all__ = [
+    "build_model",
+    "generation_settings",
+    "obtain_tokenizer",
+    "prepare_output_dir",
+    "run_inputs",
+]

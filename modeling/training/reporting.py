@@ -30,7 +30,7 @@ class MetricsLog:
         try:
             length = os.fstat(descriptor).st_size
             try:
-                write_all(descriptor, line)
+                _write_all(descriptor, line)
             except OSError as error:
                 os.ftruncate(descriptor, length)  # shrinking needs no space
                 raise self.write_error(record, error) from None
@@ -85,7 +85,7 @@ class MetricsLog:
                 ) from None
 
 
-def write_all(descriptor: int, data: bytes) -> None:
+def _write_all(descriptor: int, data: bytes) -> None:
     """os.write until all of `data` is written (a write to a filling disk can be short before it fails)."""
     view = memoryview(data)
     while view:
@@ -143,3 +143,11 @@ def format_summary(summary: dict) -> str:
             f"  metrics: {summary['metrics_file']}  curves: {summary['curves_file']}",
         ]
     )
+
+
+__all__ = [
+    "MetricsLog",
+    "format_duration",
+    "format_summary",
+    "plot_training_curves",
+]

@@ -66,7 +66,7 @@ def load_raw_splits(data: TrainDataArguments, output_dir: Path, seed: int) -> tu
     """The training and validation splits as they come, before tokenization. Training: --train_file or
     --dataset_name (the synthetic task by default); validation: --validation_file, else the Hub dataset's
     --validation_split, else a few pairs held out of the training file."""
-    source, validation = training_source(data), data.validation_file
+    source, validation = _training_source(data), data.validation_file
     if source == SYNTHETIC_DATASET:
         paths = write_synthetic_translation(
             output_dir / "data", data.synthetic_train_size, data.synthetic_validation_size, seed=seed
@@ -75,12 +75,12 @@ def load_raw_splits(data: TrainDataArguments, output_dir: Path, seed: int) -> tu
     elif validation is not None:
         check_files_exist(validation, "--validation_file")
 
-    train = flat_columns(load_split(source, data.train_split, data.dataset_config_name), data, source)
-    check_columns(train, data, source)
+    train = _flat_columns(load_split(source, data.train_split, data.dataset_config_name), data, source)
+    _check_columns(train, data, source)
     if validation is not None:
-        valid = flat_columns(load_split(validation, data.validation_split, data.dataset_config_name), data, validation)
+        valid = _flat_columns(load_split(validation, data.validation_split, data.dataset_config_name), data, validation)
     elif data.train_file is None:
-        valid = flat_columns(load_split(source, data.validation_split, data.dataset_config_name), data, source)
+        valid = _flat_columns(load_split(source, data.validation_split, data.dataset_config_name), data, source)
     else:
         # a local training file alone: hold out a few of its pairs, the same ones for a given seed
         held_out = max(1, min(HELD_OUT_MAX, int(len(train) * HELD_OUT_FRACTION)))
@@ -88,21 +88,21 @@ def load_raw_splits(data: TrainDataArguments, output_dir: Path, seed: int) -> tu
             raise ValueError(f"{source} has {len(train)} row(s): too few to train on and hold out a validation set.")
         split = train.train_test_split(test_size=held_out, seed=seed)
         train, valid = split["train"], split["test"]
-    check_columns(valid, data, validation or source)
+    _check_columns(valid, data, validation or source)
 
     if data.max_train_samples is not None:
         train = train.select(range(min(data.max_train_samples, len(train))))
     return train, valid
 
 
-def training_source(data: TrainDataArguments) -> str:
+def _training_source(data: TrainDataArguments) -> str:
     """--train_file or --dataset_name, checked (vaswani.data.data_source); `synthetic` is no Hub dataset."""
     if data.dataset_name == SYNTHETIC_DATASET and data.train_file is None:
         return SYNTHETIC_DATASET
     return data_source(data.train_file, data.dataset_name, "--train_file", needed_by="Training")
 
 
-def flat_columns(split: datasets.Dataset, data: TrainDataArguments, where: str) -> datasets.Dataset:
+def _flat_columns(split: datasets.Dataset, data: TrainDataArguments, where: str) -> datasets.Dataset:
     """The split with --source_column and --target_column, read from its `translation` dicts where it is in
     transformers' translation format (the keys --source_lang/--target_lang, else the column names)."""
     keys = {column: lang or column for column, lang in ((data.source_column, data.source_lang),
@@ -110,7 +110,7 @@ def flat_columns(split: datasets.Dataset, data: TrainDataArguments, where: str) 
     return unnest_translation(split, keys, where=where)
 
 
-def check_columns(split: datasets.Dataset, data: TrainDataArguments, where: str) -> None:
+def _check_columns(split: datasets.Dataset, data: TrainDataArguments, where: str) -> None:
     """The split has rows and both columns, and their values are text (a null counts as an empty pair)."""
     if len(split) == 0:
         raise ValueError(f"The dataset {where} is empty: it holds no rows to train or validate on.")
@@ -118,12 +118,12 @@ def check_columns(split: datasets.Dataset, data: TrainDataArguments, where: str)
     require_text(split, [data.source_column, data.target_column], where=where)
 
 
-def column_values(batch: dict, column: str) -> list:
+def _column_values(batch: dict, column: str) -> list:
     """The values of `column` in a batch; `translation.en` reads key `en` of the dict column `translation`."""
     return list(dotted_values(batch[column.partition(".")[0]], column))
 
 
-def tokenize_pairs(
+def _tokenize_pairs(
     batch: dict,
     tokenizer,
     source_column: str,
@@ -136,8 +136,8 @@ def tokenize_pairs(
 
     Without truncation the full lengths are kept, so that the filter after this step can count what is too long.
     """
-    sources = [text if isinstance(text, str) else "" for text in column_values(batch, source_column)]
-    targets = [text if isinstance(text, str) else "" for text in column_values(batch, target_column)]
+    sources = [text if isinstance(text, str) else "" for text in _column_values(batch, source_column)]
+    targets = [text if isinstance(text, str) else "" for text in _column_values(batch, target_column)]
     # (transformers 5 truncates whenever max_length is given, so it is given only when truncating)
     full_source = tokenizer(sources)["input_ids"]
     full_target = tokenizer(text_target=targets)["input_ids"]
@@ -159,12 +159,12 @@ def tokenize_pairs(
     }
 
 
-def tokenize_split(
+def _tokenize_split(
     raw: datasets.Dataset, tokenizer, data: TrainDataArguments, name: str, keep_text: bool
 ) -> tuple[datasets.Dataset, SplitReport]:
     truncate = data.too_long == "truncate"
     tokenized = raw.map(
-        tokenize_pairs,
+        _tokenize_pairs,
         batched=True,
         remove_columns=raw.column_names,
         num_proc=data.preprocessing_num_workers,
@@ -200,8 +200,8 @@ def prepare_data(
     train_raw: datasets.Dataset, validation_raw: datasets.Dataset, tokenizer, data: TrainDataArguments
 ) -> PreparedData:
     # with BPE-dropout, the training pairs are segmented anew from their text every epoch (BpeDropoutEpochs)
-    train, train_report = tokenize_split(train_raw, tokenizer, data, "train", keep_text=data.bpe_dropout > 0)
-    validation, validation_report = tokenize_split(validation_raw, tokenizer, data, "validation", keep_text=True)
+    train, train_report = _tokenize_split(train_raw, tokenizer, data, "train", keep_text=data.bpe_dropout > 0)
+    validation, validation_report = _tokenize_split(validation_raw, tokenizer, data, "validation", keep_text=True)
     return PreparedData(train=train, validation=validation, reports=[train_report, validation_report])
 
 
@@ -262,7 +262,7 @@ def training_texts(train_raw: datasets.Dataset, data: TrainDataArguments):
     """Source and target strings of the training split, to learn a tokenizer from."""
     for batch in train_raw.iter(batch_size=1000):
         for column in (data.source_column, data.target_column):
-            for text in column_values(batch, column):
+            for text in _column_values(batch, column):
                 if isinstance(text, str) and text:
                     yield text
 
@@ -271,7 +271,7 @@ def training_texts(train_raw: datasets.Dataset, data: TrainDataArguments):
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
 
 
-def file_fingerprint(path: Path) -> dict:
+def _file_fingerprint(path: Path) -> dict:
     """The SHA-256 of a file's bytes, read in chunks whatever its size, and the size."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -293,23 +293,23 @@ def input_fingerprints(
     fingerprints = [None]
     if accelerator.is_main_process:
         fingerprints = [{
-            **data_fingerprints(data, output_dir, train_raw, validation_raw),
-            **tokenizer_fingerprints(tokenizer, tokenizer_option, output_dir / "tokenizer"),
+            **_data_fingerprints(data, output_dir, train_raw, validation_raw),
+            **_tokenizer_fingerprints(tokenizer, tokenizer_option, output_dir / "tokenizer"),
         }]
     broadcast_object_list(fingerprints)
     return fingerprints[0]
 
 
-def data_fingerprints(data: TrainDataArguments, output_dir: Path, train_raw: datasets.Dataset,
+def _data_fingerprints(data: TrainDataArguments, output_dir: Path, train_raw: datasets.Dataset,
                       validation_raw: datasets.Dataset) -> dict[str, dict]:
-    if training_source(data) == SYNTHETIC_DATASET:
+    if _training_source(data) == SYNTHETIC_DATASET:
         folder = output_dir / "data"  # where load_raw_splits had write_synthetic_translation write the pairs
-        return {f"--dataset_name {SYNTHETIC_DATASET} ({name})": file_fingerprint(folder / name)
+        return {f"--dataset_name {SYNTHETIC_DATASET} ({name})": _file_fingerprint(folder / name)
                 for name in ("train.jsonl", "validation.jsonl")}
     fingerprints = {}
     for option, files in (("--train_file", data.train_file), ("--validation_file", data.validation_file)):
         for path in split_paths(files or ""):
-            fingerprints[f"{option} {path}"] = file_fingerprint(Path(path))
+            fingerprints[f"{option} {path}"] = _file_fingerprint(Path(path))
     if data.train_file is None:  # a Hub dataset
         fingerprints[f"--dataset_name {data.dataset_name} (split {data.train_split})"] = {
             "config": data.dataset_config_name, "fingerprint": train_raw._fingerprint,
@@ -321,7 +321,7 @@ def data_fingerprints(data: TrainDataArguments, output_dir: Path, train_raw: dat
     return fingerprints
 
 
-def tokenizer_fingerprints(tokenizer, tokenizer_option: str | None, learned: Path) -> dict[str, dict]:
+def _tokenizer_fingerprints(tokenizer, tokenizer_option: str | None, learned: Path) -> dict[str, dict]:
     """Each saved file of the tokenizer; a tokenizer from the Hub (not a folder) by the SHA-256 of its vocabulary,
     merges and rules as the `tokenizers` library writes them out."""
     folder = Path(tokenizer_option) if tokenizer_option is not None else learned
@@ -330,16 +330,16 @@ def tokenizer_fingerprints(tokenizer, tokenizer_option: str | None, learned: Pat
         content = tokenizer.backend_tokenizer.to_str().encode("utf-8")
         return {where: {"sha256": hashlib.sha256(content).hexdigest(), "bytes": len(content)}}
     names = sorted({*TOKENIZER_FILES, *getattr(tokenizer, "vocab_files_names", {}).values()})
-    return {f"{where}: {name}": file_fingerprint(folder / name) for name in names if (folder / name).is_file()}
+    return {f"{where}: {name}": _file_fingerprint(folder / name) for name in names if (folder / name).is_file()}
 
 
 def changed_inputs(saved: dict, current: dict) -> list[str]:
     """In words, each part of the inputs whose fingerprint differs between a checkpoint's record and this run."""
-    return [f"{name}: {describe_fingerprint(saved.get(name))} -> {describe_fingerprint(current.get(name))}"
+    return [f"{name}: {_describe_fingerprint(saved.get(name))} -> {_describe_fingerprint(current.get(name))}"
             for name in sorted(saved.keys() | current.keys()) if saved.get(name) != current.get(name)]
 
 
-def describe_fingerprint(fingerprint) -> str:
+def _describe_fingerprint(fingerprint) -> str:
     if fingerprint is None:
         return "(none)"
     if isinstance(fingerprint, dict) and "sha256" in fingerprint:
@@ -347,3 +347,15 @@ def describe_fingerprint(fingerprint) -> str:
     if isinstance(fingerprint, dict) and "fingerprint" in fingerprint:
         return f"config {fingerprint.get('config')}, datasets fingerprint {fingerprint['fingerprint']}"
     return repr(fingerprint)[:80]
+
+
+__all__ = [
+    "BpeDropoutEpochs",
+    "PreparedData",
+    "bpe_dropout_tokenizer",
+    "changed_inputs",
+    "input_fingerprints",
+    "load_raw_splits",
+    "prepare_data",
+    "training_texts",
+]

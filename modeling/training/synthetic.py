@@ -57,7 +57,7 @@ ADJECTIVE_ENDINGS = {  # mixed and weak declension, same keys as ARTICLES
 }
 
 
-def noun_phrase(rng: random.Random, nouns: dict, case: str) -> tuple[str, str]:
+def _noun_phrase(rng: random.Random, nouns: dict, case: str) -> tuple[str, str]:
     noun = rng.choice(sorted(nouns))
     german_noun, gender = nouns[noun]
     definite = rng.random() < 0.5
@@ -73,11 +73,11 @@ def noun_phrase(rng: random.Random, nouns: dict, case: str) -> tuple[str, str]:
     return " ".join(english), " ".join(german + [german_noun])
 
 
-def sentence_pair(rng: random.Random) -> tuple[str, str]:
-    subject_en, subject_de = noun_phrase(rng, NOUNS, "nom")
+def _sentence_pair(rng: random.Random) -> tuple[str, str]:
+    subject_en, subject_de = _noun_phrase(rng, NOUNS, "nom")
     if rng.random() < 0.7:
         verb = rng.choice(sorted(TRANSITIVE_VERBS))
-        object_en, object_de = noun_phrase(rng, OBJECTS, "acc")
+        object_en, object_de = _noun_phrase(rng, OBJECTS, "acc")
         verb_de, rest_en, rest_de = TRANSITIVE_VERBS[verb], [verb, object_en], [object_de]
     else:
         verb = rng.choice(sorted(INTRANSITIVE_VERBS))
@@ -102,7 +102,7 @@ def _sentence(text: str) -> str:
 
 def generate_pairs(count: int, seed: int) -> list[dict[str, str]]:
     rng = random.Random(seed)
-    return [dict(zip(("en", "de"), sentence_pair(rng))) for _ in range(count)]
+    return [dict(zip(("en", "de"), _sentence_pair(rng))) for _ in range(count)]
 
 
 def write_synthetic_translation(folder: Path, train_size: int, validation_size: int, seed: int = 0) -> dict[str, Path]:
@@ -115,7 +115,7 @@ def write_synthetic_translation(folder: Path, train_size: int, validation_size: 
     seen = {pair["en"] for pair in train}
     validation, rng = [], random.Random(seed + 1)
     while len(validation) < validation_size:
-        english, german = sentence_pair(rng)
+        english, german = _sentence_pair(rng)
         if english not in seen:
             seen.add(english)
             validation.append({"en": english, "de": german})
@@ -129,3 +129,16 @@ def write_synthetic_translation(folder: Path, train_size: int, validation_size: 
         temporary.write_text(text, encoding="utf-8")
         temporary.replace(paths[split])  # never leave a half-written split behind
     return paths
+
+
+__all__ = [
+    "ADJECTIVES",
+    "ADVERBS",
+    "INTRANSITIVE_VERBS",
+    "NOUNS",
+    "OBJECTS",
+    "PLACES",
+    "TRANSITIVE_VERBS",
+    "generate_pairs",
+    "write_synthetic_translation",
+]

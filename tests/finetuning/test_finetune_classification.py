@@ -57,24 +57,16 @@ def test_from_scratch_learns_the_task_and_saves_a_usable_classifier(tokenizer_di
     assert saved["eval_accuracy"] == results["eval_accuracy"]
 
 
-def test_the_data_options_of_the_last_release_still_work_with_a_warning(tokenizer_dir, data, tmp_path, capsys):
-    """--train_data / --validation_data (local files or a Hub name) are --train_file / --validation_file or
-    --dataset_name now; the run's record holds today's names (vaswani.cli.OLD_OPTIONS)."""
+def test_the_runs_record_holds_its_data_options_and_one_split_has_one_source(tokenizer_dir, data, tmp_path):
+    """The data options as the run's record (arguments.json) keeps them; a split given twice is refused."""
     arguments = scratch_args(tokenizer_dir, data, tmp_path, "--do_train", "--do_eval", "--max_steps", "1",
                              "--save_strategy", "no")
-    old = [{"--train_file": "--train_data", "--validation_file": "--validation_data"}.get(a, a) for a in arguments]
-    results = script.main([*old, "--dataset_config", "unused"])
+    results = script.main([*arguments, "--dataset_config_name", "unused"])
     assert "eval_accuracy" in results
-    deprecated = "is deprecated (removed in the next release); use"
-    assert [line for line in capsys.readouterr().err.splitlines() if ": warning: " in line] == [
-        f"finetune_classification.py: warning: --train_data {deprecated} --train_file",
-        f"finetune_classification.py: warning: --validation_data {deprecated} --validation_file",
-        f"finetune_classification.py: warning: --dataset_config {deprecated} --dataset_config_name",
-    ]
     record = json.loads((tmp_path / "arguments.json").read_text())["data"]
     assert record["train_file"] == str(data / "train.jsonl") and record["validation_file"] == str(
         data / "validation.jsonl")
-    assert record["dataset_config_name"] == "unused" and "train_data" not in record
+    assert record["dataset_config_name"] == "unused"
     with pytest.raises(ValueError, match=r"--train_file .*train\.jsonl and --dataset_name someone/sst2 both give the "
                                          r"data of one split"):
         script.main([*arguments, "--dataset_name", "someone/sst2"])

@@ -12,6 +12,7 @@ from transformers.generation import utils as generation_utils
 from conftest import PAIRS, QUIET, load_script, save_seq2seq_checkpoint, tiny_config, write_jsonl
 from finetune_helpers import count_calls, run_two_processes, weights
 from vaswani import VaswaniForConditionalGeneration, VaswaniForTokenClassification
+from vaswani.finetuning.seq2seq import encode_pairs
 from vaswani.modeling_vaswani import VaswaniFeedForward
 from vaswani.pipelines import pipeline
 
@@ -65,7 +66,7 @@ def test_sources_carry_the_target_language_tag_as_the_pipeline_writes_them(tmp_p
     texts = [text for pair in PAIRS for text in pair]
     tagged = VaswaniTokenizer.train_from_texts(texts, vocab_size=400, min_frequency=1, language_codes=["de", "fr"])
     batch = {"en": [PAIRS[0][0]], "de": [PAIRS[0][1]]}
-    encoded = script.encode_pairs(batch, tagged, "en", "de", 64, 64, tgt_lang="de")
+    encoded = encode_pairs(batch, tagged, "en", "de", 64, 64, tgt_lang="de")
     assert encoded["input_ids"][0][0] == tagged.convert_tokens_to_ids(">>de<<")
     tagged.tgt_lang = None
     assert encoded["input_ids"][0][1:] == tagged(PAIRS[0][0])["input_ids"]

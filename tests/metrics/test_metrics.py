@@ -1,5 +1,5 @@
-"""vaswani.metrics: the local `evaluate` modules answer as their Hub counterparts, tokenized BLEU as the papers
-report it, ROUGE in percent."""
+"""vaswani.evaluation.metrics: the local `evaluate` modules answer as their Hub counterparts, tokenized BLEU as the
+papers report it, ROUGE in percent."""
 
 import gzip
 import json
@@ -10,7 +10,7 @@ import sacrebleu
 from rouge_score import rouge_scorer
 
 from conftest import SHARED_DATA, needs_shared_data
-from vaswani.metrics import NAMES, load_metric, metric_path, rouge_percent
+from vaswani.evaluation.metrics import NAMES, load_metric, metric_path, rouge_percent
 
 
 HYPOTHESES = ["Ein Mann reitet ein Pferd.", "Zwei Hunde spielen im Schnee!", "Ein Mädchen liest."]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import load_script
-from vaswani import benchmarking
+from vaswani.serving import benchmarking
 
 benchmark = load_script("tools/benchmark")
 
@@ -18,18 +18,18 @@ def trainable(model) -> int:
 
 def test_marian_is_built_with_the_identical_architecture():
     for preset in ("tiny", "small", "base"):
-        setup = benchmark.Setup(preset, "fp32", 2, 8, 8, 1000, "cpu")
-        ours, marian = benchmark.vaswani_model(setup), benchmark.marian_model(setup)
+        setup = benchmarking.Setup(preset, "fp32", 2, 8, 8, 1000, "cpu")
+        ours, marian = benchmarking.vaswani_model(setup), benchmarking.marian_model(setup)
         assert trainable(ours) == trainable(marian), preset
         assert ours.config._attn_implementation == marian.config._attn_implementation == "sdpa"
         assert marian.lm_head.weight is marian.model.shared.weight
 
 
 def test_training_flops_count_the_matrix_products():
-    setup = benchmark.Setup("tiny", "fp32", 2, 8, 8, 1000, "cpu")
-    model = benchmark.vaswani_model(setup)
+    setup = benchmarking.Setup("tiny", "fp32", 2, 8, 8, 1000, "cpu")
+    model = benchmarking.vaswani_model(setup)
     non_embedding = trainable(model) - model.config.vocab_size * model.config.d_model
-    flops = benchmark.training_flops(model.config, setup)
+    flops = benchmarking.training_flops(model.config, setup)
     # 6 FLOPs per weight per token is the usual estimate; ours adds the output projection and attention on top
     rough = 6 * non_embedding * setup.batch_size * setup.source_length
     assert rough < flops < 10 * rough
@@ -82,7 +82,7 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
     assert [(row["workload"], row["threads"], row["num_beams"]) for row in rows] == [
         ("tiny", 2, 1), ("tiny", 2, 4), ("multi30k_en_de", 2, 1), ("multi30k_en_de", 2, 4)]
     for row in rows:
-        engines = [name for name in benchmark.ENGINES if name != "marian" or row["workload"] == "tiny"]
+        engines = [name for name in benchmarking.ENGINES if name != "marian" or row["workload"] == "tiny"]
         assert all(row[f"{name}_tokens_per_s"] > 0 and row[f"{name}_ms"] > 0 for name in engines)
         assert row["ct2_fp32_alone_tokens_per_s"] > 0 and row["ct2_int8_alone_tokens_per_s"] > 0  # fresh processes
         assert row["vaswani_vs_ct2_fp32"] == pytest.approx(row["vaswani_tokens_per_s"] / row["ct2_fp32_tokens_per_s"])
@@ -98,20 +98,20 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
 
 
 def test_kernel_groups_name_forward_and_backward_kernels():
-    assert benchmark.kernel_group("aten::addmm") == benchmark.kernel_group("aten::bmm") == "matrix products"
+    assert benchmarking.kernel_group("aten::addmm") == benchmarking.kernel_group("aten::bmm") == "matrix products"
     for name in ("aten::_scaled_dot_product_flash_attention_for_cpu",
                  "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
                  "aten::_scaled_dot_product_efficient_attention_backward", "aten::_flash_attention_forward"):
-        assert benchmark.kernel_group(name) == "attention kernels", name
+        assert benchmarking.kernel_group(name) == "attention kernels", name
     # composites whose time is their children's, and everything else
     for name in ("aten::linear", "aten::matmul", "aten::softmax", "aten::copy_", "Optimizer.step#Adam.step"):
-        assert benchmark.kernel_group(name) == "other", name
+        assert benchmarking.kernel_group(name) == "other", name
 
 
 def test_kernel_shares_find_the_matrix_products_of_a_training_step():
-    setup = benchmark.Setup("tiny", "fp32", 2, 8, 8, 500, "cpu")
-    step = benchmark.training_step_function(benchmark.vaswani_model(setup), setup)
-    shares = benchmark.kernel_shares(step, setup, calls=2)
+    setup = benchmarking.Setup("tiny", "fp32", 2, 8, 8, 500, "cpu")
+    step = benchmarking.training_step_function(benchmarking.vaswani_model(setup), setup)
+    shares = benchmarking.kernel_shares(step, setup, calls=2)
     assert shares["matrix products"] > 0 and shares["attention kernels"] > 0
     assert shares["matrix products"] + shares["attention kernels"] < 1  # of the same calls' wall time
 
@@ -119,9 +119,9 @@ def test_kernel_shares_find_the_matrix_products_of_a_training_step():
 def test_peak_memory_counts_gradients_and_optimizer_state():
     # measured in a fresh process: in this one, memory an earlier test freed but the allocator kept would be reused
     # by the steps and never raise the resident set's high-water mark
-    setup = benchmark.Setup("small", "fp32", 4, 8, 8, 500, "cpu")
-    weights_mb = benchmark.vaswani_model(setup).num_parameters() * 4 / 2**20
-    assert benchmark.peak_memory_mb("vaswani", setup, steps=2) > 2.5 * weights_mb  # gradients + 2 Adam moments: 3x
+    setup = benchmarking.Setup("small", "fp32", 4, 8, 8, 500, "cpu")
+    weights_mb = benchmarking.vaswani_model(setup).num_parameters() * 4 / 2**20
+    assert benchmarking.peak_memory_mb("vaswani", setup, steps=2) > 2.5 * weights_mb  # gradients + 2 Adam moments: 3x
 
 
 def test_matmul_peak_times_several_products_between_two_synchronizations(monkeypatch):
@@ -137,8 +137,8 @@ def test_matmul_peak_times_several_products_between_two_synchronizations(monkeyp
         return real_matmul(a, b)
 
     monkeypatch.setattr(torch.Tensor, "__matmul__", counting_matmul)
-    setup = benchmark.Setup("tiny", "fp32", 2, 8, 8, 500, "cpu")
-    flops = benchmark.matmul_peak(setup, torch.float32, size=64, repeats=3, per_round=4)
+    setup = benchmarking.Setup("tiny", "fp32", 2, 8, 8, 500, "cpu")
+    flops = benchmarking.matmul_peak(setup, torch.float32, size=64, repeats=3, per_round=4)
     rounds = 3 + 2  # two warm-up rounds
     assert products["count"] == 4 * rounds
     assert len(synchronizations) == 2 * rounds

@@ -17,9 +17,24 @@ import torch
 import transformers
 
 from conftest import PAIRS, REPO, load_script, write_jsonl
+from vaswani.training.gpu_suite import (
+    MULTI30K_FILES,
+    SIZES,
+    child_environment,
+    error_line,
+    markdown,
+    refused_distributed_type,
+)
+from vaswani.training.gpu_wheels import (
+    CARRIED,
+    DEVICE_HAS,
+    build_project_wheel,
+    duplicated,
+    set_aside_advice,
+    unmet_requirements,
+)
 
 gpu_suite = load_script("tools/gpu_suite")
-gather = load_script("tools/gather_gpu_wheels")
 
 TRAINING_ROW = {"preset", "model", "precision", "compiled", "tokens_per_update", "tokens_per_s", "mfu",
                 "peak_memory_mib", "graph_breaks"}
@@ -34,7 +49,7 @@ def multi30k(tmp_path_factory):
     """A folder shaped like Multi30k's: the conftest's ten pairs as each of the three files."""
     folder = tmp_path_factory.mktemp("multi30k")
     rows = [{"en": english, "de": german} for english, german in PAIRS]
-    for name in gpu_suite.MULTI30K_FILES:
+    for name in MULTI30K_FILES:
         write_jsonl(folder / name, rows)
     return folder
 
@@ -102,7 +117,7 @@ def test_engines_are_engaged_only_where_the_run_itself_says_so(dry_run):
 def test_the_markdown_table_has_a_line_per_row(dry_run):
     output_dir, report = dry_run
     table = (output_dir / "gpu_suite.md").read_text()
-    assert table == gpu_suite.markdown(report)
+    assert table == markdown(report)
     for header in ("| preset | model | precision | compiled | target tokens / update | tokens/s (source + target) | "
                    "MFU | peak memory (MiB) |",
                    "| engine | engaged | distributed_type | tokens/s (source + target) | peak memory (MiB) |",
@@ -119,8 +134,8 @@ def test_a_part_over_its_time_limit_is_an_error_and_the_other_parts_stay(dry_run
     output_dir, report = dry_run
     for name in ("gpu_suite.json", "gpu_suite.log"):
         (tmp_path / name).write_bytes((output_dir / name).read_bytes())
-    sizes = gpu_suite.SIZES["dry_run"]
-    monkeypatch.setitem(gpu_suite.SIZES, "dry_run", replace(sizes, seconds={**sizes.seconds, "training": 1}))
+    sizes = SIZES["dry_run"]
+    monkeypatch.setitem(SIZES, "dry_run", replace(sizes, seconds={**sizes.seconds, "training": 1}))
     again = gpu_suite.main(["--dry_run", "--only", "training", "--output_dir", str(tmp_path),
                             "--multi30k_dir", str(multi30k)])
     assert again["errors"] == {"training": "stopped at its time limit (1 s)"}
@@ -132,12 +147,12 @@ def test_a_part_over_its_time_limit_is_an_error_and_the_other_parts_stay(dry_run
 
 def test_a_failure_is_told_by_its_own_error_line():
     output = "noise\ntrain.py: error: --max_steps must be positive\nTraceback:\n  File x\nChildFailedError:\n===\n"
-    assert gpu_suite.error_line(output) == "train.py: error: --max_steps must be positive"
-    assert gpu_suite.error_line("Traceback:\n  File x\nImportError: DeepSpeed is not installed\n") == (
+    assert error_line(output) == "train.py: error: --max_steps must be positive"
+    assert error_line("Traceback:\n  File x\nImportError: DeepSpeed is not installed\n") == (
         "ImportError: DeepSpeed is not installed")
-    assert gpu_suite.error_line("one\rtwo\n\n") == "two" and gpu_suite.error_line("") == "no output"
-    assert gpu_suite.refused_distributed_type("x: but Accelerate set up NO on cpu: ...") == "NO"
-    assert gpu_suite.refused_distributed_type("ImportError: DeepSpeed is not installed") == "none"
+    assert error_line("one\rtwo\n\n") == "two" and error_line("") == "no output"
+    assert refused_distributed_type("x: but Accelerate set up NO on cpu: ...") == "NO"
+    assert refused_distributed_type("ImportError: DeepSpeed is not installed") == "none"
 
 
 # --- the wheels the lent machine gets -------------------------------------------------------------------------------
@@ -150,9 +165,9 @@ def test_every_requirement_of_this_package_is_carried_or_on_the_lent_machine():
     from packaging.utils import canonicalize_name
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    carried = {canonicalize_name(name) for name in gather.CARRIED}
+    carried = {canonicalize_name(name) for name in CARRIED}
     missing = [text for text in project["dependencies"]
-               if canonicalize_name(Requirement(text).name) not in carried | gather.DEVICE_HAS]
+               if canonicalize_name(Requirement(text).name) not in carried | DEVICE_HAS]
     assert not missing, f"add them to gather_gpu_wheels.CARRIED: {missing}"
 
 
@@ -173,41 +188,40 @@ def test_the_gathered_wheels_are_checked_for_what_the_machine_lacks(tmp_path):
         fake_wheel(tmp_path, "beta"),
     ]
     # beta is carried, torch is on the machine, the marker and the extra leave two out: left-pad is missing
-    assert gather.unmet_requirements(wheels) == ["alpha needs left-pad"]
-    assert gather.duplicated(wheels) == []
-    assert gather.duplicated(wheels + [fake_wheel(first, "Beta")]) == ["beta"]
+    assert unmet_requirements(wheels) == ["alpha needs left-pad"]
+    assert duplicated(wheels) == []
+    assert duplicated(wheels + [fake_wheel(first, "Beta")]) == ["beta"]
 
 
 def test_this_packages_wheel_installed_as_on_the_lent_machine_is_the_checkouts_source(tmp_path):
     """Built and installed offline, --no-deps into a folder on PYTHONPATH as the device command does; gpu_suite.py
     accepts it, and refuses it once a module differs from the checkout (a wheel gathered before the last change)."""
-    wheel = gather.build_project_wheel(tmp_path / "wheels")
+    wheel = build_project_wheel(tmp_path / "wheels", REPO)
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                     "--no-cache-dir", "--upgrade", "--target", str(site), str(wheel)], check=True)
     code = textwrap.dedent(f"""
-        import importlib.util, sys
-        spec = importlib.util.spec_from_file_location("gpu_suite", {str(REPO / "scripts/tools/gpu_suite.py")!r})
-        suite = importlib.util.module_from_spec(spec); spec.loader.exec_module(suite)
+        from pathlib import Path
         import vaswani
+        from vaswani.training.gpu_suite import check_installed_package
         print(vaswani.__file__)
-        suite.check_installed_package()
+        check_installed_package(Path({str(REPO)!r}))
         with open({str(site / "vaswani/training/loop.py")!r}, "a") as module:
             module.write("# changed after the wheel was built")
         try:
-            suite.check_installed_package()
+            check_installed_package(Path({str(REPO)!r}))
         except ValueError as error:
             print(error)
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=240,
-                          env={**gpu_suite.child_environment(), "PYTHONPATH": str(site)})
+                          env={**child_environment(), "PYTHONPATH": str(site)})
     installed_at, refusal = done.stdout.strip().splitlines()[-2:]
     assert installed_at == str(site / "vaswani" / "__init__.py")
     assert "is not this checkout's source: training/loop.py differ" in refusal
 
 
 def test_a_call_over_the_limit_is_told_to_leave_the_shipped_weights_behind():
-    advice = gather.set_aside_advice()
+    advice = set_aside_advice(REPO)
     shipped = sorted(REPO.glob("results/*/model/model.safetensors"))
     assert shipped and f"({len(shipped)} files," in advice
     assert "rm results/*/model/model.safetensors" in advice and "git checkout -- results" in advice

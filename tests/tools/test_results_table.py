@@ -15,10 +15,11 @@ import yaml
 from conftest import REPO, load_script, tiny_config
 
 
-from vaswani import model_card
+from vaswani.hub import model_card
+from vaswani.hub.recipes import load_recipes
+from vaswani.hub.results_table import END, START, TABLE_END, TABLE_START, anchor
 
 results_table = load_script("tools/results_table")
-END, START = results_table.END, results_table.START
 
 
 TRANSLATION_RESULTS = {
@@ -387,7 +388,7 @@ def test_model_card_with_the_block_still_renders(project, tokenizer):
 
 
 def test_the_repository_recipes_name_files_that_exist():
-    recipes = results_table.load_recipes(REPO / "scripts/configs/recipes.yaml")
+    recipes = load_recipes(REPO / "scripts/configs/recipes.yaml")
     assert [recipe.name for recipe in recipes] == [
         "Multi30k en->de", "Multi30k en->de, one GPU", "Multi30k de->en", "AESLC", "AESLC, first sentence (no model)",
         "SST-2", "CoNLL-2003", "SAMSum", "SAMSum, first 3 utterances (no model)",
@@ -414,8 +415,6 @@ def test_the_readme_gets_a_short_table_and_a_file_in_a_subfolder_links_through_t
     """README.md holds a short table (recipe-table markers): recipe, data, result, target met, and links to the
     recipe's section of results/README.md and to its notes; results/README.md the table with every column and every
     recipe's section, its links reaching the repository root through ../."""
-    TABLE_START, TABLE_END = results_table.TABLE_START, results_table.TABLE_END
-
     recipes = json.loads(json.dumps(RECIPES))
     recipes["recipes"][0]["model"] = "results/en_de/model"
     (project / "recipes.yaml").write_text(yaml.safe_dump(recipes, sort_keys=False), encoding="utf-8")
@@ -440,7 +439,7 @@ def test_the_readme_gets_a_short_table_and_a_file_in_a_subfolder_links_through_t
     # each anchor is the one GitHub gives the recipe's heading in results/README.md
     headings = re.findall(r"^### (.+)$", full, flags=re.MULTILINE)
     assert headings == ["Multi30k en->de", "SST-2", "AESLC"]
-    assert [results_table.anchor(heading) for heading in headings] == ["multi30k-en-de", "sst-2", "aeslc"]
+    assert [anchor(heading) for heading in headings] == ["multi30k-en-de", "sst-2", "aeslc"]
     assert "[results/en_de/model](../results/en_de/model)" in full
     assert "[results/en_de/notes.md](../results/en_de/notes.md)" in full
     assert run(project, "--check", files=("README.md", "results/README.md")) == 0

@@ -421,3 +421,12 @@ def word_numbers(text: str, positions: list[int]) -> list[int]:
     """For each position in `text`, the number of the word it is in (words as BERT's pre-tokenizer cuts them)."""
     starts = [start for _, (start, _) in BertPreTokenizer().pre_tokenize_str(text)]
     return [bisect.bisect_right(starts, position) for position in positions]
+
+
+__all__ = [
+    "SummarizationPipeline",
+    "Text2TextGenerationPipeline",
+    "TokenClassificationPipeline",
+    "TranslationPipeline",
+    "check_vocabulary",
+]

@@ -348,4 +348,12 @@ def _strings(texts: Iterable[str]) -> Iterator[str]:
         yield text
 
 
-__all__ = ["VaswaniTokenizer"]
+__all__ = [
+    "VaswaniTokenizer",
+    "check_tokenizer_files",
+    "flat_steps",
+    "space_marks",
+    "update_saved_tokenizer",
+    "update_tokenizer_file",
+    "word_start_alignment",
+]

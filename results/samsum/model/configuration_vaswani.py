@@ -328,4 +328,13 @@ def misspelled_fields(names, config_class=None) -> dict[str, str]:
     return {name: matches[0] for name, matches in close.items() if matches}
 
 
-__all__ = ["VaswaniConfig", "PRESETS", "check_json_file", "misspelled_fields"]
+__all__ = [
+    "LAYER_NORM_POSITIONS",
+    "MAX_SIZES",
+    "POSITION_EMBEDDING_TYPES",
+    "PRESETS",
+    "VaswaniConfig",
+    "check_json_file",
+    "json_nesting_depth",
+    "misspelled_fields",
+]

@@ -16,18 +16,18 @@ WORD = re.compile(r"\w+")
 METHODS = ("first_lines", "longest_lines", "lead_sentence")
 
 
-def non_empty_lines(document: str) -> list[str]:
+def _non_empty_lines(document: str) -> list[str]:
     return [line.strip() for line in document.splitlines() if line.strip()]
 
 
 def first_lines(document: str, count: int) -> str:
     """The first `count` non-empty lines, joined by newlines."""
-    return "\n".join(non_empty_lines(document)[:count])
+    return "\n".join(_non_empty_lines(document)[:count])
 
 
 def longest_lines(document: str, count: int) -> str:
     """The `count` longest non-empty lines in characters (the earlier line first among equals), in document order."""
-    lines = non_empty_lines(document)
+    lines = _non_empty_lines(document)
     chosen = sorted(sorted(range(len(lines)), key=lambda i: -len(lines[i]))[:count])
     return "\n".join(lines[i] for i in chosen)
 

@@ -64,7 +64,7 @@ def load_recipes(path: Path) -> list[Recipe]:
                 f"{where}: {', '.join(f'`{name}`' for name in moved)} no longer go in the recipes file: write them in "
                 "the recipe's notes file (results/<recipe>/notes.md) and name it with `notes_file`."
             )
-        check_fields(entry, Recipe, where, optional_text=("picture", "model", "notes_file"))
+        _check_fields(entry, Recipe, where, optional_text=("picture", "model", "notes_file"))
         if entry["task"] not in TASKS:
             raise ValueError(f"{where}: `task` is {entry['task']!r}; expected one of {list(TASKS)}.")
         metrics = entry.get("metrics")
@@ -80,12 +80,12 @@ def load_recipes(path: Path) -> list[Recipe]:
             raise ValueError(
                 f"{where}: `training_summary` must be a file, or a list of files (one a stage), as text."
             )
-        goal = None if entry.get("goal") is None else parse_goal(entry["goal"], where)
+        goal = None if entry.get("goal") is None else _parse_goal(entry["goal"], where)
         recipes.append(Recipe(**{**entry, "command": entry["command"].strip(), "goal": goal}))
     return recipes
 
 
-def check_fields(entry: dict, kind: type, where: str, optional_text: tuple[str, ...]) -> None:
+def _check_fields(entry: dict, kind: type, where: str, optional_text: tuple[str, ...]) -> None:
     """`entry` has only the fields of the dataclass `kind`, its required ones as text, and `optional_text` as text
     where given; the error says where, which field and what is allowed."""
     known = [f.name for f in fields(kind)]
@@ -99,7 +99,7 @@ def check_fields(entry: dict, kind: type, where: str, optional_text: tuple[str, 
             raise ValueError(f"{where}: `{f.name}` must be text.")
 
 
-def parse_goal(goal, where: str) -> Goal:
+def _parse_goal(goal, where: str) -> Goal:
     if (
         not isinstance(goal, dict)
         or set(goal) != {"metric", "at_least"}

@@ -1,18 +1,33 @@
-"""What the exports to other engines (vaswani.ctranslate2_export, vaswani.onnx_export) share: the checks of the
-checkpoint they read and of the folder they write. An error names the argument (as the scripts spell it), the value
-and what is allowed."""
+"""What the exports to other engines (vaswani.serving.ctranslate2_export, vaswani.serving.onnx_export) share: the checks
+of the checkpoint they read and of the folder they write. An error names the argument (as the scripts spell it), the
+value and what is allowed; and the options both export scripts take (`ExportArguments`)."""
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from . import output_paths
-from .pipelines.pipeline_vaswani import check_vocabulary
-from .safe_loading import check_checkpoint_folder
+from .. import output_paths
+from ..pipelines.pipeline_vaswani import check_vocabulary
+from ..safe_loading import check_checkpoint_folder
 
 
 SEQ2SEQ_ARCHITECTURE = "VaswaniForConditionalGeneration"
+
+
+@dataclass
+class ExportArguments:
+    """What scripts/export_ctranslate2.py and scripts/export_onnx.py read from the command line: the checkpoint, the
+    folder to write, and whether to replace what that folder holds."""
+
+    model: str = field(
+        metadata={"help": "The checkpoint: a folder with a VaswaniForConditionalGeneration and its tokenizer."}
+    )
+    output_dir: str = field(metadata={"help": "The folder to write the exported model, its tokenizer and configs to."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace what --output_dir holds (by default a non-empty folder is refused)."}
+    )
 
 
 def check_output_dir(output_dir: Path, model_dir: Path, overwrite_output_dir: bool) -> None:
@@ -36,8 +51,8 @@ def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwar
     refused by name."""
     from transformers import AutoTokenizer
 
-    from .configuration_vaswani import VaswaniConfig
-    from .modeling_vaswani import VaswaniForConditionalGeneration
+    from ..configuration_vaswani import VaswaniConfig
+    from ..modeling_vaswani import VaswaniForConditionalGeneration
 
     if not model_dir.is_dir():
         raise FileNotFoundError(
@@ -73,4 +88,4 @@ def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwar
     return model.eval(), tokenizer
 
 
-__all__ = ["SEQ2SEQ_ARCHITECTURE", "check_output_dir", "load_seq2seq_checkpoint"]
+__all__ = ["ExportArguments", "SEQ2SEQ_ARCHITECTURE", "check_output_dir", "load_seq2seq_checkpoint"]

@@ -1,6 +1,7 @@
 """ROUGE-1/2/L/Lsum (Lin, 2004) with Google's reference implementation (rouge-score): a drop-in for the Hub's
 `evaluate.load("rouge")` (same arguments, defaults, keys and 0-1 scale) that loads without the Hub. The project reports
-ROUGE as the summarization literature does (0-100, Porter-stemmed, mean over examples): `vaswani.metrics.rouge_percent`."""
+ROUGE as the summarization literature does (0-100, Porter-stemmed, mean over examples):
+`vaswani.evaluation.metrics.rouge_percent`."""
 
 import datasets
 import evaluate

@@ -1,6 +1,6 @@
 """Export a translation or summarization checkpoint of this project to ONNX, and decode it with onnxruntime.
 
-    from vaswani.onnx_export import OnnxGenerator, export_to_onnx
+    from vaswani.serving.onnx_export import OnnxGenerator, export_to_onnx
     export_to_onnx("results/multi30k_en_de/model", "onnx/multi30k_en_de")
     OnnxGenerator("onnx/multi30k_en_de")(["A man is riding a horse."])   # -> ["Ein Mann reitet auf einem Pferd."]
     OnnxGenerator("onnx/multi30k_en_de")(texts, num_beams=4, length_penalty=0.6, max_new_tokens=40)
@@ -47,10 +47,10 @@ fails ("Cannot view a tensor with shape [batch, sequence, heads, head_dim] ... a
 the eager path computes the same function and exports for every position type. Then each graph is run with onnxruntime on inputs of other shapes than the traced ones (a past of length 0 included) and compared with
 PyTorch, and an export that fails or disagrees is reported with the name of the graph.
 
-Decoding: `OnnxGenerator` runs greedy or beam search (`vaswani.search`, transformers' search step for step: length
-penalty, early stopping, `no_repeat_ngram_size`, `min_length` / `min_new_tokens`) over decoder.onnx and its cache, and
-gives the tokens of `model.generate(..., do_sample=False)` with the same settings; settings not given are read from
-the folder's generation config, as `generate` reads them (the shipped translation models decode with 5 beams).
+Decoding: `OnnxGenerator` runs greedy or beam search (`vaswani.serving.search`, transformers' search step for step:
+length penalty, early stopping, `no_repeat_ngram_size`, `min_length` / `min_new_tokens`) over decoder.onnx and its
+cache, and gives the tokens of `model.generate(..., do_sample=False)` with the same settings; settings not given are
+read from the folder's generation config, as `generate` reads them (the shipped translation models decode with 5 beams).
 Sampling and the other logits processors (`repetition_penalty`, `bad_words_ids`, ...) are not implemented: a
 generation config that asks for one is refused by name.
 
@@ -106,7 +106,7 @@ class OnnxExportError(RuntimeError):
     message names the graph (encoder, decoder with cache) and what went wrong."""
 
 
-def import_onnx_runtime(export: bool = False):
+def _import_onnx_runtime(export: bool = False):
     """onnxruntime, after checking that onnx (and, to export, onnxscript) can be imported too; or an error saying how
     to install them."""
     for name in ("onnx", "onnxruntime", *(("onnxscript",) if export else ())):
@@ -125,10 +125,10 @@ def import_onnx_runtime(export: bool = False):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def attend(attention: nn.Module, hidden_states, key, value, mask) -> torch.Tensor:
+def _attend(attention: nn.Module, hidden_states, key, value, mask) -> torch.Tensor:
     """One multi-head attention of the model (`VaswaniAttention`), given its keys and values already split into heads:
     the query projection, the relative-position bias when the layer has one, eager attention, the output projection."""
-    from .modeling_vaswani import eager_attention_forward
+    from ..modeling_vaswani import eager_attention_forward
 
     query = attention._split_heads(attention.q_proj(hidden_states))
     position_bias = None
@@ -193,10 +193,10 @@ class DecoderWithCacheForOnnx(nn.Module):
                 key = torch.cat([past_key, attention._split_heads(attention.k_proj(states))], dim=2)
                 value = torch.cat([past_value, attention._split_heads(attention.v_proj(states))], dim=2)
                 presents.extend((key, value))
-                return attend(attention, states, key, value, causal_mask)
+                return _attend(attention, states, key, value, causal_mask)
 
             def cross_attention(states, attention=layer.encoder_attn, key=cross_key, value=cross_value):
-                return attend(attention, states, key, value, cross_mask)
+                return _attend(attention, states, key, value, cross_mask)
 
             hidden_states = layer.self_attn_residual(hidden_states, self_attention)
             hidden_states = layer.encoder_attn_residual(hidden_states, cross_attention)
@@ -206,14 +206,14 @@ class DecoderWithCacheForOnnx(nn.Module):
         return (self.lm_head(hidden_states), *presents)
 
 
-def encoder_output_names(decoder_layers: int) -> list[str]:
+def _encoder_output_names(decoder_layers: int) -> list[str]:
     names = ["last_hidden_state"]
     for index in range(decoder_layers):
         names += [f"present.{index}.encoder.key", f"present.{index}.encoder.value"]
     return names
 
 
-def decoder_input_names(decoder_layers: int) -> list[str]:
+def _decoder_input_names(decoder_layers: int) -> list[str]:
     names = ["input_ids", "encoder_attention_mask"]
     for index in range(decoder_layers):
         for part in ("decoder", "encoder"):
@@ -221,7 +221,7 @@ def decoder_input_names(decoder_layers: int) -> list[str]:
     return names
 
 
-def decoder_output_names(decoder_layers: int) -> list[str]:
+def _decoder_output_names(decoder_layers: int) -> list[str]:
     names = ["logits"]
     for index in range(decoder_layers):
         names += [f"present.{index}.decoder.key", f"present.{index}.decoder.value"]
@@ -240,7 +240,7 @@ def export_to_onnx(model_dir: str | Path, output_dir: str | Path, overwrite_outp
     Returns the output folder."""
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     check_output_dir(output_dir, model_dir, overwrite_output_dir)
-    import_onnx_runtime(export=True)
+    _import_onnx_runtime(export=True)
     # eager attention: the sdpa path, traced with a relative-position bias, decomposes into a reshape that the
     # exporter cannot express (it fails with "Cannot view a tensor with shape ..."); eager computes the same function
     model, tokenizer = load_seq2seq_checkpoint(model_dir, "the ONNX export", attn_implementation="eager")
@@ -248,10 +248,10 @@ def export_to_onnx(model_dir: str | Path, output_dir: str | Path, overwrite_outp
     with torch.no_grad():
         encoder = EncoderForOnnx(model).eval()
         decoder = DecoderWithCacheForOnnx(model).eval()
-        encoder_program = export_graph("encoder", encoder, *encoder_export_arguments(model))
-        decoder_program = export_graph("decoder with cache", decoder, *decoder_export_arguments(model))
-        check_graph("encoder", encoder, encoder_program, encoder_check_inputs(model))
-        check_graph("decoder with cache", decoder, decoder_program, decoder_check_inputs(model))
+        encoder_program = _export_graph("encoder", encoder, *_encoder_export_arguments(model))
+        decoder_program = _export_graph("decoder with cache", decoder, *_decoder_export_arguments(model))
+        _check_graph("encoder", encoder, encoder_program, _encoder_check_inputs(model))
+        _check_graph("decoder with cache", decoder, decoder_program, _decoder_check_inputs(model))
 
     if output_dir.exists() and overwrite_output_dir:
         shutil.rmtree(output_dir)
@@ -269,12 +269,12 @@ def export_to_onnx(model_dir: str | Path, output_dir: str | Path, overwrite_outp
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def example_ids(model, batch: int, length: int, seed: int) -> torch.Tensor:
+def _example_ids(model, batch: int, length: int, seed: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, model.config.vocab_size, (batch, length), generator=generator)
 
 
-def example_mask(batch: int, length: int) -> torch.Tensor:
+def _example_mask(batch: int, length: int) -> torch.Tensor:
     """Ones, with padding at the end of every row after the first (the rows differ, so masking matters)."""
     mask = torch.ones(batch, length, dtype=torch.long)
     for row in range(1, batch):
@@ -282,7 +282,7 @@ def example_mask(batch: int, length: int) -> torch.Tensor:
     return mask
 
 
-def example_cache(model, batch: int, past_length: int, encoder_length: int, seed: int) -> tuple[torch.Tensor, ...]:
+def _example_cache(model, batch: int, past_length: int, encoder_length: int, seed: int) -> tuple[torch.Tensor, ...]:
     config = model.config
     heads, head_dim = config.decoder_attention_heads, config.d_model // config.decoder_attention_heads
     generator = torch.Generator().manual_seed(seed)
@@ -293,48 +293,48 @@ def example_cache(model, batch: int, past_length: int, encoder_length: int, seed
     return tuple(cache)
 
 
-def encoder_export_arguments(model):
+def _encoder_export_arguments(model):
     """The traced inputs, input names, output names and dynamic axes of the encoder graph."""
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("encoder_sequence")
-    inputs = (example_ids(model, 2, 7, seed=0), example_mask(2, 7))
+    inputs = (_example_ids(model, 2, 7, seed=0), _example_mask(2, 7))
     dynamic_shapes = {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}}
-    names = (["input_ids", "attention_mask"], encoder_output_names(model.config.decoder_layers))
+    names = (["input_ids", "attention_mask"], _encoder_output_names(model.config.decoder_layers))
     return inputs, *names, dynamic_shapes
 
 
-def decoder_export_arguments(model):
+def _decoder_export_arguments(model):
     """The traced inputs, names and dynamic axes of the decoder graph: 2 new tokens after 3 past ones, 2 inputs of 5
     source tokens (no length is 0 or 1, which torch.export would take for a constant)."""
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("decoder_sequence")
     past, source = torch.export.Dim("past_sequence"), torch.export.Dim("encoder_sequence")
-    inputs = (example_ids(model, 2, 2, seed=1), example_mask(2, 5), example_cache(model, 2, 3, 5, seed=2))
+    inputs = (_example_ids(model, 2, 2, seed=1), _example_mask(2, 5), _example_cache(model, 2, 3, 5, seed=2))
     cache_axes = [{0: batch, 2: past}, {0: batch, 2: past}, {0: batch, 2: source}, {0: batch, 2: source}]
     dynamic_shapes = {
         "input_ids": {0: batch, 1: sequence},
         "encoder_attention_mask": {0: batch, 1: source},
         "past_key_values": tuple(cache_axes * model.config.decoder_layers),
     }
-    names = (decoder_input_names(model.config.decoder_layers), decoder_output_names(model.config.decoder_layers))
+    names = (_decoder_input_names(model.config.decoder_layers), _decoder_output_names(model.config.decoder_layers))
     return inputs, *names, dynamic_shapes
 
 
-def encoder_check_inputs(model) -> list[tuple]:
+def _encoder_check_inputs(model) -> list[tuple]:
     return [
-        (example_ids(model, 3, 4, seed=3), example_mask(3, 4)),
-        (example_ids(model, 1, 1, seed=4), example_mask(1, 1)),
+        (_example_ids(model, 3, 4, seed=3), _example_mask(3, 4)),
+        (_example_ids(model, 1, 1, seed=4), _example_mask(1, 1)),
     ]
 
 
-def decoder_check_inputs(model) -> list[tuple]:
+def _decoder_check_inputs(model) -> list[tuple]:
     """The first step (past of length 0, one token), a later one, and several tokens at once."""
     return [
-        (example_ids(model, 3, 1, seed=5), example_mask(3, 4), example_cache(model, 3, 0, 4, seed=6)),
-        (example_ids(model, 1, 1, seed=7), example_mask(1, 6), example_cache(model, 1, 9, 6, seed=8)),
-        (example_ids(model, 2, 4, seed=9), example_mask(2, 3), example_cache(model, 2, 5, 3, seed=10)),
+        (_example_ids(model, 3, 1, seed=5), _example_mask(3, 4), _example_cache(model, 3, 0, 4, seed=6)),
+        (_example_ids(model, 1, 1, seed=7), _example_mask(1, 6), _example_cache(model, 1, 9, 6, seed=8)),
+        (_example_ids(model, 2, 4, seed=9), _example_mask(2, 3), _example_cache(model, 2, 5, 3, seed=10)),
     ]
 
 
-def export_graph(what: str, module: nn.Module, inputs, input_names, output_names, dynamic_shapes):
+def _export_graph(what: str, module: nn.Module, inputs, input_names, output_names, dynamic_shapes):
     """`torch.onnx.export(dynamo=True)` of one wrapper; a failure is raised again with the name of the graph."""
     # the exporter warns about every torchvision operator it cannot register when torchvision is absent, about its
     # own deprecations, and that axes with equal constraints share one name: noise here
@@ -358,13 +358,13 @@ def export_graph(what: str, module: nn.Module, inputs, input_names, output_names
     except Exception as error:
         raise OnnxExportError(
             f"The {what} graph could not be exported to ONNX (torch.onnx.export with dynamo=True, opset "
-            f"{ONNX_OPSET}): {exception_summary(error)}"
+            f"{ONNX_OPSET}): {_exception_summary(error)}"
         ) from error
     finally:
         registration_log.setLevel(level)
 
 
-def exception_summary(error: Exception) -> str:
+def _exception_summary(error: Exception) -> str:
     """The exporter's own error: the lines under its "## Exception summary" heading (its other lines are advice on
     filing an issue), without terminal colours."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
@@ -372,10 +372,10 @@ def exception_summary(error: Exception) -> str:
     return " ".join(lines[:3])[:1500] or type(error).__name__
 
 
-def check_graph(what: str, module: nn.Module, program, check_inputs: list[tuple]) -> None:
+def _check_graph(what: str, module: nn.Module, program, check_inputs: list[tuple]) -> None:
     """Run the exported graph with onnxruntime on inputs of other shapes than the traced ones, and compare every
     output with PyTorch's."""
-    onnxruntime = import_onnx_runtime()
+    onnxruntime = _import_onnx_runtime()
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
     session = onnxruntime.InferenceSession(
@@ -416,27 +416,27 @@ class OnnxGenerator:
         generator(texts, num_beams=4, length_penalty=0.6)      # other settings, as generate takes them
         generator.generate(input_ids, attention_mask)          # token ids -> token ids, starting with the decoder start
 
-    The search is `vaswani.search` (transformers' greedy and beam search, step for step) over decoder.onnx and its
-    cache (`OnnxDecoder`). The settings default to the folder's generation config, as `generate`'s do: the shipped
+    The search is `vaswani.serving.search` (transformers' greedy and beam search, step for step) over decoder.onnx and
+    its cache (`OnnxDecoder`). The settings default to the folder's generation config, as `generate`'s do: the shipped
     translation models decode with 5 beams. Needs onnxruntime, numpy and torch; the tokenizer (for texts) needs
     transformers.
     """
 
     def __init__(self, folder: str | Path, num_threads: int | None = None, tokenizer=None):
-        onnxruntime = import_onnx_runtime()
+        onnxruntime = _import_onnx_runtime()
         self.folder = Path(folder)
         for name in (ENCODER_FILE, DECODER_FILE, "config.json"):
             if not (self.folder / name).is_file():
                 raise FileNotFoundError(
                     f"{self.folder} is not an exported ONNX folder: it has no {name}. Write one with "
-                    "scripts/export_onnx.py (vaswani.onnx_export.export_to_onnx)."
+                    "scripts/export_onnx.py (vaswani.serving.onnx_export.export_to_onnx)."
                 )
         self.config = json.loads((self.folder / "config.json").read_text(encoding="utf-8"))
         generation_file = self.folder / "generation_config.json"
         self.generation_config = (
             json.loads(generation_file.read_text(encoding="utf-8")) if generation_file.is_file() else {}
         )
-        check_generation_options(self.generation_config)
+        _check_generation_options(self.generation_config)
         options = onnxruntime.SessionOptions()
         if num_threads is not None:
             options.intra_op_num_threads = num_threads
@@ -573,8 +573,8 @@ class OnnxGenerator:
 
 
 class OnnxDecoder:
-    """decoder.onnx and its cache as `vaswani.search` drives a decoder (`step`, `keep`): `num_beams` rows per input,
-    the cross-attention keys and values and the encoder's mask repeated for each. Choosing beams gathers the
+    """decoder.onnx and its cache as `vaswani.serving.search` drives a decoder (`step`, `keep`): `num_beams` rows per
+    input, the cross-attention keys and values and the encoder's mask repeated for each. Choosing beams gathers the
     self-attention cache by row, as `generate` reorders its cache; an input whose search is over leaves the batch.
 
     With `record_logits` (greedy search), `step_logits` holds each step's logits (batch, vocab), NaN in the rows of
@@ -613,7 +613,7 @@ class OnnxDecoder:
             self.attention_mask = self.attention_mask[rows]
 
 
-def check_generation_options(generation_config: dict) -> None:
+def _check_generation_options(generation_config: dict) -> None:
     for name, neutral in UNSUPPORTED_GENERATION_OPTIONS.items():
         value = generation_config.get(name)
         if value not in neutral:
@@ -632,3 +632,11 @@ def onnx_greedy_generate(folder: str | Path, inputs, max_new_tokens: int | None 
     input_ids = np.asarray(inputs, dtype=np.int64)
     attention_mask = None if generator.pad_token_id is None else (input_ids != generator.pad_token_id).astype(np.int64)
     return generator.generate(input_ids, attention_mask, max_new_tokens, num_beams=1)
+
+
+__all__ = [
+    "OnnxExportError",
+    "OnnxGenerator",
+    "export_to_onnx",
+    "onnx_greedy_generate",
+]

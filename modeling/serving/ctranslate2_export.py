@@ -1,6 +1,6 @@
 """Export a translation or summarization checkpoint of this project to CTranslate2, for fast CPU and GPU inference.
 
-    from vaswani.ctranslate2_export import export_to_ctranslate2
+    from vaswani.serving.ctranslate2_export import export_to_ctranslate2
     export_to_ctranslate2("results/multi30k_en_de/model", "outputs/ct2/multi30k_en_de_int8", quantization="int8")
 
 The CTranslate2 model is written directly with CTranslate2's public specification API (`TransformerSpec`): no
@@ -150,7 +150,7 @@ def build_spec(model, tokenizer):
     from ctranslate2.specs import attention_spec, common_spec, transformer_spec
 
     config = model.config
-    check_exportable(config)
+    _check_exportable(config)
     pre_norm = config.layer_norm_position == "pre"
     relative = config.position_embedding_type == "relative"
     activation = getattr(common_spec.Activation, ACTIVATIONS[config.activation_function])
@@ -178,29 +178,29 @@ def build_spec(model, tokenizer):
     spec = transformer_spec.TransformerSpec(encoder_spec, decoder_spec)
 
     base = model.model
-    set_stack(spec.encoder, base.encoder, config)
-    set_stack(spec.decoder, base.decoder, config)
+    _set_stack(spec.encoder, base.encoder, config)
+    _set_stack(spec.decoder, base.decoder, config)
     for layer_spec, layer in zip(spec.encoder.layer, base.encoder.layers):
-        set_self_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_residual.layer_norm)
-        set_feed_forward(layer_spec.ffn, layer.feed_forward, layer.feed_forward_residual.layer_norm)
+        _set_self_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_residual.layer_norm)
+        _set_feed_forward(layer_spec.ffn, layer.feed_forward, layer.feed_forward_residual.layer_norm)
     for layer_spec, layer in zip(spec.decoder.layer, base.decoder.layers):
-        set_self_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_residual.layer_norm)
-        set_cross_attention(layer_spec.attention, layer.encoder_attn, layer.encoder_attn_residual.layer_norm)
-        set_feed_forward(layer_spec.ffn, layer.feed_forward, layer.feed_forward_residual.layer_norm)
-    set_linear(spec.decoder.projection, model.lm_head)
+        _set_self_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_residual.layer_norm)
+        _set_cross_attention(layer_spec.attention, layer.encoder_attn, layer.encoder_attn_residual.layer_norm)
+        _set_feed_forward(layer_spec.ffn, layer.feed_forward, layer.feed_forward_residual.layer_norm)
+    _set_linear(spec.decoder.projection, model.lm_head)
 
-    vocabulary = vocabulary_of(tokenizer, config.vocab_size)
+    vocabulary = _vocabulary_of(tokenizer, config.vocab_size)
     spec.register_source_vocabulary(vocabulary)
     spec.register_target_vocabulary(vocabulary)
-    set_special_tokens(spec.config, model, tokenizer, vocabulary)
+    _set_special_tokens(spec.config, model, tokenizer, vocabulary)
     spec.config.layer_norm_epsilon = float(config.layer_norm_eps)
     return spec
 
 
-def check_exportable(config) -> None:
+def _check_exportable(config) -> None:
     """Refuse, by name, a config value that the specification cannot hold (none of today's values; this guards the
     options a later version of the config may add)."""
-    from .configuration_vaswani import LAYER_NORM_POSITIONS, POSITION_EMBEDDING_TYPES
+    from ..configuration_vaswani import LAYER_NORM_POSITIONS, POSITION_EMBEDDING_TYPES
 
     for name, allowed in (
         ("activation_function", list(ACTIVATIONS)),
@@ -216,48 +216,48 @@ def check_exportable(config) -> None:
         raise ValueError("is_encoder_decoder=False: only the encoder-decoder can be exported to CTranslate2.")
 
 
-def tensor(value: torch.Tensor) -> np.ndarray:
+def _tensor(value: torch.Tensor) -> np.ndarray:
     return value.detach().to(torch.float32).cpu().numpy().copy()
 
 
-def set_stack(stack_spec, stack, config) -> None:
+def _set_stack(stack_spec, stack, config) -> None:
     """Embeddings, their scale, positions and (pre-norm) the final LayerNorm of the encoder or the decoder."""
     embeddings = stack.embeddings
     embeddings_spec = stack_spec.embeddings[0] if isinstance(stack_spec.embeddings, list) else stack_spec.embeddings
-    embeddings_spec.weight = tensor(embeddings.embed_tokens.weight)
+    embeddings_spec.weight = _tensor(embeddings.embed_tokens.weight)
     stack_spec.scale_embeddings = np.float32(embeddings.embed_scale)
     if config.position_embedding_type == "sinusoidal":
-        from .modeling_vaswani import sinusoidal_positions
+        from ..modeling_vaswani import sinusoidal_positions
 
         positions = torch.arange(config.max_position_embeddings)
-        stack_spec.position_encodings.encodings = tensor(sinusoidal_positions(positions, config.d_model))
+        stack_spec.position_encodings.encodings = _tensor(sinusoidal_positions(positions, config.d_model))
     elif config.position_embedding_type == "learned":
-        stack_spec.position_encodings.encodings = tensor(embeddings.embed_positions.weight)
+        stack_spec.position_encodings.encodings = _tensor(embeddings.embed_positions.weight)
     if stack.layer_norm is not None:
-        set_layer_norm(stack_spec.layer_norm, stack.layer_norm)
+        _set_layer_norm(stack_spec.layer_norm, stack.layer_norm)
 
 
-def set_layer_norm(spec, layer_norm) -> None:
-    spec.gamma = tensor(layer_norm.weight)
-    spec.beta = tensor(layer_norm.bias)
+def _set_layer_norm(spec, layer_norm) -> None:
+    spec.gamma = _tensor(layer_norm.weight)
+    spec.beta = _tensor(layer_norm.bias)
 
 
-def set_linear(spec, linear) -> None:
-    spec.weight = tensor(linear.weight)
+def _set_linear(spec, linear) -> None:
+    spec.weight = _tensor(linear.weight)
     if linear.bias is not None:
-        spec.bias = tensor(linear.bias)
+        spec.bias = _tensor(linear.bias)
 
 
-def set_fused_linear(spec, linears) -> None:
-    spec.weight = np.concatenate([tensor(linear.weight) for linear in linears])
-    spec.bias = np.concatenate([tensor(linear.bias) for linear in linears])
+def _set_fused_linear(spec, linears) -> None:
+    spec.weight = np.concatenate([_tensor(linear.weight) for linear in linears])
+    spec.bias = np.concatenate([_tensor(linear.bias) for linear in linears])
 
 
-def set_self_attention(spec, attention, layer_norm) -> None:
-    set_layer_norm(spec.layer_norm, layer_norm)
+def _set_self_attention(spec, attention, layer_norm) -> None:
+    _set_layer_norm(spec.layer_norm, layer_norm)
     if attention.relative_position_bias is None:
-        set_fused_linear(spec.linear[0], (attention.q_proj, attention.k_proj, attention.v_proj))
-        set_linear(spec.linear[1], attention.out_proj)
+        _set_fused_linear(spec.linear[0], (attention.q_proj, attention.k_proj, attention.v_proj))
+        _set_linear(spec.linear[1], attention.out_proj)
         return
     # relative positions: every head gets `heads` extra dimensions (see the module docstring)
     heads, head_dim = attention.num_heads, attention.head_dim
@@ -265,8 +265,8 @@ def set_self_attention(spec, attention, layer_norm) -> None:
     def widen(linear, query: bool):
         """Rows of a q/k/v projection with `heads` zero rows after each head's rows; the query's bias is 1 at the
         extra dimension of its own head, so that head h's query ends in the one-hot vector e_h."""
-        weight = tensor(linear.weight).reshape(heads, head_dim, -1)
-        bias = tensor(linear.bias).reshape(heads, head_dim)
+        weight = _tensor(linear.weight).reshape(heads, head_dim, -1)
+        bias = _tensor(linear.bias).reshape(heads, head_dim)
         extra_weight = np.zeros((heads, heads, weight.shape[-1]), dtype=np.float32)
         extra_bias = np.eye(heads, dtype=np.float32) if query else np.zeros((heads, heads), dtype=np.float32)
         return (
@@ -277,12 +277,12 @@ def set_self_attention(spec, attention, layer_norm) -> None:
     parts = [widen(attention.q_proj, True), widen(attention.k_proj, False), widen(attention.v_proj, False)]
     spec.linear[0].weight = np.concatenate([weight for weight, _ in parts])
     spec.linear[0].bias = np.concatenate([bias for _, bias in parts])
-    out_weight = tensor(attention.out_proj.weight).reshape(-1, heads, head_dim)
+    out_weight = _tensor(attention.out_proj.weight).reshape(-1, heads, head_dim)
     out_weight = np.concatenate([out_weight, np.zeros((out_weight.shape[0], heads, heads), np.float32)], axis=2)
     spec.linear[1].weight = out_weight.reshape(out_weight.shape[0], -1)
-    spec.linear[1].bias = tensor(attention.out_proj.bias)
+    spec.linear[1].bias = _tensor(attention.out_proj.bias)
 
-    bias = tensor(attention.relative_position_bias.bias)  # (2 * max_distance + 1, heads), row = offset + max_distance
+    bias = _tensor(attention.relative_position_bias.bias)  # (2 * max_distance + 1, heads), row = offset + max_distance
     keys = np.zeros((bias.shape[0], head_dim + heads), dtype=np.float32)
     keys[:, head_dim:] = bias / np.float32(attention.scaling)
     spec.relative_position_keys = keys
@@ -290,17 +290,17 @@ def set_self_attention(spec, attention, layer_norm) -> None:
     spec.queries_scale = np.float32(attention.scaling)
 
 
-def set_cross_attention(spec, attention, layer_norm) -> None:
-    set_layer_norm(spec.layer_norm, layer_norm)
-    set_linear(spec.linear[0], attention.q_proj)
-    set_fused_linear(spec.linear[1], (attention.k_proj, attention.v_proj))
-    set_linear(spec.linear[2], attention.out_proj)
+def _set_cross_attention(spec, attention, layer_norm) -> None:
+    _set_layer_norm(spec.layer_norm, layer_norm)
+    _set_linear(spec.linear[0], attention.q_proj)
+    _set_fused_linear(spec.linear[1], (attention.k_proj, attention.v_proj))
+    _set_linear(spec.linear[2], attention.out_proj)
 
 
-def set_feed_forward(spec, feed_forward, layer_norm) -> None:
-    set_layer_norm(spec.layer_norm, layer_norm)
-    set_linear(spec.linear_0, feed_forward.fc1)
-    set_linear(spec.linear_1, feed_forward.fc2)
+def _set_feed_forward(spec, feed_forward, layer_norm) -> None:
+    _set_layer_norm(spec.layer_norm, layer_norm)
+    _set_linear(spec.linear_0, feed_forward.fc1)
+    _set_linear(spec.linear_1, feed_forward.fc2)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -308,7 +308,7 @@ def set_feed_forward(spec, feed_forward, layer_norm) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def vocabulary_of(tokenizer, vocab_size: int) -> list[str]:
+def _vocabulary_of(tokenizer, vocab_size: int) -> list[str]:
     """The tokenizer's tokens in id order, `vocab_size` of them: ids the tokenizer never produces (a model whose
     embedding has spare rows) get placeholder names that no text can produce."""
     by_id = {index: token for token, index in tokenizer.get_vocab().items()}
@@ -330,7 +330,7 @@ def vocabulary_of(tokenizer, vocab_size: int) -> list[str]:
     return vocabulary
 
 
-def set_special_tokens(ct2_config, model, tokenizer, vocabulary: list[str]) -> None:
+def _set_special_tokens(ct2_config, model, tokenizer, vocabulary: list[str]) -> None:
     """Decoder start, end and unknown tokens, by the ids that `generate()` uses (the generation config's, else the
     model config's); CTranslate2 adds no token to the source (the tokenizer already ends it with `</s>`)."""
     generation = model.generation_config
@@ -401,4 +401,11 @@ def translate_options(generation_config) -> dict:
     return options
 
 
-__all__ = ["export_to_ctranslate2", "build_spec", "translate_options", "QUANTIZATIONS"]
+__all__ = [
+    "OPTIONS_FILE",
+    "QUANTIZATIONS",
+    "build_spec",
+    "export_to_ctranslate2",
+    "import_ctranslate2",
+    "translate_options",
+]

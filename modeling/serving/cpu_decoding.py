@@ -1,5 +1,5 @@
 """Decoding on a CPU at the speed of an inference engine, from the model's own weights: what `generate` runs after
-`vaswani.cpu_inference.for_cpu_inference(model)`, with the same tokens.
+`vaswani.serving.cpu_inference.for_cpu_inference(model)`, with the same tokens.
 
 `generate` runs the model's forward once per new token, which is written for training and for every attention
 backend: one token at a time it spends most of its time around the arithmetic (on the shipped en->de model, one
@@ -16,16 +16,16 @@ function for one new token per row, with the model's weights laid out for it (`M
     `num_beams` times wider, cheap at these sizes) through a mask that keeps, at each position, the keys of the
     beam's own history, so choosing beams moves a small table of indices (the history's slot at each position), not
     the keys and values;
-  * an input whose search is over leaves the batch (`vaswani.search`): its rows are no longer computed (its cache
-    slot is freed once half of the slots are, with one copy);
-  * the next token is picked with vectorized reductions (`vaswani.search.first_argmax`, `top_candidates`).
+  * an input whose search is over leaves the batch (`vaswani.serving.search`): its rows are no longer computed (its
+    cache slot is freed once half of the slots are, with one copy);
+  * the next token is picked with vectorized reductions (`vaswani.serving.search.first_argmax`, `top_candidates`).
 
 The search itself (greedy, beam search with its length penalty, early stopping, `no_repeat_ngram_size`,
-`min_length` / `min_new_tokens`) is `vaswani.search`, which follows transformers' step for step. `generate` still
-prepares everything (its settings, the encoder's output, the logits processors and stopping criteria) and hands the
-loop to `CpuGenerate.decoding_loop` through its `custom_generate` argument; where the call asks for what this path does not
-do (sampling, scores or attentions in the output, a streamer, other logits processors, a prompt for the decoder, a
-model in training mode or not in float32 on the CPU), the loop is transformers' own, so every call gives what
+`min_length` / `min_new_tokens`) is `vaswani.serving.search`, which follows transformers' step for step. `generate`
+still prepares everything (its settings, the encoder's output, the logits processors and stopping criteria) and hands
+the loop to `CpuGenerate.decoding_loop` through its `custom_generate` argument; where the call asks for what this path
+does not do (sampling, scores or attentions in the output, a streamer, other logits processors, a prompt for the
+decoder, a model in training mode or not in float32 on the CPU), the loop is transformers' own, so every call gives what
 `generate` gives.
 
 The weights are laid out once (about the model's size again) and laid out anew when a parameter changes (tracked by
@@ -43,7 +43,7 @@ from transformers.generation.logits_process import (
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.utils import GENERATION_MODES_MAPPING, GenerationMode
 
-from .modeling_vaswani import sinusoidal_positions
+from ..modeling_vaswani import sinusoidal_positions
 from .search import SearchSettings, search
 
 
@@ -66,26 +66,26 @@ class LayerWeights:
             [attention.q_proj.weight * scaling, attention.k_proj.weight, attention.v_proj.weight]
         ).t().contiguous()
         self.qkv_bias = torch.cat([attention.q_proj.bias * scaling, attention.k_proj.bias, attention.v_proj.bias])
-        self.self_out = linear_weights(attention.out_proj)
-        self.self_norm = norm_weights(layer.self_attn_residual.layer_norm)
+        self.self_out = _linear_weights(attention.out_proj)
+        self.self_norm = _norm_weights(layer.self_attn_residual.layer_norm)
         cross = layer.encoder_attn
         self.cross_query = ((cross.q_proj.weight * cross.scaling).t().contiguous(), cross.q_proj.bias * cross.scaling)
-        self.cross_out = linear_weights(cross.out_proj)
-        self.cross_norm = norm_weights(layer.encoder_attn_residual.layer_norm)
-        self.fc1 = linear_weights(layer.feed_forward.fc1)
-        self.fc2 = linear_weights(layer.feed_forward.fc2)
+        self.cross_out = _linear_weights(cross.out_proj)
+        self.cross_norm = _norm_weights(layer.encoder_attn_residual.layer_norm)
+        self.fc1 = _linear_weights(layer.feed_forward.fc1)
+        self.fc2 = _linear_weights(layer.feed_forward.fc2)
         self.activation = layer.feed_forward.activation
         self.relu = isinstance(self.activation, nn.ReLU)
-        self.feed_forward_norm = norm_weights(layer.feed_forward_residual.layer_norm)
+        self.feed_forward_norm = _norm_weights(layer.feed_forward_residual.layer_norm)
         bias = attention.relative_position_bias
         self.relative_bias = None if bias is None else (bias.bias.detach().clone(), bias.max_distance)
 
 
-def linear_weights(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+def _linear_weights(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
     return linear.weight.t().contiguous(), linear.bias.detach().clone()
 
 
-def norm_weights(norm: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor, float]:
+def _norm_weights(norm: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor, float]:
     return norm.weight.detach().clone(), norm.bias.detach().clone(), norm.eps
 
 
@@ -102,19 +102,19 @@ class ModelWeights:
             self.d_model = config.d_model
             self.pre_norm = config.layer_norm_position == "pre"
             self.position_type = config.position_embedding_type
-            self.embed, self.positions = embedding_weights(decoder.embeddings)
+            self.embed, self.positions = _embedding_weights(decoder.embeddings)
             self.layers = [LayerWeights(layer) for layer in decoder.layers]
             crosses = [layer.encoder_attn for layer in decoder.layers]
             self.cross_kv_weight = torch.cat(
                 [torch.cat([cross.k_proj.weight, cross.v_proj.weight]) for cross in crosses]
             ).t().contiguous()
             self.cross_kv_bias = torch.cat([torch.cat([cross.k_proj.bias, cross.v_proj.bias]) for cross in crosses])
-            self.final_norm = norm_weights(decoder.layer_norm) if decoder.layer_norm is not None else None
+            self.final_norm = _norm_weights(decoder.layer_norm) if decoder.layer_norm is not None else None
             self.vocab_weight = model.lm_head.weight.t().contiguous()
-        self.versions = parameter_versions(model)
+        self.versions = _parameter_versions(model)
 
 
-def embedding_weights(embeddings: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _embedding_weights(embeddings: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The token table times the embedding scale (the same products the model computes for each token), and the
     learned position table (None for the other position types)."""
     table = (embeddings.embed_tokens.weight * embeddings.embed_scale).contiguous()
@@ -122,7 +122,7 @@ def embedding_weights(embeddings: nn.Module) -> tuple[torch.Tensor, torch.Tensor
     return table, (positions.weight.detach().clone() if positions is not None else None)
 
 
-def absolute_positions(weights: ModelWeights, learned: torch.Tensor | None, positions: torch.Tensor):
+def _absolute_positions(weights: ModelWeights, learned: torch.Tensor | None, positions: torch.Tensor):
     """The absolute-position term of `positions` (any shape, then d_model), or None (relative positions)."""
     if weights.position_type == "sinusoidal":
         return sinusoidal_positions(positions, weights.d_model)
@@ -131,33 +131,33 @@ def absolute_positions(weights: ModelWeights, learned: torch.Tensor | None, posi
     return None
 
 
-def parameter_versions(model: nn.Module) -> list[tuple[int, int]]:
+def _parameter_versions(model: nn.Module) -> list[tuple[int, int]]:
     """Where each parameter lives and how often it was changed in place: a change in either means new weights."""
     return [(parameter.data_ptr(), parameter._version) for parameter in model.parameters()]
 
 
-def relative_biases(layer: LayerWeights, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
+def _relative_biases(layer: LayerWeights, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
     """The model's `VaswaniRelativePositionBias`: (heads, queries, keys)."""
     table, max_distance = layer.relative_bias
     offsets = (key_positions[None, :] - query_positions[:, None]).clamp(-max_distance, max_distance) + max_distance
     return table[offsets].permute(2, 0, 1)
 
 
-def residual(weights: ModelWeights, hidden: torch.Tensor, norm, sublayer) -> torch.Tensor:
+def _residual(weights: ModelWeights, hidden: torch.Tensor, norm, sublayer) -> torch.Tensor:
     """A sub-layer in its residual connection: post-LN (the paper) or pre-LN, as the model's `VaswaniResidual`."""
     if weights.pre_norm:
-        return hidden + sublayer(layer_norm(hidden, norm))
-    return layer_norm(hidden + sublayer(hidden), norm)
+        return hidden + sublayer(_layer_norm(hidden, norm))
+    return _layer_norm(hidden + sublayer(hidden), norm)
 
 
-def feed_forward(layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
+def _feed_forward(layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
     inner = torch.addmm(layer.fc1[1], hidden, layer.fc1[0])
     inner = inner.relu_() if layer.relu else layer.activation(inner)
     return torch.addmm(layer.fc2[1], inner, layer.fc2[0])
 
 
 class CpuDecoder:
-    """The decoder's state during one search: `step` and `keep`, as `vaswani.search` drives them.
+    """The decoder's state during one search: `step` and `keep`, as `vaswani.serving.search` drives them.
 
     The inputs' rows sit in slots, `beams` rows each: the self-attention keys and values of slot a, head h are a
     block (positions, beams, head_dim) of `keys[layer]` / `values[layer]`, (slots, heads, max_positions, beams,
@@ -188,7 +188,7 @@ class CpuDecoder:
         if source_mask is not None and not bool(source_mask.all()):
             blocked = torch.finfo(encoder_states.dtype).min  # as the model masks padding
             self.source_mask = torch.where(source_mask.bool(), 0.0, blocked)[:, None, None, :].to(encoder_states.dtype)
-        self.position_terms = absolute_positions(weights, weights.positions, torch.arange(self.max_positions))
+        self.position_terms = _absolute_positions(weights, weights.positions, torch.arange(self.max_positions))
         self.relative_rows = [self.relative_bias_rows(layer) for layer in weights.layers]
         # beam j's history: the beam slot holding its key at each position (before any choice, its own)
         self.history = torch.arange(beams).view(1, beams, 1).repeat(inputs, 1, self.max_positions)
@@ -201,7 +201,7 @@ class CpuDecoder:
         if layer.relative_bias is None:
             return None
         positions = torch.arange(self.max_positions)
-        rows = relative_biases(layer, positions[-1:], positions)  # (heads, 1, max_positions)
+        rows = _relative_biases(layer, positions[-1:], positions)  # (heads, 1, max_positions)
         return rows[:, 0, :, None].expand(-1, -1, self.beams).contiguous()
 
     @property
@@ -224,11 +224,12 @@ class CpuDecoder:
             hidden = hidden + self.position_terms[position]
         beam_mask = self.beam_mask(position) if self.beams > 1 else None
         for index, layer in enumerate(weights.layers):
-            hidden = residual(weights, hidden, layer.self_norm, lambda x: self.self_attention(index, layer, x, beam_mask))
-            hidden = residual(weights, hidden, layer.cross_norm, lambda x: self.cross_attention(index, layer, x))
-            hidden = residual(weights, hidden, layer.feed_forward_norm, lambda x: feed_forward(layer, x))
+            hidden = _residual(weights, hidden, layer.self_norm,
+                               lambda x: self.self_attention(index, layer, x, beam_mask))
+            hidden = _residual(weights, hidden, layer.cross_norm, lambda x: self.cross_attention(index, layer, x))
+            hidden = _residual(weights, hidden, layer.feed_forward_norm, lambda x: _feed_forward(layer, x))
         if weights.final_norm is not None:
-            hidden = layer_norm(hidden, weights.final_norm)
+            hidden = _layer_norm(hidden, weights.final_norm)
         if not every_slot_decodes:
             hidden = hidden[self.rows]
         self.position += 1
@@ -277,7 +278,8 @@ class CpuDecoder:
         return torch.addmm(layer.cross_out[1], self.merge_heads(output), layer.cross_out[0])
 
     def keep(self, rows: torch.Tensor, inputs: torch.Tensor | None) -> None:
-        """Go on with these rows (indices into the rows still decoding) of these inputs (see `vaswani.search`)."""
+        """Go on with these rows (indices into the rows still decoding) of these inputs (see
+        `vaswani.serving.search`)."""
         if inputs is not None:
             self.slots = self.slots[inputs]
         if self.beams > 1:
@@ -304,7 +306,7 @@ class CpuDecoder:
         self.slot_count = slots.shape[0]
 
 
-def layer_norm(hidden: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor, float]) -> torch.Tensor:
+def _layer_norm(hidden: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor, float]) -> torch.Tensor:
     weight, bias, eps = norm
     return F.layer_norm(hidden, weight.shape, weight, bias, eps)
 
@@ -330,7 +332,7 @@ class CpuGenerate:
         return type(model).generate(model, *args, **kwargs)
 
     def current_weights(self) -> ModelWeights:
-        if self.weights is None or self.weights.versions != parameter_versions(self.model):
+        if self.weights is None or self.weights.versions != _parameter_versions(self.model):
             self.weights = ModelWeights(self.model)
         return self.weights
 
@@ -357,7 +359,7 @@ class CpuGenerate:
         return search(decoder, encoder_states.shape[0], int(input_ids[0, 0]), settings)
 
 
-def model_runs_here(model: nn.Module) -> bool:
+def _model_runs_here(model: nn.Module) -> bool:
     """This path computes a model in eval mode with float32 weights on the CPU."""
     parameter = next(model.parameters())
     return not model.training and parameter.device.type == "cpu" and parameter.dtype == torch.float32
@@ -379,7 +381,7 @@ def search_settings(model, input_ids, logits_processor, stopping_criteria, gener
     cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
     if cache is not None and cache.get_seq_length() > 0:
         return None
-    if not model_runs_here(model) or torch.is_grad_enabled():
+    if not _model_runs_here(model) or torch.is_grad_enabled():
         return None
     if input_ids.shape[1] != 1 or not bool((input_ids == input_ids[0, 0]).all()):
         return None  # a prompt for the decoder, or different start tokens

@@ -4,7 +4,7 @@ translation / summarization pipelines (`vaswani.pipelines`), and transformers' o
 
 Each `score_*` function takes the pipeline and the rows, and returns the metrics as entries of the results file
 (`{"type", "name", "value", "signature"?}`, see scripts/evaluate_model.py); the two generative ones also return the
-texts the model wrote, so that the caller can check them (`vaswani.diagnostics.output_diversity`).
+texts the model wrote, so that the caller can check them (`vaswani.evaluation.diagnostics.output_diversity`).
 """
 
 import json
@@ -17,11 +17,11 @@ from pathlib import Path
 import datasets
 from transformers import Pipeline
 
-from .data import evaluated_source, split_paths
-from .finetuning.splits import load_checked_split
-from .finetuning.label_sets import LabelSet
+from ..data import evaluated_source, split_paths
+from ..finetuning.splits import load_checked_split
+from ..finetuning.label_sets import LabelSet
 from .metrics import load_metric, rouge_percent
-from .output_paths import write_text_atomically
+from ..output_paths import write_text_atomically
 
 
 TEXT_ROLES = ("source", "target", "text")  # the columns of one text per row, by role (the others: labels, word lists)
@@ -82,14 +82,14 @@ class EvaluatedSplitArguments:
 GROUPED_AGGREGATIONS = ("simple", "first", "average", "max")
 
 
-def in_length_order(texts: Sequence[str]) -> list[int]:
+def _in_length_order(texts: Sequence[str]) -> list[int]:
     """Indices of `texts` from the longest to the shortest: batches of similar lengths waste little on padding."""
     return sorted(range(len(texts)), key=lambda index: -len(texts[index]))
 
 
 def run_pipeline(pipe: Pipeline, texts: Sequence[str], batch_size: int, **call_kwargs) -> list:
     """The pipeline's output for each text, in the order of `texts` (they are batched by length)."""
-    order = in_length_order(texts)
+    order = _in_length_order(texts)
     outputs = pipe([texts[index] for index in order], batch_size=batch_size, **call_kwargs)
     results = [None] * len(texts)
     for index, output in zip(order, outputs):
@@ -203,6 +203,7 @@ def score_token_classification(pipe: Pipeline, sentences, tags, label_set: Label
 
 
 __all__ = [
+    "EvaluatedSplitArguments",
     "GROUPED_AGGREGATIONS",
     "rouge_metrics",
     "run_pipeline",

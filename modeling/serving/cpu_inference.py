@@ -7,18 +7,18 @@ generic path: on an AVX-512 EPYC, one core, a (32 x 512) x (512 x 2048) product 
 through oneDNN, the library CTranslate2 also picks on AMD CPUs. Two ways to serve a model faster, both for inference
 only (no gradients, nothing to save):
 
-    from vaswani.cpu_inference import for_cpu_inference
+    from vaswani.serving.cpu_inference import for_cpu_inference
 
     model = for_cpu_inference(model)                       # fp32, every Linear through oneDNN (in place)
     model = for_cpu_inference(model, quantization="int8")  # a copy with int8 Linear layers
 
 `"fp32"` changes only how the products are summed: logits agree with the plain model to float32 rounding (about
 1e-5) and decoding gives the same tokens (tests/test_cpu_inference.py checks both on the shipped en->de model). A
-translation or summarization model (`VaswaniForConditionalGeneration`) also decodes through `vaswani.cpu_decoding`:
-`model.generate` then runs greedy and beam search with a decoder written for one new token per row (a cache written
-in place, attention of one row as two products, no copy of the cache when beams are chosen), 2 to 4 times faster
-than the model's own forward at the shipped models' size, with the same tokens (tests/test_cpu_decoding.py); any other
-call of `generate` (sampling, a streamer, scores in the output) runs as before.
+translation or summarization model (`VaswaniForConditionalGeneration`) also decodes through
+`vaswani.serving.cpu_decoding`: `model.generate` then runs greedy and beam search with a decoder written for one new
+token per row (a cache written in place, attention of one row as two products, no copy of the cache when beams are
+chosen), 2 to 4 times faster than the model's own forward at the shipped models' size, with the same tokens
+(tests/test_cpu_decoding.py); any other call of `generate` (sampling, a streamer, scores in the output) runs as before.
 `"int8"` stores every Linear weight (the output projection included) as int8 with one scale per tensor and quantizes
 activations on the fly (`torch.ao.quantization.quantize_dynamic`, fbgemm kernels): outputs change a little; the
 BLEU it costs is measured in results/benchmark/README.md ("Serving paths on a CPU", results in
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .cpu_decoding import CpuGenerate
-from .modeling_vaswani import VaswaniForConditionalGeneration
+from ..modeling_vaswani import VaswaniForConditionalGeneration
 
 
 QUANTIZATIONS = ("fp32", "int8")
@@ -58,8 +58,8 @@ class OneDNNLinear(nn.Linear):
 
 def for_cpu_inference(model: nn.Module, quantization: str = "fp32") -> nn.Module:
     """`model` set up for fast CPU inference: `"fp32"` routes its Linear layers through oneDNN and its `generate`
-    through `vaswani.cpu_decoding` (in place, same weights); `"int8"` returns a copy whose Linear layers hold int8
-    weights. The model is put in eval mode."""
+    through `vaswani.serving.cpu_decoding` (in place, same weights); `"int8"` returns a copy whose Linear layers hold
+    int8 weights. The model is put in eval mode."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization={quantization!r}: use one of {list(QUANTIZATIONS)}.")
     if quantization == "fp32" and not torch.backends.mkldnn.is_available():

@@ -3,7 +3,7 @@
 `evaluate.load("sacrebleu")` fetches its code from the Hub, which many clusters (and these machines) cannot reach.
 These modules load from this folder, so the same code works online and offline:
 
-    from vaswani.metrics import load_metric
+    from vaswani.evaluation.metrics import load_metric
     bleu = load_metric("sacrebleu")
     bleu.compute(predictions=["Ein Mann reitet."], references=[["Ein Mann reitet."]])   # {"score": 100.0, "signature": ...}
 

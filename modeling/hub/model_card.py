@@ -16,11 +16,10 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .cli import OLD_OPTIONS, modern_options
-from .data import looks_like_hub_dataset
+from ..data import looks_like_hub_dataset
 
 
-TEMPLATE = Path(__file__).resolve().parents[1] / "model_card.md"  # the repository's (modeling/ sits beside it)
+TEMPLATE = Path(__file__).resolve().parents[2] / "model_card.md"  # the repository's (beside modeling/)
 
 TASKS = ("translation", "summarization", "text-classification", "token-classification")
 # what each model class is for, when no results file says otherwise
@@ -92,7 +91,7 @@ def load_results(path: str | Path) -> dict:
     return results
 
 
-def dataset_label(name: str) -> str:
+def _dataset_label(name: str) -> str:
     """How a dataset is named in the model-index: its Hub id, or for local files the folder they are in."""
     if looks_like_hub_dataset(name):
         return name
@@ -117,7 +116,7 @@ FINE_TUNING_SETTINGS = (
 )
 
 
-def read_record(path: Path) -> dict | None:
+def _read_record(path: Path) -> dict | None:
     """A JSON object from a checkpoint's folder (untrusted: bounded in size), or None where it is absent."""
     if not path.is_file():
         return None
@@ -132,41 +131,39 @@ def read_record(path: Path) -> dict | None:
     return record
 
 
-def json_block(options: dict) -> str:
+def _json_block(options: dict) -> str:
     return "```json\n" + json.dumps(options, indent=2, ensure_ascii=False, default=str) + "\n```"
 
 
 def training_from_record(model_dir: str | Path) -> tuple[str | None, str | None]:
     """(training data, training procedure) of the card, from the record the run left beside the checkpoint
-    (`arguments.json` in the folder or the run folder above it); (None, None) where there is none. A record of the
-    last release names some options as they were then: the card names them as they are now."""
+    (`arguments.json` in the folder or the run folder above it); (None, None) where there is none."""
     model_dir = Path(model_dir)
     path = next((folder / ARGUMENTS_FILE for folder in (model_dir, model_dir.parent)
                  if (folder / ARGUMENTS_FILE).is_file()), None)
-    record = read_record(path) if path else None
+    record = _read_record(path) if path else None
     if record is None:
         return None, None
     if "training" in record and "data" in record:  # a fine-tuning script's record
         script, model = record.get("script", "a fine-tuning script"), record.get("model") or {}
-        data = modern_options(record["data"], OLD_OPTIONS["fine-tuning"]) if isinstance(record["data"], dict) else {}
+        data = record["data"] if isinstance(record["data"], dict) else {}
         training = record["training"] if isinstance(record["training"], dict) else {}
-        state = read_record(path.parent / TRAINER_STATE_FILE) or {}
+        state = _read_record(path.parent / TRAINER_STATE_FILE) or {}
         start = model.get("model_name_or_path") or f"preset {model.get('preset')!r} (from scratch)"
         steps = f" for {state['global_step']:,} updates ({state.get('epoch', 0):.2f} epochs)" if state.get(
             "global_step") else ""
         settings = {key: training[key] for key in FINE_TUNING_SETTINGS if training.get(key) not in (None, "")}
         procedure = (f"Fine-tuned from {start} with `scripts/{script}` (the transformers Trainer){steps}. Its "
-                     f"settings, from `{ARGUMENTS_FILE}`:\n\n" + json_block({**settings, "task": record.get("task")}))
-        return json_block({key: value for key, value in data.items() if value is not None}), procedure
-    record = modern_options(record, OLD_OPTIONS["train.py"])
+                     f"settings, from `{ARGUMENTS_FILE}`:\n\n" + _json_block({**settings, "task": record.get("task")}))
+        return _json_block({key: value for key, value in data.items() if value is not None}), procedure
     data = {key: record[key] for key in TRAIN_PY_DATA_OPTIONS if record.get(key) is not None}
     options = {key: value for key, value in record.items() if value is not None and key not in RUN_BOOKKEEPING}
     procedure = (f"Trained from scratch with `scripts/train.py`. The run's options, from `{ARGUMENTS_FILE}`:\n\n"
-                 + json_block(options))
-    return json_block(data), procedure
+                 + _json_block(options))
+    return _json_block(data), procedure
 
 
-def pipeline_tag_for(config, results: list[dict]) -> str:
+def _pipeline_tag_for(config, results: list[dict]) -> str:
     architecture = (config.architectures or ["VaswaniForConditionalGeneration"])[0]
     if architecture in TASK_OF_ARCHITECTURE:
         return TASK_OF_ARCHITECTURE[architecture]
@@ -176,12 +173,12 @@ def pipeline_tag_for(config, results: list[dict]) -> str:
     return "translation" if config.source_lang and config.target_lang else "text2text-generation"
 
 
-def eval_results_for(results: list[dict]) -> list[EvalResult]:
+def _eval_results_for(results: list[dict]) -> list[EvalResult]:
     return [
         EvalResult(
             task_type=result["task"],
-            dataset_type=dataset_label(result["dataset"]["name"]),
-            dataset_name=dataset_label(result["dataset"]["name"]),
+            dataset_type=_dataset_label(result["dataset"]["name"]),
+            dataset_name=_dataset_label(result["dataset"]["name"]),
             dataset_config=result["dataset"]["config"],
             dataset_split=result["dataset"]["split"],
             metric_type=metric["type"],
@@ -193,7 +190,7 @@ def eval_results_for(results: list[dict]) -> list[EvalResult]:
     ]
 
 
-def without_repeated_metrics(result: dict) -> dict:
+def _without_repeated_metrics(result: dict) -> dict:
     """The result with a ROUGE-Lsum equal to its ROUGE-L left out: rouge-score's ROUGE-Lsum cuts summaries into
     sentences at line breaks only, and on summaries written on one line (SAMSum's, AESLC's, as this project scores
     them, without sentence splitting) it is ROUGE-L again, which a card would list twice as if it were a second
@@ -223,8 +220,8 @@ def render_model_card(
     results only; with `project_card`, also the table of every recipe of the project (model_card.md's block)."""
     if importlib.util.find_spec("jinja2") is None:
         raise ImportError("Rendering a model card needs Jinja2: pip install 'vaswani-transformer[hub]'.")
-    results = [without_repeated_metrics(result) for result in results]
-    pipeline_tag = pipeline_tag_for(config, results)
+    results = [_without_repeated_metrics(result) for result in results]
+    pipeline_tag = _pipeline_tag_for(config, results)
     architecture = (config.architectures or ["VaswaniForConditionalGeneration"])[0]
     if languages is None:
         languages = list(dict.fromkeys(code for code in (config.source_lang, config.target_lang) if code))
@@ -240,7 +237,7 @@ def render_model_card(
         tags=list(dict.fromkeys([*TAGS, *tags])),
         datasets=list(dict.fromkeys(datasets)) or None,
         metrics=list(dict.fromkeys(m["type"] for r in results for m in r["metrics"])) or None,
-        eval_results=eval_results_for(results) or None,
+        eval_results=_eval_results_for(results) or None,
     )
     direction = f" ({config.source_lang} → {config.target_lang})" if pipeline_tag == "translation" else ""
     labels = (
@@ -266,3 +263,13 @@ def render_model_card(
         project_card=project_card,
     )
     return str(card)
+
+
+__all__ = [
+    "ARGUMENTS_FILE",
+    "TASKS",
+    "TEMPLATE",
+    "load_results",
+    "render_model_card",
+    "training_from_record",
+]

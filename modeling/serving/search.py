@@ -1,9 +1,9 @@
 """Greedy and beam search as transformers' `generate` runs them, over any decoder that gives the next token's logits.
 
-Two decoders use it: `vaswani.cpu_decoding` (the CPU path of `for_cpu_inference`, on the model's weights) and
-`vaswani.onnx_export.OnnxGenerator` (the exported graphs in onnxruntime). Both give the tokens of `generate` with the
-same settings, because the search is the one transformers 5 runs (`GenerationMixin._sample` without sampling, and the
-vectorized `GenerationMixin._beam_search`), step for step:
+Two decoders use it: `vaswani.serving.cpu_decoding` (the CPU path of `for_cpu_inference`, on the model's weights) and
+`vaswani.serving.onnx_export.OnnxGenerator` (the exported graphs in onnxruntime). Both give the tokens of `generate`
+with the same settings, because the search is the one transformers 5 runs (`GenerationMixin._sample` without sampling,
+and the vectorized `GenerationMixin._beam_search`), step for step:
 
   * greedy: the highest-scoring token (the first of equal ones); an input that has produced an end-of-sequence token
     is padded with `pad_token_id` from then on; decoding stops when every input has ended or at `max_length`;
@@ -97,7 +97,7 @@ def rule_out_tokens(scores: torch.Tensor, history: torch.Tensor, settings: Searc
 BLOCK = 32  # the vocabulary is scanned in blocks of this many logits: one vectorized pass gives every block's maximum
 
 
-def block_maxima(scores: torch.Tensor) -> torch.Tensor | None:
+def _block_maxima(scores: torch.Tensor) -> torch.Tensor | None:
     """The maximum of each block of `BLOCK` scores along the last dimension (rows, vocab // BLOCK), or None where the
     vocabulary is not a whole number of blocks or too small for blocks to pay."""
     vocab = scores.shape[-1]
@@ -110,7 +110,7 @@ def first_argmax(scores: torch.Tensor) -> torch.Tensor:
     """`scores.argmax(-1)`: the first of equal maxima. torch's CPU argmax compares the vocabulary one element at a
     time (2.7 ms for 64 rows of 8,000 logits, one thread); here one vectorized pass finds each block's maximum, then
     the first block holding the row's maximum, then the first maximum in that block (0.6 ms)."""
-    maxima = block_maxima(scores)
+    maxima = _block_maxima(scores)
     if maxima is None:
         return scores.argmax(-1)
     rows = torch.arange(scores.shape[0])
@@ -122,7 +122,7 @@ def first_argmax(scores: torch.Tensor) -> torch.Tensor:
 def top_candidates(scores: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`scores.topk(count)` (values and indices, best first) of each row. torch's CPU topk also compares every element
     one at a time; the best `count` lie in the `count` blocks with the highest maxima, so only those are sorted."""
-    maxima = block_maxima(scores)
+    maxima = _block_maxima(scores)
     if maxima is None or maxima.shape[-1] < 4 * count:
         return scores.topk(count)
     rows = scores.shape[0]
@@ -191,7 +191,7 @@ class BeamState:
         return BeamState(*(getattr(self, name)[kept] for name in self.__dataclass_fields__))
 
 
-def along_beams(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+def _along_beams(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """`tensor` (inputs, beams, ...) gathered along the beams by `indices` (inputs, k)."""
     while indices.dim() < tensor.dim():
         indices = indices.unsqueeze(-1)
@@ -236,7 +236,7 @@ def beam_search(decoder, batch_size: int, start_token_id: int, settings: SearchS
         top_scores, top_indices = scores.topk(keep_count)
         origins = top_indices // keep_count
         tokens = row_tokens.view(inputs, -1).gather(1, top_indices)
-        candidates = along_beams(state.running, origins)
+        candidates = _along_beams(state.running, origins)
         candidates[:, :, length] = tokens
         ends = torch.isin(tokens, eos) if len(eos) else torch.zeros_like(tokens, dtype=torch.bool)
         if length + 1 >= max_length:
@@ -245,9 +245,9 @@ def beam_search(decoder, batch_size: int, start_token_id: int, settings: SearchS
         # the best beams that go on
         going_on_scores = top_scores + ends.to(torch.float32) * EXCLUDED
         chosen = going_on_scores.topk(beams).indices
-        state.running = along_beams(candidates, chosen)
-        state.running_scores = along_beams(going_on_scores, chosen)
-        origins = along_beams(origins, chosen)
+        state.running = _along_beams(candidates, chosen)
+        state.running_scores = _along_beams(going_on_scores, chosen)
+        origins = _along_beams(origins, chosen)
 
         # the finished list takes the hypotheses that ended among the first `beams`, if they beat it; a candidate has
         # `length` new tokens (the decoder start token is not counted)
@@ -259,11 +259,11 @@ def beam_search(decoder, batch_size: int, start_token_id: int, settings: SearchS
         ended_scores += (~just_ended) * EXCLUDED
         merged_scores = torch.cat((state.finished_scores, ended_scores), dim=1)
         best = merged_scores.topk(beams).indices
-        state.finished = along_beams(torch.cat((state.finished, candidates), dim=1), best)
-        state.finished_scores = along_beams(merged_scores, best)
-        state.finished_flags = along_beams(torch.cat((state.finished_flags, just_ended), dim=1), best)
+        state.finished = _along_beams(torch.cat((state.finished, candidates), dim=1), best)
+        state.finished_scores = _along_beams(merged_scores, best)
+        state.finished_flags = _along_beams(torch.cat((state.finished_flags, just_ended), dim=1), best)
         new_lengths = torch.full_like(tokens, length)
-        state.finished_lengths = along_beams(torch.cat((state.finished_lengths, new_lengths), dim=1), best)
+        state.finished_lengths = _along_beams(torch.cat((state.finished_lengths, new_lengths), dim=1), best)
         length += 1
 
         # can a running beam still beat the worst finished hypothesis?

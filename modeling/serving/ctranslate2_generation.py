@@ -1,14 +1,14 @@
 """Translate or summarize with a CTranslate2 export of a checkpoint (scripts/export_ctranslate2.py), called as the
 project's pipelines are called, so the evaluation code scores both engines alike:
 
-    from vaswani.ctranslate2_generation import CTranslate2Pipeline
+    from vaswani.serving.ctranslate2_generation import CTranslate2Pipeline
     pipe = CTranslate2Pipeline("ct2/multi30k_en_de", task="translation")
     pipe(["A man is riding a horse."], batch_size=32, num_beams=5, max_new_tokens=80)
     # [{"translation_text": "Ein Mann reitet auf einem Pferd."}]
 
 The folder's tokenizer turns each text into the tokens `generate()` would read (ending with `</s>`; a multilingual
 model's target-language tag first), and the generation arguments become the `translate_batch` arguments that decode
-as `generate()` does (`vaswani.ctranslate2_export.translate_options`).
+as `generate()` does (`vaswani.serving.ctranslate2_export.translate_options`).
 """
 
 import os

@@ -1,7 +1,7 @@
 """The encoder-decoder ("cross") attention of one translated sentence, as a matrix and as a heatmap picture: target
 tokens (rows) against source tokens (columns).
 
-    from vaswani.attention_map import cross_attention_map, save_heatmap
+    from vaswani.evaluation.attention_map import cross_attention_map, save_heatmap
     model.set_attn_implementation("eager")  # sdpa and flash attention do not return the weights
     attention_map = cross_attention_map(model, tokenizer, "A man is riding a horse.")
     save_heatmap(attention_map, Path("attention.png"), model, "my-model")  # and attention.json beside it
@@ -40,7 +40,7 @@ class CrossAttentionMap:
     weights: list[list[float]]
 
 
-def layer_index(layer: str, num_layers: int) -> int | None:
+def _layer_index(layer: str, num_layers: int) -> int | None:
     """`--layer` as a 0-based index, or None for the mean over layers; an error names the allowed values."""
     allowed = f"an index from {-num_layers} to {num_layers - 1} (the model has {num_layers} decoder layers) or 'mean'"
     if layer.strip().lower() == "mean":
@@ -54,7 +54,7 @@ def layer_index(layer: str, num_layers: int) -> int | None:
     return index % num_layers
 
 
-def head_index(head: int | None, num_heads: int) -> int | None:
+def _head_index(head: int | None, num_heads: int) -> int | None:
     """`--head` as a 0-based index, or None for the mean over heads."""
     if head is None:
         return None
@@ -66,7 +66,7 @@ def head_index(head: int | None, num_heads: int) -> int | None:
     return head % num_heads
 
 
-def translated_ids(model, inputs, num_beams: int, length_penalty: float, max_new_tokens: int) -> list[int]:
+def _translated_ids(model, inputs, num_beams: int, length_penalty: float, max_new_tokens: int) -> list[int]:
     """The beam-search output of one sentence, starting with the decoder start token and ending at the first
     end-of-sequence token (or where `max_new_tokens` cut it)."""
     output = model.generate(
@@ -84,11 +84,11 @@ def cross_attention_map(
     length_penalty: float = 1.0, max_new_tokens: int = 64,
 ) -> CrossAttentionMap:
     config = model.config
-    layer = layer_index(layer, config.decoder_layers)
-    head = head_index(head, config.decoder_attention_heads)
+    layer = _layer_index(layer, config.decoder_layers)
+    head = _head_index(head, config.decoder_attention_heads)
     max_positions = getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
     inputs = tokenizer([text], truncation=True, max_length=max_positions, return_tensors="pt")
-    generated = translated_ids(model, inputs, num_beams, length_penalty, min(max_new_tokens, max_positions - 1))
+    generated = _translated_ids(model, inputs, num_beams, length_penalty, min(max_new_tokens, max_positions - 1))
 
     # The decoder reads the translation shifted right (start token first) and predicts each next token: row i of the
     # cross-attention is what the decoder looked at while producing target token i.
@@ -131,7 +131,7 @@ def describe_selection(attention_map: CrossAttentionMap, num_layers: int, num_he
     return f"cross-attention: {layer}, {head}"
 
 
-def plot_heatmap(attention_map: CrossAttentionMap, path: Path, selection: str) -> Path:
+def _plot_heatmap(attention_map: CrossAttentionMap, path: Path, selection: str) -> Path:
     try:
         import matplotlib
     except ImportError:
@@ -176,8 +176,18 @@ def save_heatmap(attention_map: CrossAttentionMap, path: Path, model, model_name
     """The picture at `path` and, beside it (`x.png` -> `x.json`), the tokens and the matrix with the model's name.
     Returns both paths."""
     selection = describe_selection(attention_map, model.config.decoder_layers, model.config.decoder_attention_heads)
-    picture = plot_heatmap(attention_map, path, selection)
+    picture = _plot_heatmap(attention_map, path, selection)
     matrix_file = picture.with_suffix(".json")
     record = {"model": model_name, **asdict(attention_map)}
     matrix_file.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return picture, matrix_file
+
+
+__all__ = [
+    "CrossAttentionMap",
+    "PICTURE_FORMATS",
+    "cross_attention_map",
+    "describe_selection",
+    "save_heatmap",
+    "token_label",
+]

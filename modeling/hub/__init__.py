@@ -1,0 +1,7 @@
+"""Publishing on the Hugging Face Hub (`scripts/push_to_hub.py`, `scripts/tools/results_table.py`), one module per
+job:
+
+    model_card  the model card of a checkpoint, rendered from the repository's model_card.md template
+    push        push_to_hub.py's options, the folder a Hub repository will hold, and its upload in one commit
+    recipes     the project's recipes (scripts/configs/recipes.yaml): what each trains and evaluates, and how
+"""

@@ -1,0 +1,351 @@
+"""The project's results tables (scripts/tools/results_table.py), filled from the files its runs wrote: for each
+recipe of scripts/configs/recipes.yaml, its evaluation results (scripts/evaluate_model.py) and training summaries.
+`update_tables` rewrites the text between markers in README.md, model_card.md and results/README.md (the markers, the
+tables and the details under them are described in the command's docstring); no number in a table is typed by hand.
+"""
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..training.reporting import format_duration
+from .model_card import load_results
+from .recipes import Recipe, load_recipes
+
+
+REPO = Path(__file__).resolve().parents[2]  # the checkout: modeling/hub/ is two folders down
+START = "<!-- recipe-results:start -->"
+END = "<!-- recipe-results:end -->"
+# a short table, without each recipe's commands, conventions and notes (the README: they are in results/README.md)
+TABLE_START = "<!-- recipe-table:start -->"
+TABLE_END = "<!-- recipe-table:end -->"
+# optional, in any of the files: the table of the models the project ships (the recipes with a `model`)
+SHIPPED_START = "<!-- shipped-models:start -->"
+SHIPPED_END = "<!-- shipped-models:end -->"
+NOT_RUN = "not run yet"
+# the file that holds every recipe's details (the short table links to its sections)
+DETAILS_FILE = "results/README.md"
+# training-time fields of the summaries: scripts/train.py's summary.json, the Trainer's all_results.json
+DURATION_FIELDS = ("wall_seconds", "train_runtime")
+
+
+@dataclass
+class TableArguments:
+    recipes: str = field(
+        default="scripts/configs/recipes.yaml", metadata={"help": "The recipes file (YAML), one entry per row."}
+    )
+    files: list[str] = field(
+        default_factory=lambda: ["README.md", "model_card.md", "results/README.md"],
+        metadata={"help": "The files whose block between the recipe-results markers is rewritten."},
+    )
+    root: str = field(
+        default=str(REPO), metadata={"help": "Relative paths (--recipes, --files, the recipes' files) start here."}
+    )
+    check: bool = field(default=False, metadata={"help": "Write nothing; exit 1 if a file's block is out of date."})
+
+
+def _training_seconds(path: Path) -> float | None:
+    """The training time a summary file reports, or None if the file does not exist yet."""
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"Training summary {path} is not valid JSON: {error}") from None
+    for key in DURATION_FIELDS:
+        value = summary.get(key) if isinstance(summary, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    raise ValueError(
+        f"Training summary {path}: no `{DURATION_FIELDS[0]}` (summary.json of scripts/train.py) or "
+        f"`{DURATION_FIELDS[1]}` (all_results.json of the fine-tuning scripts) with a number of seconds."
+    )
+
+
+@dataclass
+class Row:
+    """A recipe with what its runs wrote: the results (None: not run yet) and the training time of each stage."""
+
+    recipe: Recipe
+    results: dict | None
+    metrics: list[dict]  # the results' metrics to show, in the recipe's order
+    stages: list[tuple[str, float | None]]  # each training summary file and its seconds (None: not run yet)
+
+    @property
+    def seconds(self) -> float | None:
+        """The training time, all stages together; None while a stage has not run."""
+        if not self.stages or any(seconds is None for _, seconds in self.stages):
+            return None
+        return sum(seconds for _, seconds in self.stages)
+
+
+def _read_row(recipe: Recipe, root: Path) -> Row:
+    if recipe.model and not (root / recipe.model / "config.json").is_file():
+        raise ValueError(
+            f"Recipe {recipe.name!r}: `model` names {recipe.model}, which is not a checkpoint folder (no config.json)."
+        )
+    if recipe.notes_file and not (root / recipe.notes_file).is_file():
+        raise ValueError(f"Recipe {recipe.name!r}: `notes_file` names {recipe.notes_file}, which does not exist.")
+    results_path = root / recipe.results
+    results = load_results(results_path) if results_path.is_file() else None
+    metrics = []
+    if results is not None:
+        if results["task"] != recipe.task:
+            raise ValueError(
+                f"Results file {results_path}: `task` is {results['task']!r}, but recipe {recipe.name!r} is "
+                f"{recipe.task!r}: the recipe points at another run's results."
+            )
+        by_type = {metric["type"]: metric for metric in results["metrics"]}
+        wanted = list(recipe.metrics or by_type)
+        if recipe.goal is not None and recipe.goal.metric not in wanted:
+            wanted.append(recipe.goal.metric)
+        for kind in wanted:
+            if kind not in by_type:
+                raise ValueError(
+                    f"Results file {results_path}: recipe {recipe.name!r} needs the metric of type `{kind}`, but "
+                    f"`metrics` has only {list(by_type)}."
+                )
+        metrics = [by_type[kind] for kind in recipe.metrics or by_type]
+    stages = [(file, _training_seconds(root / file)) for file in recipe.training_summaries]
+    return Row(recipe, results, metrics, stages)
+
+
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: one line, pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _table_row(texts: list[str]) -> str:
+    """A line of a Markdown table, one cell a text."""
+    return "| " + " | ".join(_cell(text) for text in texts) + " |"
+
+
+def _number(value: float) -> str:
+    """A value exactly as the results file has it."""
+    return repr(value)
+
+
+def _metric_values(row: Row) -> str:
+    """The row's metrics as the table shows them: `name value; name value`."""
+    return "; ".join(f"{metric['name']} {_number(metric['value'])}" for metric in row.metrics)
+
+
+def _model_link(recipe: Recipe, prefix: str = "") -> str:
+    """A link to the shipped folder; `prefix` leads from the file the link is written in to the repository root."""
+    return f"[{recipe.model}]({prefix}{recipe.model})"
+
+
+def anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lowercased, punctuation dropped but hyphens, spaces made hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def _duration_cell(row: Row) -> str:
+    """The training time for the table: the stages' sum, saying how many stages there were."""
+    if not row.stages:
+        return "—"
+    if row.seconds is None:
+        return NOT_RUN
+    stages = f", {len(row.stages)} stages" if len(row.stages) > 1 else ""
+    return f"{format_duration(row.seconds)} (wall{stages})"
+
+
+def _goal_cell(row: Row) -> str:
+    goal = row.recipe.goal
+    if row.results is None:
+        return NOT_RUN
+    if goal is None:
+        return "—"
+    value = next(m["value"] for m in row.results["metrics"] if m["type"] == goal.metric)
+    verdict, sign = ("yes", "≥") if value >= goal.at_least else ("no", "<")
+    return f"{verdict} ({goal.metric} {_number(value)} {sign} {_number(goal.at_least)})"
+
+
+def _table_line(row: Row, prefix: str = "") -> str:
+    recipe, results = row.recipe, row.results
+    if results is None:
+        data, values = recipe.data, NOT_RUN
+    else:
+        dataset = results["dataset"]
+        size = f", {dataset['num_examples']:,} examples" if dataset["num_examples"] is not None else ""
+        data = f"{dataset['name']}, {dataset['split']}{size}"
+        values = _metric_values(row)
+    shipped = _model_link(recipe, prefix) if recipe.model else "—"
+    cells = [recipe.name, data, values, shipped, recipe.reference, recipe.target, _goal_cell(row), _duration_cell(row),
+             recipe.hardware]
+    return _table_row(cells)
+
+
+def _short_table_line(row: Row, prefix: str = "") -> str:
+    """A row of the short table: recipe, data, result, target met, and links to its details and notes."""
+    recipe, results = row.recipe, row.results
+    if results is None:
+        data, values = recipe.data, NOT_RUN
+    else:
+        data, values = f"{results['dataset']['name']}, {results['dataset']['split']}", _metric_values(row)
+    links = [f"[commands]({prefix}{DETAILS_FILE}#{anchor(recipe.name)})"]
+    if recipe.notes_file:
+        links.append(f"[notes]({prefix}{recipe.notes_file})")
+    return _table_row([recipe.name, data, values, _goal_cell(row), ", ".join(links)])
+
+
+def _details(row: Row, root: Path, prefix: str = "") -> str:
+    """The commands of a recipe and the conventions of its numbers."""
+    recipe, results = row.recipe, row.results
+    lines = [f"### {recipe.name}", ""]
+    if recipe.notes_file:
+        notes = f"[{recipe.notes_file}]({prefix}{recipe.notes_file})"
+        lines += [f"{_task_name(recipe.task)}. What the recipe is and what was tried: {notes}.", ""]
+    else:
+        lines += [f"{_task_name(recipe.task)}.", ""]
+    lines += ["```bash", recipe.command, "```", ""]
+    if results is None:
+        lines.append(f"- Results: {NOT_RUN} (`{recipe.results}` does not exist).")
+    else:
+        dataset = results["dataset"]
+        decoding = ", ".join(f"`{key}={value}`" for key, value in results["decoding"].items())
+        lines.append(
+            f"- Evaluated on {dataset['name']}, split {dataset['split']}"
+            + (f", {dataset['num_examples']:,} examples" if dataset["num_examples"] is not None else "")
+            + (f"; {decoding}" if decoding else "")
+            + f" (`{recipe.results}`"
+            + (f", {results['created']}" if results.get("created") else "")
+            + ")."
+        )
+        if results["conventions"]:
+            lines.append(f"- Conventions: {' '.join(results['conventions'].split())}")
+        # metrics that share a signature (ROUGE-1/2/L) are listed once, together
+        names_of_signature: dict[str, list[str]] = {}
+        for metric in results["metrics"]:
+            if metric["signature"]:
+                names_of_signature.setdefault(metric["signature"], []).append(metric["name"])
+        for signature, names in names_of_signature.items():
+            lines.append(f"- {', '.join(names)} signature: `{signature}`")
+    if len(row.stages) == 1:
+        file, seconds = row.stages[0]
+        if seconds is None:
+            lines.append(f"- Training time: {NOT_RUN} (`{file}` does not exist).")
+        else:
+            lines.append(f"- Training time: {format_duration(seconds)} wall (`{file}`), on {recipe.hardware}.")
+    elif row.stages:
+        stages = "; ".join(
+            f"stage {number}, " + (f"{format_duration(seconds)} (`{file}`)" if seconds is not None
+                                   else f"{NOT_RUN} (`{file}` does not exist)")
+            for number, (file, seconds) in enumerate(row.stages, start=1)
+        )
+        total = NOT_RUN if row.seconds is None else f"{format_duration(row.seconds)} wall"
+        lines.append(f"- Training time: {total} in {len(row.stages)} stages ({stages}), on {recipe.hardware}.")
+    if recipe.picture and (root / recipe.picture).is_file():
+        lines += ["", f"![{recipe.name}: the picture its run made]({prefix}{recipe.picture})"]
+    return "\n".join(lines)
+
+
+def _task_name(task: str) -> str:
+    """`text-classification` -> `Text classification`."""
+    return task.replace("-", " ").capitalize()
+
+
+def _table_header(recipes_file: str, columns: list[str]) -> list[str]:
+    """The generated block's warning, then a markdown table's header row and rule."""
+    return [
+        f"<!-- Written by scripts/tools/results_table.py from {recipes_file} and the files its recipes name: edit those "
+        "and run the script, not this block. -->",
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+
+
+def _render_short_table(rows: list[Row], recipes_file: str, prefix: str = "") -> str:
+    """The table the README shows: what each recipe scored and whether it met its target, with links to the rest."""
+    header = _table_header(recipes_file, ["recipe", "data, split", "result", "target met?", "details"])
+    return "\n".join(header + [_short_table_line(row, prefix) for row in rows])
+
+
+def _render_table(rows: list[Row], recipes_file: str, prefix: str = "") -> str:
+    columns = ["recipe", "data, split", "result", "model", "reference", "target", "met?", "training time", "hardware"]
+    return "\n".join(_table_header(recipes_file, columns) + [_table_line(row, prefix) for row in rows])
+
+
+def _render_block(rows: list[Row], recipes_file: str, root: Path, prefix: str = "") -> str:
+    """The table, then each recipe's section: commands, conventions, training time, picture, link to its notes."""
+    block = _render_table(rows, recipes_file, prefix) + "\n\n" + "\n\n".join(_details(row, root, prefix) for row in rows)
+    # model_card.md is a Jinja2 template whose block sits inside {% raw %}: only an endraw tag could break out of it
+    if "endraw" in block:
+        raise ValueError("The table would contain the text `endraw`, which would break model_card.md's {% raw %}.")
+    return block
+
+
+def _render_shipped_block(rows: list[Row], recipes_file: str, prefix: str = "") -> str:
+    """A table of the shipped models: folder, task, what they score (from their results files), recipe."""
+    lines = [
+        f"<!-- Written by scripts/tools/results_table.py from {recipes_file}: the recipes with a `model`. -->",
+        "",
+        "| folder | task | data, split | result | made by the recipe |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if not row.recipe.model:
+            continue
+        if row.results is None:
+            data, values = row.recipe.data, NOT_RUN
+        else:
+            data, values = f"{row.results['dataset']['name']}, {row.results['dataset']['split']}", _metric_values(row)
+        lines.append(_table_row([_model_link(row.recipe, prefix), row.recipe.task, data, values, row.recipe.name]))
+    return "\n".join(lines)
+
+
+def _replace_block(text: str, block: str, where: str, start: str = START, end: str = END) -> str:
+    """`text` with everything between the markers replaced by `block`; the text outside stays as it is."""
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ValueError(
+            f"{where} needs the markers {start} and {end}, once each and in that order, around the place of the "
+            "table."
+        )
+    before, rest = text.split(start)
+    _, after = rest.split(end)
+    return f"{before}{start}\n{block}\n{end}{after}"
+
+
+def update_tables(args: TableArguments) -> int:
+    """Rewrite the blocks between the markers of each of --files (with --check, only compare them). 0 when the files
+    are written (or, with --check, up to date); 1 when --check finds a block out of date."""
+    root = Path(args.root)
+    recipes = load_recipes(root / args.recipes)
+    rows = [_read_row(recipe, root) for recipe in recipes]
+    stale = []
+    for name in args.files:
+        path = root / name
+        if not path.is_file():
+            raise FileNotFoundError(f"--files: {path} does not exist.")
+        # links are written relative to the file (results/README.md reaches the repository root through ../)
+        prefix = "" if path.parent.resolve() == root.resolve() else os.path.relpath(root, path.parent) + "/"
+        blocks = {
+            (START, END): _render_block(rows, args.recipes, root, prefix),
+            (TABLE_START, TABLE_END): _render_short_table(rows, args.recipes, prefix),
+            (SHIPPED_START, SHIPPED_END): _render_shipped_block(rows, args.recipes, prefix),
+        }
+        text = updated = path.read_text(encoding="utf-8")
+        if not any(start in text or end in text for start, end in list(blocks)[:2]):
+            raise ValueError(
+                f"{path} needs the markers {START} and {END} (the table and each recipe's details) or {TABLE_START} "
+                f"and {TABLE_END} (a short table), around the place of the table."
+            )
+        for (start, end), block in blocks.items():
+            if start in updated or end in updated:
+                updated = _replace_block(updated, block, str(path), start, end)
+        if updated != text:
+            stale.append(name)
+            if not args.check:
+                path.write_text(updated, encoding="utf-8")
+    if args.check and stale:
+        print(f"Out of date: {', '.join(stale)}. Run: python scripts/tools/results_table.py", file=sys.stderr)
+        return 1
+    print(("Up to date: " if not stale else "Rewrote the results table in: ") + ", ".join(stale or args.files))
+    return 0
+
+
+__all__ = ["END", "START", "TABLE_END", "TABLE_START", "TableArguments", "anchor", "update_tables"]

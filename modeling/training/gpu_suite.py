@@ -1,0 +1,619 @@
+"""The GPU suite of scripts/tools/gpu_suite.py (issue 40; its parts, sizes and files are described in the command's
+docstring): training speed (MFU) of the real update beside Marian's, the DeepSpeed and FSDP engines really engaged,
+and the Multi30k en->de recipe on a clock, each part in processes of its own within a time limit of its own, into one
+JSON report and its markdown tables. It runs the checkout's scripts (`Suite.repo`), and refuses an installed package
+that is not that checkout's source.
+"""
+
+import gc
+import importlib.metadata
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, fields, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+PARTS = ("training", "engines", "recipe")
+ENGINES = ("ddp", "deepspeed", "fsdp")
+RECIPE_CONFIG = Path("scripts") / "configs" / "multi30k_en_de_gpu.yaml"  # in the checkout, as every path below
+MULTI30K_FILES = ("train.jsonl", "validation.jsonl", "test_2016_flickr.jsonl")
+JSON_FILE, TABLE_FILE, LOG_FILE = "gpu_suite.json", "gpu_suite.md", "gpu_suite.log"
+PACKAGES = ("transformers", "accelerate", "deepspeed", "datasets", "vaswani-transformer")  # their versions in the JSON
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Everything that differs between the GPU run and the dry run: sizes and time limits, nothing else."""
+
+    presets: tuple[str, ...]
+    batch_size: int  # pairs in the training rows' one micro-batch
+    length: int  # source and target tokens of each pair
+    vocab_size: int
+    warmup_updates: int  # before timing (they include compilation)
+    timed_updates: int
+    matmul_size: int  # the peak probe: products of this size ...
+    matmul_per_round: int  # ... this many between two synchronizations
+    engine_options: tuple[str, ...]  # train.py options of the engine runs
+    recipe_options: tuple[str, ...]  # train.py options on top of the recipe's config
+    evaluate_options: tuple[str, ...]  # evaluate_model.py options on top of the recipe's decoding
+    seconds: dict  # time limit of each part
+    evaluation_seconds: int  # of the recipe's time, kept for scoring the model (the rest is train.py's)
+
+
+ENGINE_RUN = (
+    "--dataset_name", "synthetic", "--max_source_length", "64", "--max_target_length", "64", "--warmup_steps", "10",
+    "--logging_steps", "5", "--eval_steps", "100000", "--save_steps", "100000", "--keep_checkpoints", "1",
+    "--eval_num_beams", "1", "--eval_max_new_tokens", "16", "--report_to", "none", "--seed", "0",
+    "--mixed_precision", "bf16",
+)
+SIZES = {
+    "gpu": Sizes(
+        presets=("base", "big"), batch_size=392, length=64, vocab_size=32000,  # 392 x 64 = 25,088 tokens a side
+        warmup_updates=3, timed_updates=20, matmul_size=8192, matmul_per_round=10,
+        engine_options=ENGINE_RUN + (
+            "--preset", "base", "--vocab_size", "8000", "--synthetic_train_size", "8000",
+            "--synthetic_validation_size", "32", "--max_eval_samples", "16", "--max_tokens_per_batch", "8192",
+            "--tokens_per_update", "16384", "--max_steps", "8",
+        ),
+        recipe_options=(),
+        evaluate_options=(),
+        seconds={"training": 130, "engines": 150, "recipe": 250},  # 530 s, and the suite's own start
+        evaluation_seconds=45,
+    ),
+    "dry_run": Sizes(
+        presets=("tiny",), batch_size=4, length=8, vocab_size=500,
+        warmup_updates=1, timed_updates=2, matmul_size=128, matmul_per_round=1,
+        engine_options=ENGINE_RUN + (
+            "--preset", "tiny", "--vocab_size", "400", "--synthetic_train_size", "120",
+            "--synthetic_validation_size", "8", "--max_eval_samples", "4", "--max_tokens_per_batch", "256",
+            "--tokens_per_update", "512", "--max_steps", "2", "--cpu_threads", "1",  # two micro-batches, as on a GPU
+        ),
+        recipe_options=(
+            "--max_steps", "2", "--warmup_steps", "1", "--cooldown_steps", "0", "--max_tokens_per_batch", "128",
+            "--tokens_per_update", "128", "--max_eval_samples", "4", "--eval_num_beams", "1",
+            "--eval_max_new_tokens", "8", "--cpu_threads", "1",
+        ),
+        evaluate_options=("--max_new_tokens", "8", "--num_beams", "1"),
+        seconds={"training": 240, "engines": 300, "recipe": 240},
+        evaluation_seconds=120,
+    ),
+}
+
+
+def _on_gpu() -> bool:
+    return torch.cuda.is_available()
+
+
+# --- the training part (its own process) ---------------------------------------------------------------------------
+
+
+def _training_worker(sizes: Sizes, work_dir: Path) -> None:
+    """Measure the training rows, each written to work_dir/training.jsonl as soon as it is measured (the part's time
+    limit may stop this process before the last); a row that fails is written as its error and the next one runs."""
+    from accelerate import Accelerator
+
+    from ..serving.benchmarking import Setup, matmul_peak
+
+    device = "cuda" if _on_gpu() else "cpu"
+    out = work_dir / "training.jsonl"
+    accelerator = Accelerator(mixed_precision="bf16", step_scheduler_with_optimizer=False)  # as train.py's
+    probe = Setup(sizes.presets[0], "bf16", 1, 1, 1, sizes.vocab_size, device)
+    peak = matmul_peak(probe, torch.bfloat16, size=sizes.matmul_size, per_round=sizes.matmul_per_round)
+    _write_record(out, {"record": "peak", "bf16_flops": peak})
+    print(f"bf16 matrix-multiply peak: {peak / 1e12:.1f} TFLOP/s", flush=True)
+    plan = [(preset, False, model) for preset in sizes.presets for model in ("vaswani", "marian")]
+    plan += [(preset, True, "vaswani") for preset in sizes.presets]
+    for preset, compiled, model_name in plan:
+        setup = Setup(preset, "bf16", sizes.batch_size, sizes.length, sizes.length, sizes.vocab_size, device)
+        name = f"{preset} {model_name}{' compiled' if compiled else ''}"
+        try:
+            row = _measure_training(accelerator, setup, model_name, compiled, sizes, peak, work_dir)
+        except Exception as error:  # noqa: BLE001 - a row that fails (out of memory, a compiler error) is reported
+            _write_record(out, {"record": "error", "row": name, "error": f"{type(error).__name__}: {error}"})
+            print(f"{name}: {type(error).__name__}: {error}", flush=True)
+        else:
+            _write_record(out, {"record": "row", **row})
+            print(f"{name}: {row['tokens_per_s']:,.0f} tokens/s, MFU {row['mfu']:.1%}", flush=True)
+        finally:
+            _release(accelerator)
+
+
+def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes: Sizes, peak: float,
+                     work_dir: Path) -> dict:
+    """One training row: seconds per update of `sizes.timed_updates` updates after the warm-up ones, each update
+    the real one of scripts/train.py on one micro-batch of random tokens."""
+    from torch._dynamo.utils import counters
+
+    from .. import VaswaniConfig
+    from ..serving.benchmarking import make_batch, marian_model, synchronize, training_flops, vaswani_model
+    from .arguments import TrainArguments
+    from .loop import TrainingProgress, run_update
+    from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
+
+    torch.manual_seed(0)
+    model = vaswani_model(setup) if model_name == "vaswani" else marian_model(setup)
+    args = TrainArguments(output_dir=str(work_dir / "training"), mixed_precision="bf16")
+    optimizer, schedule = build_optimizer_and_schedule(
+        model, paper_peak_learning_rate(model.config.d_model, args.warmup_steps), args.warmup_steps,
+        (args.adam_beta1, args.adam_beta2), args.adam_epsilon, args.weight_decay, max_steps=args.max_steps,
+    )
+    accelerator.gradient_accumulation_steps = 1
+    model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
+    if compiled:
+        model = torch.compile(model, backend="inductor" if _on_gpu() else "eager")
+    micro_batches = [make_batch(replace(setup, device="cpu"))]  # on the host, as collate gives them
+    progress = TrainingProgress()
+    for _ in range(sizes.warmup_updates):
+        run_update(accelerator, model, optimizer, schedule, micro_batches, args, progress)
+    synchronize(setup)
+    if _on_gpu():
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    tokens = 0
+    for _ in range(sizes.timed_updates):
+        tokens += run_update(accelerator, model, optimizer, schedule, micro_batches, args, progress)[1]
+    synchronize(setup)
+    seconds = (time.perf_counter() - started) / sizes.timed_updates
+    config = VaswaniConfig.from_preset(setup.preset, vocab_size=setup.vocab_size)  # Marian's too: the same shapes
+    return {
+        "preset": setup.preset,
+        "model": model_name,
+        "precision": setup.precision,
+        "compiled": compiled,
+        "tokens_per_update": setup.batch_size * setup.target_length,  # target tokens, as --tokens_per_update counts
+        "tokens_per_s": tokens / sizes.timed_updates / seconds,  # source + target, as train.py reports
+        "mfu": training_flops(config, setup) / seconds / peak,
+        "peak_memory_mib": torch.cuda.max_memory_allocated() / 2**20 if _on_gpu() else None,
+        "graph_breaks": sum(counters["graph_break"].values()) if compiled else None,
+    }
+
+
+def _release(accelerator) -> None:
+    """Forget the row's model, optimizer and compiled graphs before the next row."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    accelerator.free_memory()
+    torch._dynamo.reset()
+    counters.clear()
+    gc.collect()
+    if _on_gpu():
+        torch.cuda.empty_cache()
+
+
+def _write_record(path: Path, record: dict) -> None:
+    with path.open("a", encoding="utf-8") as file:
+        file.write(json.dumps(record) + "\n")
+
+
+def _read_records(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# --- running the parts ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Suite:
+    """What every part needs: where to write, the sizes, the log, the environment of the processes."""
+
+    sizes: Sizes
+    work_dir: Path
+    output_dir: Path
+    log_path: Path
+    dry_run: bool
+    train_py_compile: bool  # pass --torch_compile to the runs of train.py
+    multi30k_dir: Path
+    env: dict
+    repo: Path  # the checkout: its scripts and configs (the package may be a wheel installed elsewhere)
+
+
+@dataclass
+class Finished:
+    status: int | None  # None: stopped at its time limit
+    output: str
+    seconds: float
+
+
+def _run_logged(suite: Suite, command: list[str], seconds: float, env: dict | None = None) -> Finished:
+    """Run `command` from the repository in a process group of its own, its output appended to the log; after
+    `seconds` stop the whole group (accelerate launch starts the training process under torchrun)."""
+    command = [str(part) for part in command]
+    with suite.log_path.open("a", encoding="utf-8") as log:
+        log.write(f"\n$ {shlex.join(command)}\n")
+        log.flush()
+        start_offset = log.tell()
+        started = time.perf_counter()
+        process = subprocess.Popen(command, cwd=suite.repo, stdout=log, stderr=subprocess.STDOUT,
+                                   env=env or suite.env, start_new_session=True)
+        try:
+            status = process.wait(timeout=max(seconds, 1))
+        except subprocess.TimeoutExpired:
+            _stop_group(process)
+            status = None
+    with suite.log_path.open("rb") as log:
+        log.seek(start_offset)
+        output = log.read().decode("utf-8", errors="replace")
+    return Finished(status, output, time.perf_counter() - started)
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _failure(finished: Finished, seconds: float) -> str | None:
+    """None for a process that succeeded; else one line saying why it did not."""
+    if finished.status == 0:
+        return None
+    if finished.status is None:
+        return f"stopped at its time limit ({seconds:.0f} s)"
+    return f"exit status {finished.status}: {error_line(finished.output)}"
+
+
+def error_line(output: str) -> str:
+    """The line that says what went wrong: a script's own one-line error (`train.py: error: ...`), else the last
+    exception line of a traceback, else the last line."""
+    lines = [line.strip() for line in output.replace("\r", "\n").splitlines() if line.strip()]
+    for line in reversed(lines):
+        if ".py: error: " in line:
+            return line
+    for line in reversed(lines):
+        head = line.split(":", 1)[0]
+        if head.isidentifier() and head.endswith(("Error", "Exception", "Interrupt")):
+            return line
+    return lines[-1] if lines else "no output"
+
+
+def _run_training(suite: Suite, seconds: float) -> tuple[dict, str | None]:
+    records_file = suite.work_dir / "training.jsonl"
+    records_file.unlink(missing_ok=True)
+    command = [sys.executable, suite.repo / "scripts" / "tools" / "gpu_suite.py", "--worker", "training",
+               "--work_dir", suite.work_dir]
+    finished = _run_logged(suite, command + (["--dry_run"] if suite.dry_run else []), seconds)
+    records = _read_records(records_file)
+    peak = next((record["bf16_flops"] for record in records if record["record"] == "peak"), None)
+    rows = [{k: v for k, v in record.items() if k != "record"} for record in records if record["record"] == "row"]
+    errors = [f"{record['row']}: {record['error']}" for record in records if record["record"] == "error"]
+    if (problem := _failure(finished, seconds)) is not None:
+        errors.append(problem)
+    return {"peak_flops_bf16": peak, "training": rows}, "; ".join(errors) or None
+
+
+def _run_engines(suite: Suite, seconds: float) -> tuple[dict, str | None]:
+    """One run of train.py under each engine's Accelerate config, one process; each gets an equal share of what is
+    left of the part's time."""
+    deadline = time.perf_counter() + seconds
+    env = dict(suite.env)
+    if not _on_gpu():
+        env["ACCELERATE_USE_CPU"] = "1"  # DDP on CPU processes; DeepSpeed and FSDP still ask for GPUs
+    rows = []
+    for left, engine in zip(range(len(ENGINES), 0, -1), ENGINES):
+        share = (deadline - time.perf_counter()) / left
+        output_dir = suite.work_dir / f"engine_{engine}"
+        shutil.rmtree(output_dir, ignore_errors=True)
+        command = [
+            sys.executable, "-m", "accelerate.commands.launch",
+            "--config_file", suite.repo / "scripts" / "configs" / f"accelerate_{engine}.yaml", "--num_processes", "1",
+            suite.repo / "scripts" / "train.py", *suite.sizes.engine_options, *_compile_option(suite),
+            "--output_dir", output_dir,
+        ]
+        finished = _run_logged(suite, command, share, env)
+        rows.append(_engine_row(engine, finished, share, output_dir))
+        print(f"  {engine}: engaged {rows[-1]['engaged']} ({rows[-1]['distributed_type']})", flush=True)
+    return {"engines": rows}, None
+
+
+def _expected_distributed_type(engine: str) -> str:
+    """What Accelerate reports when the engine is engaged (accelerate.utils.DistributedType's values)."""
+    return {"ddp": "MULTI_GPU" if _on_gpu() else "MULTI_CPU", "deepspeed": "DEEPSPEED", "fsdp": "FSDP"}[engine]
+
+
+def _engine_row(engine: str, finished: Finished, seconds: float, output_dir: Path) -> dict:
+    """The run's own account: its summary.json when it finished; else what its error says Accelerate set up."""
+    summary = _read_json(output_dir / "summary.json") if finished.status == 0 else None
+    if summary is not None:
+        distributed_type = summary.get("distributed_type", "unknown")
+        logged = [record for record in _read_records(output_dir / "metrics.jsonl") if "tokens_per_second" in record]
+        # the last logging window: steady updates, without the first one's set-up (and compilation)
+        tokens_per_s = logged[-1]["tokens_per_second"] if logged else summary["tokens_per_second"]
+        peak_memory = summary.get("peak_memory_mib")
+    else:
+        distributed_type, tokens_per_s, peak_memory = refused_distributed_type(finished.output), None, None
+    return {
+        "engine": engine,
+        "engaged": summary is not None and distributed_type == _expected_distributed_type(engine),
+        "distributed_type": distributed_type,
+        "tokens_per_s": tokens_per_s,
+        "peak_memory_mib": peak_memory,
+        "seconds": round(finished.seconds, 1),
+        "error": _failure(finished, seconds) if summary is None else None,
+    }
+
+
+def refused_distributed_type(output: str) -> str:
+    """What Accelerate set up in a run that train.py stopped because the config's engine could not engage
+    (vaswani.training.loop.check_engine says "... but Accelerate set up MULTI_CPU on cpu ..."); "none" when the run
+    stopped before (DeepSpeed not installed, a crash)."""
+    marker = "but Accelerate set up "
+    for line in reversed(output.splitlines()):
+        if marker in line:
+            return line.split(marker, 1)[1].split()[0]
+    return "none"
+
+
+def _run_recipe(suite: Suite, seconds: float) -> tuple[dict, str | None]:
+    """Train the GPU recipe, then score its last model on test_2016_flickr with the recipe's decoding."""
+    deadline = time.perf_counter() + seconds
+    recipe = {"name": RECIPE_CONFIG.stem, "bleu": None, "sacrebleu": None, "training_seconds": None, "steps": None,
+              "tokens_per_s": None}
+    missing = [name for name in MULTI30K_FILES if not (suite.multi30k_dir / name).is_file()]
+    if missing:
+        return {"recipe": recipe}, (f"--multi30k_dir {suite.multi30k_dir} lacks {', '.join(missing)}: name the "
+                                    "folder of the Multi30k JSON Lines files")
+    output_dir = suite.work_dir / "recipe"
+    shutil.rmtree(output_dir, ignore_errors=True)
+    train = [
+        sys.executable, suite.repo / "scripts" / "train.py", "--config", suite.repo / RECIPE_CONFIG,
+        "--train_file", suite.multi30k_dir / "train.jsonl",
+        "--validation_file", suite.multi30k_dir / "validation.jsonl",
+        *suite.sizes.recipe_options, *_compile_option(suite), "--output_dir", output_dir,
+    ]
+    limit = seconds - suite.sizes.evaluation_seconds
+    if (problem := _failure(_run_logged(suite, train, limit), limit)) is not None:
+        return {"recipe": recipe}, f"train.py: {problem}"
+    summary = _read_json(output_dir / "summary.json")
+    recipe.update(training_seconds=summary["train_seconds"], steps=summary["steps"],
+                  tokens_per_s=summary["tokens_per_second"])
+    shutil.copy(output_dir / "summary.json", suite.output_dir / "recipe_training_summary.json")
+    results_file = output_dir / "evaluation_results.json"
+    evaluate = [
+        sys.executable, suite.repo / "scripts" / "evaluate_model.py", "--model", output_dir / "last", "--task",
+        "translation",
+        "--test_file", suite.multi30k_dir / "test_2016_flickr.jsonl", "--dataset_label", "bentrevett/multi30k",
+        "--split", "test_2016_flickr", "--source_column", "en", "--target_column", "de", "--num_beams", "5",
+        "--length_penalty", "1.0", "--max_new_tokens", "80", "--batch_size", "100", "--diagnostic_examples", "0",
+        *suite.sizes.evaluate_options, "--output_file", results_file,
+    ]
+    limit = deadline - time.perf_counter()
+    if (problem := _failure(_run_logged(suite, evaluate, limit), limit)) is not None:
+        return {"recipe": recipe}, f"evaluate_model.py: {problem}"
+    shutil.copy(results_file, suite.output_dir / "recipe_evaluation_results.json")
+    scores = {metric["type"]: metric["value"] for metric in _read_json(results_file)["metrics"]}
+    recipe.update(bleu=scores.get("bleu"), sacrebleu=scores.get("sacrebleu"))
+    return {"recipe": recipe}, None
+
+
+def _read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _compile_option(suite: Suite) -> list[str]:
+    return ["--torch_compile"] if suite.train_py_compile else []
+
+
+def _train_py_has_torch_compile() -> bool:
+    """Whether scripts/train.py takes --torch_compile (TrainArguments has the field): the suite passes it where it
+    exists, and runs without it where it does not yet."""
+    from .arguments import TrainArguments
+
+    return "torch_compile" in {option.name for option in fields(TrainArguments)}
+
+
+RUNNERS = {"training": _run_training, "engines": _run_engines, "recipe": _run_recipe}
+
+
+# --- the report -----------------------------------------------------------------------------------------------------
+
+
+def _device_name() -> str:
+    from ..serving.benchmarking import cpu_name
+
+    return torch.cuda.get_device_name() if _on_gpu() else cpu_name()
+
+
+def _installed_version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _new_report(dry_run: bool, train_py_compile: bool) -> dict:
+    return {
+        "device": _device_name(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "packages": {name: _installed_version(name) for name in PACKAGES},  # what the carried wheels gave
+        "dry_run": dry_run,
+        "train_py_torch_compile": train_py_compile,
+        "peak_flops_bf16": None,
+        "training": [],
+        "engines": [],
+        "recipe": None,
+        "seconds": {},
+        "errors": {},
+    }
+
+
+def _starting_report(json_path: Path, only: str | None, dry_run: bool, train_py_compile: bool) -> dict:
+    """A new report; with --only, the existing one of the same device, whose other parts stay."""
+    report = _new_report(dry_run, train_py_compile)
+    existing = _read_json(json_path) if only else None
+    if existing is not None and existing.get("device") == report["device"]:
+        for key in ("date", "torch", "packages", "dry_run", "train_py_torch_compile"):
+            existing[key] = report[key]
+        existing.setdefault("errors", {}).pop(only, None)
+        return existing
+    return report
+
+
+def _number(value, style: str) -> str:
+    if value is None:
+        return "—"
+    return {"count": f"{value:,.0f}", "percent": f"{value:.1%}", "score": f"{value:.2f}"}[style]
+
+
+def markdown(report: dict) -> str:
+    """The tables of results/benchmark/README.md."""
+    peak = report.get("peak_flops_bf16")
+    lines = [
+        f"{report['device']}, torch {report['torch']}, {report['date']}"
+        + (f"; bf16 matrix-multiply peak {peak / 1e12:,.1f} TFLOP/s (measured in the run)" if peak else "")
+        + (" (dry run: tiny sizes)" if report.get("dry_run") else ""),
+        "",
+        "| preset | model | precision | compiled | target tokens / update | tokens/s (source + target) | MFU "
+        "| peak memory (MiB) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in report["training"]:
+        lines.append(
+            f"| {row['preset']} | {row['model']} | {row['precision']} | {'yes' if row['compiled'] else 'no'} "
+            f"| {_number(row['tokens_per_update'], 'count')} | {_number(row['tokens_per_s'], 'count')} "
+            f"| {_number(row['mfu'], 'percent')} | {_number(row['peak_memory_mib'], 'count')} |"
+        )
+    lines += ["", "| engine | engaged | distributed_type | tokens/s (source + target) | peak memory (MiB) |",
+              "|---|---|---|---|---|"]
+    for row in report["engines"]:
+        lines.append(
+            f"| {row['engine']} | {'yes' if row['engaged'] else 'no'} | {row['distributed_type']} "
+            f"| {_number(row['tokens_per_s'], 'count')} | {_number(row['peak_memory_mib'], 'count')} |"
+        )
+    recipe = report.get("recipe")
+    if recipe is not None:
+        lines += ["", "| recipe | BLEU (tokenized, lowercased) | sacreBLEU | training seconds |", "|---|---|---|---|",
+                  f"| {recipe['name']} | {_number(recipe['bleu'], 'score')} | {_number(recipe['sacrebleu'], 'score')} "
+                  f"| {_number(recipe['training_seconds'], 'count')} |"]
+    problems = dict(report.get("errors", {}))
+    problems.update({f"engines: {row['engine']}": row["error"] for row in report["engines"] if row.get("error")})
+    if problems:
+        lines += [""] + [f"- {part}: {message}" for part, message in problems.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _write_report(report: dict, output_dir: Path) -> None:
+    (output_dir / JSON_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (output_dir / TABLE_FILE).write_text(markdown(report), encoding="utf-8")
+
+
+# --- the command ----------------------------------------------------------------------------------------------------
+
+
+def check_installed_package(repo: Path) -> None:
+    """Stop when the `vaswani` that Python imports (this module's package) is not the source of the checkout `repo`:
+    on the lent machine it is the wheel carried in .whl/, and one built before the last change would measure old
+    code."""
+    installed = Path(__file__).resolve().parents[1]
+    if installed == (repo / "modeling").resolve():  # an editable install: the source itself
+        return
+    sources = {**{path.relative_to(repo / "modeling"): path for path in (repo / "modeling").rglob("*.py")},
+               **{Path("pipelines") / path.name: path for path in (repo / "pipelines").glob("*.py")}}
+    differing = [str(name) for name, path in sorted(sources.items())
+                 if not (installed / name).is_file() or (installed / name).read_bytes() != path.read_bytes()]
+    if differing:
+        raise ValueError(
+            f"the installed package vaswani ({installed}) is not this checkout's source: {', '.join(differing[:5])}"
+            f"{' ...' if len(differing) > 5 else ''} differ. Gather the wheels again (python "
+            "scripts/tools/gather_gpu_wheels.py) and install them, or install this checkout (pip install -e .)."
+        )
+
+
+def child_environment() -> dict:
+    """The environment of every process the suite starts: offline (the lent machine reaches nothing), and progress
+    bars that write a line every 10 s instead of 10 a second into the log."""
+    env = dict(os.environ)
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TQDM_MININTERVAL="10",
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+def _run_part(suite: Suite, part: str, report: dict) -> None:
+    """Run one part within its time limit, put its results and error (or none) in the report, and write the report:
+    whatever happens to the parts after it, this one's results are on disk."""
+    seconds = suite.sizes.seconds[part]
+    print(f"{part} (at most {seconds} s) ...", flush=True)
+    started = time.perf_counter()
+    results, error = RUNNERS[part](suite, seconds)
+    report.update(results)
+    report["seconds"][part] = round(time.perf_counter() - started, 1)
+    if error is None:
+        report["errors"].pop(part, None)
+    else:
+        report["errors"][part] = error
+        print(f"  {part}: {error}", flush=True)
+    _write_report(report, suite.output_dir)
+
+
+def _passes_torch_compile(choice: str) -> bool:
+    """Whether the runs of train.py get --torch_compile: never where train.py lacks the option; with `yes`; with
+    `auto` on a GPU (on a CPU, compiling would take the dry run minutes)."""
+    has_option = _train_py_has_torch_compile()
+    if choice == "yes" and not has_option:
+        raise ValueError("--train_py_compile yes: scripts/train.py has no --torch_compile option yet; use auto or no.")
+    return has_option and (choice == "yes" or (choice == "auto" and _on_gpu()))
+
+
+def run_suite(args, repo: Path) -> dict | None:
+    """The suite scripts/tools/gpu_suite.py runs (`args`: its options) from the checkout `repo`: every part, or
+    --only one, each within its time limit, into --output_dir; the report. With --worker training, this process
+    is the training part's own (it writes its rows to --work_dir) and returns None."""
+    sizes = SIZES["dry_run" if args.dry_run else "gpu"]
+    if args.worker == "training":
+        return _training_worker(sizes, Path(args.work_dir))
+    if not args.dry_run and not _on_gpu():
+        raise ValueError("no GPU here (torch.cuda.is_available() is false): the suite's sizes need one; --dry_run "
+                         "runs the same code with tiny sizes.")
+    check_installed_package(repo)
+    train_py_compile = _passes_torch_compile(args.train_py_compile)
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    work_dir = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="gpu-suite-"))
+    work_dir.mkdir(parents=True, exist_ok=True)
+    log_path = output_dir / LOG_FILE
+    if not args.only:
+        log_path.unlink(missing_ok=True)
+    suite = Suite(sizes, work_dir.resolve(), output_dir.resolve(), log_path.resolve(), args.dry_run,
+                  train_py_compile, Path(args.multi30k_dir).resolve(), child_environment(), repo.resolve())
+    report = _starting_report(output_dir / JSON_FILE, args.only, args.dry_run, train_py_compile)
+    print(f"{report['device']}; torch {report['torch']}; train.py --torch_compile: {train_py_compile}; "
+          f"log: {log_path}", flush=True)
+    try:
+        for part in [args.only] if args.only else PARTS:
+            _run_part(suite, part, report)
+    finally:
+        if not args.work_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    print(markdown(report), flush=True)
+    return report
+
+
+__all__ = [
+    "MULTI30K_FILES",
+    "PARTS",
+    "SIZES",
+    "check_installed_package",
+    "child_environment",
+    "error_line",
+    "markdown",
+    "refused_distributed_type",
+    "run_suite",
+]
