@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import datasets
 import pytest
 
-from conftest import load_script, write_jsonl
+from helpers import load_script, write_jsonl
 from vaswani.cli import OLD_OPTIONS, format_config_overrides, modern_argv, parse_config_overrides
 from vaswani.data import data_source, evaluated_source
 from vaswani.finetuning import DataArguments, load_splits

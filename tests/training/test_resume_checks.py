@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO
+from helpers import REPO
 from test_training import metrics_records, run_in_process, tiny_argv, write_jsonl
 from test_training_distributed import launch
 from vaswani.training.batching import TokenBudgetBatches

@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedTokenizerFast, pipeline
 
-from conftest import REPO, load_script, needs_shared_data, tiny_config
+from helpers import REPO, load_script, needs_shared_data, tiny_config
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.cli import parse_config_overrides
 from vaswani.training import checkpoints as checkpoints_module
@@ -473,7 +473,7 @@ def gradients_after_update(model, micro_batches, accumulation):
 
 
 def test_accumulated_micro_batches_give_the_gradient_of_one_big_batch(tokenizer):
-    from conftest import PAIRS
+    from helpers import PAIRS
 
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))
@@ -491,7 +491,7 @@ def test_accumulated_micro_batches_give_the_gradient_of_one_big_batch(tokenizer)
 
 
 def test_gradients_are_clipped_before_the_step(tokenizer):
-    from conftest import PAIRS
+    from helpers import PAIRS
 
     torch.manual_seed(0)
     model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))

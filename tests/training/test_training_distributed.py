@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO
+from helpers import REPO
 from test_training import metrics_records, tiny_argv
 from vaswani.training.checkpoints import latest_checkpoint
 
