@@ -31,8 +31,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
 from helpers import PAIRS, QUIET, REPO, load_script, write_jsonl
-from test_training import metrics_records, run_in_process, tiny_argv
-from test_training_distributed import launch, processes_writing_to
+from training_helpers import launch, metrics_records, processes_writing_to, run_in_process, tiny_argv
 from vaswani.cli import run_command
 from vaswani.training import loop
 from vaswani.training.checkpoints import list_checkpoints

@@ -27,7 +27,8 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedTokenizerFast, pipeline
 
-from helpers import REPO, load_script, needs_shared_data, tiny_config
+from helpers import REPO, load_script, needs_shared_data, tiny_config, write_jsonl
+from training_helpers import metrics_records, run_in_process, run_script, tiny_argv
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.cli import parse_config_overrides
 from vaswani.training import checkpoints as checkpoints_module
@@ -35,7 +36,7 @@ from vaswani.training.arguments import TrainDataArguments, load_config_file, par
 from vaswani.training.batching import TokenBudgetBatches, collate
 from vaswani.training.checkpoints import latest_checkpoint, list_checkpoints, remove_leftovers
 from vaswani.training.errors import CheckpointError, TrainingDiverged, TrainingError
-from vaswani.training.loop import TrainingProgress, run_update, train
+from vaswani.training.loop import TrainingProgress, run_update
 from vaswani.training.optimization import build_optimizer_and_schedule
 from vaswani.training.seq2seq_data import BpeDropoutEpochs, bpe_dropout_tokenizer, load_raw_splits, prepare_data
 from vaswani.training.synthetic import generate_pairs, write_synthetic_translation
@@ -45,15 +46,6 @@ average_checkpoints = load_script("average_checkpoints")
 
 # --- helpers ------------------------------------------------------------------------------------------------------
 
-TINY_RUN = dict(  # on the synthetic task, the default data
-    synthetic_train_size=240, synthetic_validation_size=12, max_source_length=32,
-    max_target_length=32, preset="tiny", vocab_size=400, dropout=0.1, max_steps=8, max_tokens_per_batch=256,
-    tokens_per_update=512, learning_rate=3e-3, warmup_steps=4, logging_steps=1, eval_steps=4, save_steps=2,
-    keep_checkpoints=3, eval_num_beams=2, eval_max_new_tokens=12, max_eval_samples=6, eval_batch_size=4,
-    report_to="none", seed=0,
-)
-
-
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
     """Tiny models train fastest on one thread; two threads on two cores that other work also uses can be many
@@ -62,43 +54,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def tiny_argv(output_dir, **overrides) -> list[str]:
-    """Command-line arguments of a run that takes a few seconds on a CPU."""
-    argv = ["--output_dir", str(output_dir)]
-    for name, value in {**TINY_RUN, **overrides}.items():
-        if value is not None:
-            argv += [f"--{name}", *(map(str, value) if isinstance(value, (list, tuple)) else [str(value)])]
-    return argv
-
-
-def run_in_process(argv):
-    try:
-        return train(*parse_arguments(argv))
-    finally:
-        # Accelerate keeps its state in class attributes; the next run in this process starts afresh
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
-
-
-def run_script(argv, check=True) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "train.py"), *argv], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    if check and result.returncode != 0:
-        pytest.fail(f"train.py failed ({result.returncode}):\n{result.stderr[-4000:]}")
-    return result
-
-
-def write_jsonl(path: Path, rows) -> Path:
-    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
-    return path
-
-
-def metrics_records(output_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
