@@ -1,8 +1,13 @@
-"""What the training tests share: a tiny run's command line, a run in this process or as a command, its metrics log, and
-runs launched as two processes."""
+"""What the training tests share: a tiny run's command line, a run in this process or as a command, a copy of a run
+to change, its metrics log, and runs launched as two processes.
+
+Runs are tiny (a 55k-parameter model, a few hundred synthetic pairs, a few updates) and run in this process, except
+where a process must die (the kill-and-resume test) or several must cooperate (test_training_distributed.py).
+"""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +58,11 @@ def run_script(argv, check=True) -> subprocess.CompletedProcess:
     if check and result.returncode != 0:
         pytest.fail(f"train.py failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result
+
+
+def copy_of(run: Path, tmp_path: Path) -> Path:
+    """A copy of the run folder `run` in `tmp_path`, to change without touching a run other tests share."""
+    return Path(shutil.copytree(run, tmp_path / "run"))
 
 
 def metrics_records(output_dir: Path) -> list[dict]:
