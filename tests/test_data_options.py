@@ -2,8 +2,9 @@
 `--validation_file`, `--dataset_name`, `--max_train_samples`, `--config_overrides`), each split from one source, and
 the spellings of the last release still read, with one warning each (vaswani.cli.OLD_OPTIONS).
 
-train.py's options, config files and checkpoints are tested in training/test_training.py, evaluate_model.py's and the
-fine-tuning scripts' runs in their own files; the model card's reading of old records in test_push_to_hub.py."""
+train.py's options and config files are tested in training/test_arguments.py, its checkpoints in
+training/test_checkpoints.py, evaluate_model.py's and the fine-tuning scripts' runs in their own files; the model
+card's reading of old records in test_push_to_hub.py."""
 
 import re
 from types import SimpleNamespace
