@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import PAIRS, REPO, load_script, tiny_config
+from helpers import PAIRS, REPO, load_script, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
 from vaswani.evaluation import attention_map as attention_maps
 

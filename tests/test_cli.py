@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 
 @pytest.mark.parametrize("script, arguments, message", [

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TextStreamer
 
-from conftest import REPO, english_sentences, load_script, spread_weights, tiny_config
+from helpers import REPO, english_sentences, load_script, spread_weights, tiny_config
 import vaswani.serving.cpu_decoding as cpu_decoding
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.serving.cpu_inference import for_cpu_inference

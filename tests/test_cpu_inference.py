@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from conftest import PAIRS, REPO, SHARED_DATA, needs_shared_data, spread_weights, tiny_config
+from helpers import PAIRS, REPO, SHARED_DATA, needs_shared_data, spread_weights, tiny_config
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.serving.cpu_inference import OneDNNLinear, for_cpu_inference
 

@@ -16,7 +16,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import vaswani.configuration_vaswani
 import vaswani.modeling_vaswani
-from conftest import QUIET, REPO, load_script, save_seq2seq_checkpoint, tiny_config, write_jsonl
+from helpers import QUIET, REPO, load_script, save_seq2seq_checkpoint, tiny_config, write_jsonl
 from vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from vaswani.pipelines import pipeline
 from vaswani.training.arguments import TrainArguments, TrainDataArguments, TrainModelArguments

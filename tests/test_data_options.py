@@ -1,8 +1,8 @@
 """The data and override options of every script: the names of transformers' example scripts (`--train_file`,
 `--validation_file`, `--dataset_name`, `--max_train_samples`, `--config_overrides`), each split from one source.
 
-train.py's options, config files and checkpoints are tested in training/test_training.py, evaluate_model.py's and the
-fine-tuning scripts' runs in their own files."""
+train.py's options and config files are tested in training/test_arguments.py, its checkpoints in
+training/test_checkpoints.py, evaluate_model.py's and the fine-tuning scripts' runs in their own files."""
 
 import re
 from types import SimpleNamespace
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import datasets
 import pytest
 
-from conftest import write_jsonl
+from helpers import write_jsonl
 from vaswani.cli import format_config_overrides, parse_config_overrides
 from vaswani.data import data_source, evaluated_source
 from vaswani.finetuning import DataArguments, load_splits

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import load_script
+from helpers import load_script
 
 demo = load_script("demo_from_scratch")
 

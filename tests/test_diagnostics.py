@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from conftest import PAIRS, spread_weights, tiny_config
+from helpers import PAIRS, spread_weights, tiny_config
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.evaluation.diagnostics import (
     encoder_collapse,

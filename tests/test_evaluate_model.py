@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import (
+from helpers import (
     NER_LABELS,
     PAIRS,
     QUIET,

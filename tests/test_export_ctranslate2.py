@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from conftest import PAIRS, REPO, english_sentences, load_script, run_isolated, spread_weights, tiny_config
+from helpers import PAIRS, REPO, english_sentences, load_script, run_isolated, spread_weights, tiny_config
 
 ctranslate2 = pytest.importorskip(
     "ctranslate2",

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import PAIRS, REPO, english_sentences, load_script, tiny_config
+from helpers import PAIRS, REPO, english_sentences, load_script, tiny_config
 
 SKIP_REASON = (
     "is an optional dependency (pip install 'vaswani-transformer[onnx]'); the ONNX export cannot be tested without it"

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import REPO, SHARED_DATA, load_script, needs_shared_data, write_jsonl
+from helpers import REPO, SHARED_DATA, load_script, needs_shared_data, write_jsonl
 from vaswani.evaluation.extractive import extract, first_lines, longest_lines
 from vaswani.evaluation.metrics import rouge_percent
 from vaswani.hub import model_card

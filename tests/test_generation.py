@@ -8,7 +8,7 @@ from transformers import DynamicCache, EncoderDecoderCache
 from transformers.testing_utils import CaptureLogger, LoggingLevel
 from transformers.utils import logging
 
-from conftest import random_batch, tiny_config
+from helpers import random_batch, tiny_config
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.modeling_vaswani import CACHE_FIELD
 

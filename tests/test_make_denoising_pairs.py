@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from conftest import load_script, read_jsonl, write_jsonl
+from helpers import load_script, read_jsonl, write_jsonl
 
 
 script = load_script("make_denoising_pairs")

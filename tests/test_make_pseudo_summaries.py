@@ -3,7 +3,7 @@ and errors that name the argument."""
 
 import pytest
 
-from conftest import load_script, read_jsonl, write_jsonl
+from helpers import load_script, read_jsonl, write_jsonl
 from vaswani.evaluation.extractive import lead_sentence
 
 

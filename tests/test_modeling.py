@@ -13,7 +13,7 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
-from conftest import random_batch, spread_weights, tiny_config
+from helpers import random_batch, spread_weights, tiny_config
 from vaswani import (
     VaswaniForConditionalGeneration,
     VaswaniForSequenceClassification,

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import load_script
+from helpers import load_script
 
 
 SCRIPTS = {name: load_script(name) for name in (

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from accelerate.state import AcceleratorState, GradientState
 
-from conftest import PAIRS, QUIET, load_script, save_seq2seq_checkpoint, write_jsonl
+from helpers import PAIRS, QUIET, load_script, save_seq2seq_checkpoint, write_jsonl
 from vaswani.output_paths import write_text_atomically
 from vaswani.training.arguments import TrainArguments
 from vaswani.training.ownership import release_output_dir

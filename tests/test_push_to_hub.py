@@ -17,7 +17,7 @@ import yaml
 from huggingface_hub import ModelCard
 from huggingface_hub.utils._http import default_client_factory
 
-from conftest import REPO, load_script, run_isolated, spread_weights, tiny_config
+from helpers import REPO, load_script, run_isolated, spread_weights, tiny_config
 from vaswani.cli import run_command
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
 

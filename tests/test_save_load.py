@@ -17,7 +17,7 @@ from transformers import (
 
 import vaswani
 import vaswani.pipelines
-from conftest import random_batch, run_isolated, spread_weights, tiny_config
+from helpers import random_batch, run_isolated, spread_weights, tiny_config
 from vaswani import (
     VaswaniForConditionalGeneration,
     VaswaniForSequenceClassification,

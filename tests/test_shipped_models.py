@@ -20,7 +20,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 import vaswani
 from vaswani.modeling_vaswani import code_files_to_ship
 from vaswani.tokenization_vaswani import update_saved_tokenizer
-from conftest import REPO, SHARED_DATA, as_saved_before_issue_41, load_script, needs_shared_data, run_isolated
+from helpers import REPO, SHARED_DATA, as_saved_before_issue_41, load_script, needs_shared_data, run_isolated
 
 
 demo = load_script("demo")

@@ -9,7 +9,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from conftest import PAIRS, SHARED_DATA, as_saved_before_issue_41, load_script, needs_shared_data, tiny_config
+from helpers import PAIRS, SHARED_DATA, as_saved_before_issue_41, load_script, needs_shared_data, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniTokenizer
 from vaswani.tokenization_vaswani import update_tokenizer_file
 

@@ -1,4 +1,4 @@
-"""What the fine-tuning tests share beyond conftest.py: training data for classification, call counting, the saved
+"""What the fine-tuning tests share beyond helpers.py: training data for classification, call counting, the saved
 weights, and two-process launches."""
 
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from conftest import PAIRS, REPO
+from helpers import PAIRS, REPO
 
 
 def language_rows(english=0, german=1):

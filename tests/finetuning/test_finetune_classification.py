@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, pipeline
 
-from conftest import QUIET, load_script, save_seq2seq_checkpoint, write_jsonl
 from finetune_helpers import count_calls, language_rows, run_two_processes, weights
+from helpers import QUIET, load_script, save_seq2seq_checkpoint, write_jsonl
 from vaswani.modeling_vaswani import VaswaniFeedForward
 
 

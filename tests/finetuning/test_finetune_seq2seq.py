@@ -9,8 +9,8 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.generation import utils as generation_utils
 
-from conftest import PAIRS, QUIET, load_script, save_seq2seq_checkpoint, tiny_config, write_jsonl
 from finetune_helpers import count_calls, run_two_processes, weights
+from helpers import PAIRS, QUIET, load_script, save_seq2seq_checkpoint, tiny_config, write_jsonl
 from vaswani import VaswaniForConditionalGeneration, VaswaniForTokenClassification
 from vaswani.finetuning.seq2seq import encode_pairs
 from vaswani.modeling_vaswani import VaswaniFeedForward

@@ -9,7 +9,7 @@ import pytest
 import sacrebleu
 from rouge_score import rouge_scorer
 
-from conftest import SHARED_DATA, needs_shared_data
+from helpers import SHARED_DATA, needs_shared_data
 from vaswani.evaluation.metrics import NAMES, load_metric, metric_path, rouge_percent
 
 

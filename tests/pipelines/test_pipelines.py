@@ -14,7 +14,7 @@ import pytest
 import torch
 import transformers
 
-from conftest import PAIRS, REPO, run_isolated, spread_weights, tiny_config
+from helpers import PAIRS, REPO, run_isolated, spread_weights, tiny_config
 from vaswani import (
     VaswaniForConditionalGeneration,
     VaswaniForSequenceClassification,

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from conftest import load_script
+from helpers import load_script
 from vaswani.serving import benchmarking
 
 benchmark = load_script("tools/benchmark")

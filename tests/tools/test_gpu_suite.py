@@ -16,7 +16,7 @@ import pytest
 import torch
 import transformers
 
-from conftest import PAIRS, REPO, load_script, write_jsonl
+from helpers import PAIRS, REPO, load_script, write_jsonl
 from vaswani.training.gpu_suite import (
     MULTI30K_FILES,
     SIZES,
@@ -46,7 +46,7 @@ REPORT = {"device", "date", "torch", "packages", "dry_run", "train_py_torch_comp
 
 @pytest.fixture(scope="module")
 def multi30k(tmp_path_factory):
-    """A folder shaped like Multi30k's: the conftest's ten pairs as each of the three files."""
+    """A folder shaped like Multi30k's: the ten PAIRS of helpers.py as each of the three files."""
     folder = tmp_path_factory.mktemp("multi30k")
     rows = [{"en": english, "de": german} for english, german in PAIRS]
     for name in MULTI30K_FILES:

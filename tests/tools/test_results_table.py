@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import REPO, load_script, tiny_config
+from helpers import REPO, load_script, tiny_config
 
 
 from vaswani.hub import model_card

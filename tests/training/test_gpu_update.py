@@ -13,7 +13,7 @@ from accelerate.state import AcceleratorState, GradientState
 from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from conftest import PAIRS, tiny_config
+from helpers import PAIRS, tiny_config
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.training import loop as loop_module
 from vaswani.training.arguments import parse_arguments

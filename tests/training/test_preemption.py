@@ -30,9 +30,8 @@ from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
-from conftest import PAIRS, QUIET, REPO, load_script, write_jsonl
-from test_training import metrics_records, run_in_process, tiny_argv
-from test_training_distributed import launch, processes_writing_to
+from helpers import PAIRS, QUIET, REPO, load_script, write_jsonl
+from training_helpers import launch, metrics_records, processes_writing_to, run_in_process, tiny_argv
 from vaswani.cli import run_command
 from vaswani.training import loop
 from vaswani.training.checkpoints import list_checkpoints

@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO
-from test_training import metrics_records, run_in_process, tiny_argv, write_jsonl
-from test_training_distributed import launch
+from helpers import REPO, write_jsonl
+from training_helpers import launch, metrics_records, run_in_process, tiny_argv
 from vaswani.training.batching import TokenBudgetBatches
 from vaswani.training.checkpoints import checkpoint_problem, list_checkpoints
 from vaswani.training.errors import CheckpointError, TrainingError

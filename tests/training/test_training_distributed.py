@@ -14,13 +14,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import REPO
-from test_training import metrics_records, tiny_argv
+from helpers import REPO
+from training_helpers import launch, metrics_records, process_alive, processes_writing_to, tiny_argv
 from vaswani.training.checkpoints import latest_checkpoint
 
 
@@ -73,12 +72,6 @@ WORKER = textwrap.dedent(
 )
 
 
-def launch(program: Path, argv: list[str]) -> list[str]:
-    """The command that runs `program` in two CPU processes under `accelerate launch`."""
-    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(program), *argv]
-
-
 # With BPE-dropout the main process draws each epoch's segmentation and sends it to the other: were each to draw its
 # own, their batch lists would differ, and the batches they train on would overlap (or their counts would, and the
 # run would hang).
@@ -110,27 +103,6 @@ def test_two_processes_train_one_model_on_different_batches(tmp_path, bpe_dropou
     # the main process alone reports (each evaluation printed once)
     assert result.stdout.count("update 3: val_loss") == 1
     assert (output_dir / "last" / "model.safetensors").is_file()
-
-
-def process_alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, dead but not yet reaped by whoever adopted it, counts as dead)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return "\nState:\tZ" not in status
-
-
-def processes_writing_to(output_dir: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and str(output_dir).encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            pass
-    return [pid for pid in found if pid != os.getpid() and process_alive(pid)]
-
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers die with their launcher on Linux")

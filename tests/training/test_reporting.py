@@ -1,0 +1,42 @@
+"""vaswani.training.reporting: what a run logs (metrics.jsonl, TensorBoard, the training curves, the summary), and a
+metrics log cut by a kill."""
+
+import json
+
+import pytest
+
+from training_helpers import copy_of, metrics_records, run_in_process, tiny_argv
+from vaswani.training.errors import TrainingError
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_a_run_logs_metrics_tensorboard_curves_and_a_summary(finished_run):
+    output_dir, summary = finished_run
+    records = metrics_records(output_dir)
+    training = [r for r in records if "loss" in r]
+    assert [r["step"] for r in training] == list(range(1, 9))
+    assert all(r["tokens_per_second"] > 0 and r["learning_rate"] > 0 for r in training)
+    assert training[-1]["loss"] < training[0]["loss"], "the loss must fall"
+    evaluations = [r for r in records if "val_loss" in r]
+    assert [r["step"] for r in evaluations] == [4, 8]
+    assert all(r["bleu_signature"].startswith("nrefs:1|case:mixed|") for r in evaluations)
+    assert list((output_dir / "tensorboard").rglob("events.out.tfevents.*"))
+    assert (output_dir / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((output_dir / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    assert summary["steps"] == 8 and summary["tokens_per_second"] > 0
+    best = max(evaluations, key=lambda r: r["bleu"])
+    assert summary["best_score"] == best["bleu"] and summary["best_step"] == best["step"]
+
+
+def test_a_metrics_log_cut_by_a_kill_resumes_and_a_broken_line_is_named(checkpointed_run, tmp_path):
+    run = copy_of(checkpointed_run, tmp_path)
+    log = run / "metrics.jsonl"
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines) + "\n" + lines[-1][:40])  # a write cut half-way
+    run_in_process(tiny_argv(run, max_steps=6, save_steps=2, eval_steps=100, dropout=0.1, resume=True))
+    assert [r["step"] for r in metrics_records(run) if "loss" in r] == list(range(1, 7))
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
+    with pytest.raises(TrainingError, match=rf"{log}, line 2: not a metrics record"):
+        run_in_process(tiny_argv(run, max_steps=8, save_steps=2, eval_steps=100, dropout=0.1, resume=True))
