@@ -14,7 +14,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -76,8 +75,8 @@ def test_resuming_on_changed_data_is_refused_naming_the_file(copied, change):
     with pytest.raises(TrainingError) as caught:
         resume(copied)
     message = str(caught.value)
-    assert (f"the data or the tokenizer differ from those the checkpoint was trained with (what was -> what is): "
-            f"--train_file data/train.jsonl: sha256 ") in message
+    assert ("the data or the tokenizer differ from those the checkpoint was trained with (what was -> what is): "
+            "--train_file data/train.jsonl: sha256 ") in message
     assert f", {before} bytes -> sha256 " in message and f", {train_file.stat().st_size} bytes" in message
     assert "--validation_file" not in message and "tokenizer/" not in message  # only what changed is named
     assert "would go on at epoch 0, batch 8 of other pairs" in message and "Nothing was loaded" in message
