@@ -214,10 +214,9 @@ def render_model_card(
     training_data: str | None = None,
     training_procedure: str | None = None,
     template: str | Path = TEMPLATE,
-    project_card: bool = False,
 ) -> str:
     """The model card's text (README.md of the Hub repo) for a checkpoint with `config` and `num_parameters`: its own
-    results only; with `project_card`, also the table of every recipe of the project (model_card.md's block)."""
+    results only (every recipe's are in results/README.md)."""
     if importlib.util.find_spec("jinja2") is None:
         raise ImportError("Rendering a model card needs Jinja2: pip install 'vaswani-transformer[hub]'.")
     results = [_without_repeated_metrics(result) for result in results]
@@ -260,7 +259,6 @@ def render_model_card(
         training_data=training_data,
         training_procedure=training_procedure,
         example=EXAMPLES.get(pipeline_tag, DEFAULT_EXAMPLE),
-        project_card=project_card,
     )
     return str(card)
 

@@ -1,6 +1,6 @@
 """The project's results tables (scripts/tools/results_table.py), filled from the files its runs wrote: for each
 recipe of scripts/configs/recipes.yaml, its evaluation results (scripts/evaluate_model.py) and training summaries.
-`update_tables` rewrites the text between markers in README.md, model_card.md and results/README.md (the markers, the
+`update_tables` rewrites the text between markers in README.md and results/README.md (the markers, the
 tables and the details under them are described in the command's docstring); no number in a table is typed by hand.
 """
 
@@ -38,7 +38,7 @@ class TableArguments:
         default="scripts/configs/recipes.yaml", metadata={"help": "The recipes file (YAML), one entry per row."}
     )
     files: list[str] = field(
-        default_factory=lambda: ["README.md", "model_card.md", "results/README.md"],
+        default_factory=lambda: ["README.md", "results/README.md"],
         metadata={"help": "The files whose block between the recipe-results markers is rewritten."},
     )
     root: str = field(
@@ -272,11 +272,7 @@ def _render_table(rows: list[Row], recipes_file: str, prefix: str = "") -> str:
 
 def _render_block(rows: list[Row], recipes_file: str, root: Path, prefix: str = "") -> str:
     """The table, then each recipe's section: commands, conventions, training time, picture, link to its notes."""
-    block = _render_table(rows, recipes_file, prefix) + "\n\n" + "\n\n".join(_details(row, root, prefix) for row in rows)
-    # model_card.md is a Jinja2 template whose block sits inside {% raw %}: only an endraw tag could break out of it
-    if "endraw" in block:
-        raise ValueError("The table would contain the text `endraw`, which would break model_card.md's {% raw %}.")
-    return block
+    return _render_table(rows, recipes_file, prefix) + "\n\n" + "\n\n".join(_details(row, root, prefix) for row in rows)
 
 
 def _render_shipped_block(rows: list[Row], recipes_file: str, prefix: str = "") -> str:

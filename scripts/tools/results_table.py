@@ -1,12 +1,12 @@
-"""Fill the project's results table, in README.md, model_card.md and results/README.md, from the files its runs
-wrote: the evaluation results of scripts/evaluate_model.py and the training summaries, for each recipe of
+"""Fill the project's results table, in README.md and results/README.md, from the files its runs wrote: the
+evaluation results of scripts/evaluate_model.py and the training summaries, for each recipe of
 scripts/configs/recipes.yaml.
 
     python scripts/tools/results_table.py            # rewrite the tables
     python scripts/tools/results_table.py --check    # exit 1 if a file's table is out of date; writes nothing
 
 Only the text between markers is rewritten: `<!-- recipe-results:start -->` / `<!-- recipe-results:end -->` get the
-table with every column and each recipe's details (results/README.md, model_card.md), `<!-- recipe-table:start -->` /
+table with every column and each recipe's details (results/README.md), `<!-- recipe-table:start -->` /
 `<!-- recipe-table:end -->` a short table (README.md: recipe, data, result, target met, links to the details and
 notes), `<!-- shipped-models:start -->` / `end` the shipped models. A recipe whose results file does not exist yet
 says "not run yet": no number in the table is typed by hand. Under the full table each recipe has a section of its

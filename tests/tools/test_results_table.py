@@ -1,21 +1,16 @@
 """scripts/tools/results_table.py: the recipe-results table is built from the results files and nothing else, replaces only
 the block between its markers, `--check` finds a stale block, bad files are named with the field, a recipe trained in
-stages shows the sum of its stages' times, each recipe links to its notes file, and model_card.md still renders with
-the block."""
+stages shows the sum of its stages' times, and each recipe links to its notes file."""
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
 import yaml
 
-from helpers import REPO, load_script, tiny_config
-
-
-from vaswani.hub import model_card
+from helpers import REPO, load_script
 from vaswani.hub.recipes import load_recipes
 from vaswani.hub.results_table import END, START, TABLE_END, TABLE_START, anchor
 
@@ -340,7 +335,6 @@ def test_a_training_summary_without_a_duration_is_named(project):
         (lambda r: r.update(task="mt"), r"`task` is 'mt'; expected one of"),
         (lambda r: r.update(goal={"metric": "bleu"}), r"`goal` must be \{metric: TYPE, at_least: NUMBER\}"),
         (lambda r: r.update(metrics="bleu"), r"`metrics` must be a list of metric types"),
-        (lambda r: r.update(reference="see {% endraw %}"), r"would break model_card.md"),
         # the prose and the other runs live in the notes file
         (lambda r: r.update(notes="Average of the last 5."), r"\(Multi30k en->de\): `notes` no longer go in the recipes "
          r"file: write them in the recipe's notes file \(results/<recipe>/notes.md\) and name it with `notes_file`"),
@@ -368,25 +362,6 @@ def test_a_file_without_the_markers_is_refused(project):
     assert (project / "README.md").read_text(encoding="utf-8") == "# No markers here\n"
 
 
-def test_model_card_with_the_block_still_renders(project, tokenizer):
-    """The repository's model_card.md, its block filled (with text that looks like Jinja), renders as a card."""
-    shutil.copy(REPO / "model_card.md", project / "model_card.md")
-    recipes = json.loads(json.dumps(RECIPES))
-    recipes["recipes"][0]["command"] += 'echo "{{ not a template variable }}" {% if %}'
-    (project / "recipes.yaml").write_text(yaml.safe_dump(recipes), encoding="utf-8")
-    assert run(project, files=("model_card.md",)) == 0
-    config = tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de")
-    checkpoint_card = model_card.render_model_card(config, 12345, "someone/tiny", template=project / "model_card.md")
-    assert "## Recipes of this project" not in checkpoint_card  # a checkpoint's card holds its own results only
-    card = model_card.render_model_card(config, 12345, "someone/tiny", template=project / "model_card.md",
-                                        project_card=True)
-    section = card[card.index("## Recipes of this project"): card.index("## Citation")]
-    assert table_rows(section)["Multi30k en->de"].startswith("| Multi30k en->de | bentrevett/multi30k")
-    assert 'echo "{{ not a template variable }}" {% if %}' in section
-    assert "{% raw %}" not in card and "{% endraw %}" not in card
-    assert "| direction | en → de" in card  # the rest of the template still renders
-
-
 def test_the_repository_recipes_name_files_that_exist():
     recipes = load_recipes(REPO / "scripts/configs/recipes.yaml")
     assert [recipe.name for recipe in recipes] == [
@@ -407,7 +382,7 @@ def test_the_repository_recipes_name_files_that_exist():
         if recipe.notes_file:
             assert (REPO / recipe.notes_file).is_file(), f"{recipe.name}: {recipe.notes_file} does not exist"
     # the repository's tables are up to date with the recipes and their files
-    tables = ["README.md", "model_card.md", "results/README.md"]
+    tables = ["README.md", "results/README.md"]
     assert results_table.main(["--root", str(REPO), "--check", "--files", *tables]) == 0
 
 
