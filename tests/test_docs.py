@@ -120,3 +120,10 @@ def test_the_demos_outputs_are_named_in_the_readme_and_ignored_by_git():
     ignored = subprocess.run(["git", "-C", str(REPO), "check-ignore", "attention.png", "attention.json"],
                              capture_output=True, text=True, timeout=60)
     assert ignored.stdout.split() == ["attention.png", "attention.json"]
+
+
+@pytest.mark.parametrize("name", ["README.md", "model_card.md"])
+def test_the_readme_and_the_card_template_stay_short(name):
+    """What the project is and what a card says, each under 15 KB: the details live in the guides they link to."""
+    size = len((REPO / name).read_bytes())
+    assert size < 15_000, f"{name} is {size:,} bytes; say it once, in the guide whose job it is, and link to it"
