@@ -1,0 +1,432 @@
+"""Translation, summarization, text-to-text and token-classification pipelines for the Vaswani models.
+
+transformers 5 removed the first three tasks from its own `pipeline()`. A checkpoint of this project declares them in
+its config's `custom_pipelines`, and `pipeline("translation", model=DIR, trust_remote_code=True)` loads the classes
+below from the checkpoint's own copy of this file. They behave as transformers 4.x's pipelines did:
+
+    translator(text)                      -> [{"translation_text": "..."}]
+    translator([text, text], batch_size=2) -> [{"translation_text": "..."}, {"translation_text": "..."}]
+    translator(text, num_beams=4, max_new_tokens=40, length_penalty=0.6)   # any `generate()` argument
+    translator(text, return_tensors=True) -> [{"translation_token_ids": tensor([...])}]
+
+`SummarizationPipeline` answers with "summary_text", `Text2TextGenerationPipeline` with "generated_text".
+
+A tagger (VaswaniForTokenClassification) declares `TokenClassificationPipeline`: transformers' own, told where the
+tokenizer's words start, so that every aggregation strategy groups the pieces of each word exactly.
+
+One pipeline may be called from several threads at once: a call keeps what it needs (its target language, its
+settings) to itself and sets nothing on the shared tokenizer or model. The tokenizer is called with the same
+arguments on every call, so it never switches state between calls (transformers' fast tokenizers set their truncation
+on the shared backend at each call), and the target-language tag is put first by the call itself.
+
+This file is copied into every saved checkpoint and imported there on its own (where the `vaswani` package may not be
+installed), so it imports only the standard library, torch, transformers and tokenizers (which transformers needs).
+"""
+
+import bisect
+import re
+import warnings
+
+import torch
+from tokenizers.pre_tokenizers import BertPreTokenizer
+from transformers import Pipeline
+from transformers import TokenClassificationPipeline as TransformersTokenClassificationPipeline
+from transformers.pipelines.token_classification import AggregationStrategy
+
+
+# The paper's bound on the output length (section 6.1): "maximum output length to input length + 50, but terminate
+# early when possible". Used when neither the caller nor the model's generation config sets a length.
+EXTRA_OUTPUT_TOKENS = 50
+
+
+def check_text(value, where: str) -> None:
+    if not isinstance(value, str):
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise TypeError(f"{where} must be a string, got {type(value).__name__}: {shown}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{where} is not valid text ({error.reason}: {value[error.start:error.end]!a}).") from None
+
+
+def check_vocabulary(model, tokenizer) -> None:
+    """Refuse a tokenizer with more tokens than the model has embedding rows: its higher ids would index past the
+    table, an IndexError deep inside the model on the first text that uses one. They were not trained together."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer):,} tokens but the model's embedding table has {rows:,} rows: token ids "
+            f"from {rows:,} up would index past it, so the two do not belong together. Use the tokenizer saved with "
+            "the model."
+        )
+
+
+class Text2TextGenerationPipeline(Pipeline):
+    """Text in, generated text out, with an encoder-decoder model's `generate()`.
+
+    Call arguments (at construction or per call):
+        truncation: cut inputs longer than the model accepts (default True; they are cut to the model's maximum
+            length, with one warning). With False, such an input is an error.
+        return_text / return_tensors: put the decoded text / the generated token ids in each result (default: text).
+        clean_up_tokenization_spaces: passed to `tokenizer.decode`.
+        batch_size, num_workers: as for every transformers pipeline.
+        anything else: a `generate()` argument (num_beams, max_new_tokens, length_penalty, num_return_sequences, ...).
+
+    An empty (or blank) input gives an empty output without asking the model.
+    """
+
+    return_name = "generated"
+    default_task = "text2text-generation"
+
+    _load_tokenizer = True
+    _load_processor = False
+    _load_image_processor = False
+    _load_video_processor = False
+    _load_feature_extractor = False
+
+    def __init__(self, *args, **kwargs):
+        kwargs["task"] = kwargs.get("task") or self.default_task
+        self._warned_about_truncation = False
+        super().__init__(*args, **kwargs)
+        if self.tokenizer is None:
+            raise ValueError(f"{type(self).__name__} needs a tokenizer: pass `tokenizer=` with the model.")
+        if not self.model.can_generate() or not getattr(self.model.config, "is_encoder_decoder", False):
+            raise ValueError(
+                f"{type(self).__name__} needs an encoder-decoder model that can generate (such as "
+                f"VaswaniForConditionalGeneration), got {type(self.model).__name__}."
+            )
+        check_vocabulary(self.model, self.tokenizer)
+
+    # -- arguments ------------------------------------------------------------------------------------------------
+
+    def _sanitize_parameters(
+        self,
+        return_text=None,
+        return_tensors=None,
+        clean_up_tokenization_spaces=None,
+        truncation=None,
+        **generate_kwargs,
+    ):
+        preprocess_params = {}
+        if truncation is not None:
+            preprocess_params["truncation"] = truncation
+        for name in ("num_beams", "num_return_sequences", "max_new_tokens"):
+            value = generate_kwargs.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        self._check_generation_lengths(generate_kwargs)
+
+        postprocess_params = {}
+        if return_text is not None:
+            postprocess_params["return_text"] = return_text
+        if return_tensors is not None:
+            postprocess_params["return_tensors"] = return_tensors
+        if return_text is False and not return_tensors:
+            raise ValueError("With return_text=False, pass return_tensors=True: otherwise there is nothing to return.")
+        if clean_up_tokenization_spaces is not None:
+            postprocess_params["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+        return preprocess_params, generate_kwargs, postprocess_params
+
+    def _max_positions(self) -> int | None:
+        return getattr(self.model.config, "max_position_embeddings", None)
+
+    def _max_source_length(self) -> int:
+        """The longest input the model accepts: its position limit, or the tokenizer's if that is lower."""
+        limits = [self._max_positions(), getattr(self.tokenizer, "model_max_length", None)]
+        # a tokenizer without a limit reports a huge number as its model_max_length, so the model's limit wins
+        return min(limit for limit in limits if isinstance(limit, int) and limit > 0)
+
+    def _check_generation_lengths(self, generate_kwargs: dict) -> None:
+        """The decoder reads its start token plus every generated token, and the model accepts at most
+        max_position_embeddings positions: say so here instead of failing half-way through `generate()`."""
+        max_positions = self._max_positions()
+        if max_positions is None:
+            return
+        new_tokens = generate_kwargs.get("max_new_tokens")
+        if new_tokens is not None and new_tokens > max_positions - 1:
+            raise ValueError(
+                f"max_new_tokens={new_tokens} is more than this model can generate: max_position_embeddings="
+                f"{max_positions} leaves room for at most {max_positions - 1} new tokens after the start token."
+            )
+        max_length = generate_kwargs.get("max_length")
+        if max_length is not None and max_length > max_positions:
+            raise ValueError(
+                f"max_length={max_length} is more than this model accepts (max_position_embeddings={max_positions})."
+            )
+
+    # -- the three steps of a pipeline ------------------------------------------------------------------------
+
+    def __call__(self, inputs, **kwargs):
+        """Generate for one text (a list of results) or a list of texts (a list with one result per text, or a
+        list of lists with `num_return_sequences` > 1). Datasets and generators are streamed as in transformers."""
+        if inputs is None:
+            raise TypeError(f"{type(self).__name__} needs a string or a list of strings, got None.")
+        if isinstance(inputs, tuple):
+            inputs = list(inputs)
+        if isinstance(inputs, list):
+            if not inputs:
+                return []
+            for index, text in enumerate(inputs):
+                check_text(text, f"Input {index}")
+        results = super().__call__(inputs, **kwargs)
+        if isinstance(inputs, list) and all(len(result) == 1 for result in results):
+            return [result[0] for result in results]
+        return results
+
+    def preprocess(self, text, truncation=True):
+        return self._encode(text, truncation)
+
+    def _encode(self, text, truncation: bool, first_ids: list[int] | None = None) -> dict:
+        """The model inputs for one text: its token ids, cut to the length the model accepts (or refused, without
+        `truncation`). With `first_ids` (a language tag), any tag the tokenizer put first is replaced by them."""
+        check_text(text, "The input")
+        max_length = self._max_source_length()
+        # Always these arguments (see the module's docstring). Two tokens of headroom: one tells whether the text was
+        # longer than the model accepts, one stands for a language tag of the tokenizer's that the call replaces.
+        encoding = self.tokenizer(text, truncation=True, max_length=max_length + 2, return_special_tokens_mask=True)
+        ids, special = encoding["input_ids"], encoding["special_tokens_mask"]
+        if first_ids is not None:
+            tags = set(self._language_tag_ids().values())
+            kept = [index for index, token in enumerate(ids) if not (special[index] and token in tags)]
+            ids, special = list(first_ids) + [ids[i] for i in kept], [1] * len(first_ids) + [special[i] for i in kept]
+        if len(ids) > max_length:
+            if not truncation:
+                raise ValueError(
+                    f"An input is longer than the {max_length} tokens this model accepts. Shorten it, or pass "
+                    "truncation=True to cut it to that length."
+                )
+            self._warn_about_truncation_once(max_length)
+            ids = cut_text_tokens(ids, special, max_length)
+        input_ids = torch.tensor([ids], dtype=torch.long)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": torch.ones_like(input_ids),
+            "source_is_blank": not text.strip(),
+        }
+
+    def _language_tags(self) -> dict[str, str]:
+        """Language code -> tag token (`>>de<<`), for a tokenizer with language tags; {} for others."""
+        return dict(getattr(self.tokenizer, "language_tags", None) or {})
+
+    def _language_tag_ids(self) -> dict[str, int]:
+        return {code: self.tokenizer.convert_tokens_to_ids(tag) for code, tag in self._language_tags().items()}
+
+    def _warn_about_truncation_once(self, max_length: int) -> None:
+        if not self._warned_about_truncation:
+            warnings.warn(
+                f"An input was longer than the {max_length} tokens this model accepts and was truncated to that "
+                "length (this warning is shown once per pipeline).",
+                UserWarning,
+                stacklevel=4,
+            )
+            self._warned_about_truncation = True
+
+    def _forward(self, model_inputs, **generate_kwargs):
+        input_ids = model_inputs["input_ids"]
+        if "max_new_tokens" not in generate_kwargs and "max_length" not in generate_kwargs:
+            set_by_model = self.model.generation_config.to_diff_dict()
+            if "max_new_tokens" not in set_by_model and "max_length" not in set_by_model:
+                bound = input_ids.shape[1] + EXTRA_OUTPUT_TOKENS
+                max_positions = self._max_positions()
+                if max_positions is not None:
+                    bound = min(bound, max_positions - 1)
+                generate_kwargs = {**generate_kwargs, "max_new_tokens": bound}
+        output = self.model.generate(
+            input_ids=input_ids, attention_mask=model_inputs["attention_mask"], **generate_kwargs
+        )
+        output_ids = output if isinstance(output, torch.Tensor) else output.sequences
+        inputs_in_batch = input_ids.shape[0]
+        return {
+            # (inputs, returned sequences per input, length)
+            "output_ids": output_ids.reshape(inputs_in_batch, output_ids.shape[0] // inputs_in_batch, -1),
+            "source_is_blank": model_inputs["source_is_blank"],
+        }
+
+    def postprocess(self, model_outputs, return_text=None, return_tensors=False, clean_up_tokenization_spaces=None):
+        if return_text is None:
+            return_text = not return_tensors
+        records = []
+        for ids in model_outputs["output_ids"][0]:
+            ids = self._without_batch_padding(ids)
+            if model_outputs["source_is_blank"]:
+                ids = ids.new_tensor([self._decoder_start_token_id(), self.model.generation_config.eos_token_id])
+            record = {}
+            if return_tensors:
+                record[f"{self.return_name}_token_ids"] = ids
+            if return_text:
+                record[f"{self.return_name}_text"] = self.tokenizer.decode(
+                    ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+                )
+            records.append(record)
+        return records
+
+    def _without_batch_padding(self, ids: torch.Tensor) -> torch.Tensor:
+        """Cut a sequence after its first end-of-sequence token: what follows is padding that only batching adds,
+        so the ids returned for a text do not depend on `batch_size`."""
+        eos = self.model.generation_config.eos_token_id
+        eos = eos if isinstance(eos, (list, tuple)) else [eos]
+        ends = torch.isin(ids[1:], torch.tensor(eos, device=ids.device)).nonzero()
+        return ids[: int(ends[0]) + 2] if len(ends) else ids
+
+    def _decoder_start_token_id(self) -> int:
+        start = self.model.generation_config.decoder_start_token_id
+        return start if start is not None else self.model.config.decoder_start_token_id
+
+
+def cut_text_tokens(ids: list[int], special: list[int], length: int) -> list[int]:
+    """`ids` cut to `length` tokens by dropping text tokens from the end of the text, keeping the special tokens
+    around it (a language tag before, `</s>` after), as the tokenizer's own truncation does."""
+    text_positions = [index for index, flag in enumerate(special) if not flag]
+    if not text_positions:
+        return ids[:length]
+    start, end = text_positions[0], text_positions[-1] + 1
+    room = max(length - start - (len(ids) - end), 0)
+    return ids[:start] + ids[start : start + room] + ids[end:]
+
+
+class SummarizationPipeline(Text2TextGenerationPipeline):
+    """Summarize texts: `[{"summary_text": ...}]` per input."""
+
+    return_name = "summary"
+    default_task = "summarization"
+
+
+class TranslationPipeline(Text2TextGenerationPipeline):
+    """Translate texts: `[{"translation_text": ...}]` per input.
+
+    The direction is the model's, recorded in its config (`source_lang`, `target_lang`) and shown by the pipeline
+    (`pipe.src_lang`, `pipe.tgt_lang`). `src_lang` / `tgt_lang` may be passed as in transformers 4.x (or in a task
+    name such as "translation_en_to_de"); a direction the model was not trained for is an error. When the tokenizer
+    has language tags (`>>de<<`), the tag of the target language is put before each source text.
+    """
+
+    return_name = "translation"
+    default_task = "translation"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        from_task = re.fullmatch(r"translation_(\w+)_to_(\w+)", self.task or "")
+        config = self.model.config
+        self.src_lang = self._preprocess_params.get("src_lang") or (from_task and from_task[1]) or getattr(
+            config, "source_lang", None
+        )
+        self.tgt_lang = self._preprocess_params.get("tgt_lang") or (from_task and from_task[2]) or getattr(
+            config, "target_lang", None
+        )
+        self._check_direction(self.src_lang, self.tgt_lang)
+
+    def __repr__(self):
+        return f"{super().__repr__()} translating {self.src_lang or '?'} -> {self.tgt_lang or '?'}"
+
+    def _sanitize_parameters(self, src_lang=None, tgt_lang=None, **kwargs):
+        preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(**kwargs)
+        self._check_direction(src_lang, tgt_lang)
+        if src_lang is not None:
+            preprocess_params["src_lang"] = src_lang
+        if tgt_lang is not None:
+            preprocess_params["tgt_lang"] = tgt_lang
+        return preprocess_params, forward_params, postprocess_params
+
+    def _check_direction(self, src_lang, tgt_lang) -> None:
+        config = self.model.config
+        known_source, known_target = getattr(config, "source_lang", None), getattr(config, "target_lang", None)
+        trained_for = f"{known_source or '?'} -> {known_target or '?'} (config.source_lang / config.target_lang)"
+        if src_lang is not None and known_source is not None and src_lang != known_source:
+            raise ValueError(
+                f"src_lang={src_lang!r}: this model translates {trained_for}; it was not trained to translate from "
+                f"{src_lang!r}."
+            )
+        if tgt_lang is None:
+            return
+        tags = self._language_tags()
+        if tags and tgt_lang not in tags:
+            raise ValueError(
+                f"tgt_lang={tgt_lang!r}: the tokenizer has language tags for {sorted(tags)} only; the model cannot be "
+                f"asked for {tgt_lang!r}."
+            )
+        if not tags and known_target is not None and tgt_lang != known_target:
+            raise ValueError(
+                f"tgt_lang={tgt_lang!r}: this model translates {trained_for}; it was not trained to translate into "
+                f"{tgt_lang!r}."
+            )
+
+    def preprocess(self, text, truncation=True, src_lang=None, tgt_lang=None):
+        """With language tags, the call's target-language tag goes first (a ">>de<<" typed in the text stays text);
+        the tag is this call's own, never set on the shared tokenizer, which other threads may be using."""
+        if not self._language_tags():
+            return self._encode(text, truncation)
+        code = tgt_lang or self.tgt_lang
+        return self._encode(text, truncation, first_ids=[self._language_tag_ids()[code]] if code else [])
+
+
+class TokenClassificationPipeline(TransformersTokenClassificationPipeline):
+    """transformers' token-classification pipeline, told where the words of the text are.
+
+    transformers groups the pieces of a word (aggregation_strategy "first", "average", "max") only for tokenizers
+    that mark the pieces that continue a word (WordPiece's "##", a `continuing_subword_prefix`); for any other it
+    guesses from the spaces around each piece and warns "Tokenizer does not support real words, using fallback
+    heuristic". This project's tokenizer marks the piece that starts a word ("▁") instead, so here the words are found
+    in the text itself, cut as BERT's pre-tokenizer cuts them: at spaces, and around each punctuation mark ("Berlin."
+    is the words "Berlin" and ".", as in CoNLL-2003), or they are the words of a pre-split input
+    (`is_split_into_words=True`). A piece belongs to the word its first character is in; pieces that stand for
+    spaces or line breaks only belong to no word and are left out. An entity's `word` is its text as it stands in the
+    input (`text[start:end]`). Everything else is transformers' pipeline unchanged.
+    """
+
+    def gather_pre_entities(
+        self,
+        sentence,
+        input_ids,
+        scores,
+        offset_mapping,
+        special_tokens_mask,
+        aggregation_strategy,
+        word_ids=None,
+        word_to_chars_map=None,
+    ):
+        # SIMPLE: transformers' guess at the word starts, and its warning, are replaced below
+        pre_entities = super().gather_pre_entities(
+            sentence, input_ids, scores, offset_mapping, special_tokens_mask, AggregationStrategy.SIMPLE,
+            word_ids=word_ids, word_to_chars_map=word_to_chars_map,
+        )
+        if offset_mapping is None:
+            return pre_entities
+        pre_entities = [entity for entity in pre_entities if sentence[entity["start"] : entity["end"]].strip()]
+        if word_ids is not None and word_to_chars_map is not None:
+            words = [word_ids[entity["index"]] for entity in pre_entities]
+        else:
+            words = word_numbers(sentence, [first_visible(sentence, entity["start"]) for entity in pre_entities])
+        for position, entity in enumerate(pre_entities):
+            entity["is_subword"] = position > 0 and words[position] == words[position - 1]
+        return pre_entities
+
+    def postprocess(self, all_outputs, aggregation_strategy=AggregationStrategy.NONE, ignore_labels=None):
+        entities = super().postprocess(all_outputs, aggregation_strategy, ignore_labels)
+        sentence = all_outputs[0]["sentence"]
+        if aggregation_strategy != AggregationStrategy.NONE:
+            for entity in entities:
+                if entity.get("start") is not None:
+                    # the pieces decoded word by word and joined would lose the spaces between the words
+                    entity["word"] = sentence[entity["start"] : entity["end"]]
+        return entities
+
+
+def first_visible(text: str, start: int) -> int:
+    """The position of the first character at or after `start` that is not a space."""
+    return start + len(text[start:]) - len(text[start:].lstrip())
+
+
+def word_numbers(text: str, positions: list[int]) -> list[int]:
+    """For each position in `text`, the number of the word it is in (words as BERT's pre-tokenizer cuts them)."""
+    starts = [start for _, (start, _) in BertPreTokenizer().pre_tokenize_str(text)]
+    return [bisect.bisect_right(starts, position) for position in positions]
+
+
+__all__ = [
+    "SummarizationPipeline",
+    "Text2TextGenerationPipeline",
+    "TokenClassificationPipeline",
+    "TranslationPipeline",
+    "check_vocabulary",
+]

@@ -1,0 +1,359 @@
+"""The project's tokenizer: one joint subword (BPE) vocabulary for source and target, with byte fallback.
+
+The paper encodes sentences with byte-pair encoding over a shared source-target vocabulary (section 5.1). Here a
+character the vocabulary lacks is spelled as its UTF-8 bytes (`<0xE2>`, `<0x82>`, ...), so no input ever maps to
+`<unk>`, and `decode(encode(text)) == text` for any text: nothing is normalized away. Text is only ever text: the
+strings `<s>`, `</s>`, `<pad>`, `<unk>` and `>>de<<` in an input are spelled as ordinary pieces, never read as the
+control tokens of the same name (transformers' `split_special_tokens`), and a literal `▁` (U+2581, the word-start
+mark) is escaped on the way in and restored on the way out.
+
+A token's offsets (`return_offsets_mapping=True`) cover its characters in the text and not the space before a word:
+the word-start mark of `▁Smith` takes the place of the word's first character, so in "John Smith" the token spans
+(5, 7) "Sm", not (4, 7) " Sm". Only a mark that stands for a space of its own (a run of spaces) covers that space.
+Word boundaries, and so the token-classification pipeline's words, come out exact (pipeline_vaswani.py).
+
+A token a user adds (`add_tokens(["zzzq"])`) is used where a word starts with it ("a zzzq horse"), not inside a word
+("azzzqb"). Decoding gives the text back where a space or the end of the text follows the added token; what follows
+it directly ("zzzq." or "zzzq\nb") starts a word of its own, so decoding puts a space before it ("zzzq ."). Special
+tokens typed in text stay text, as above.
+
+Every sequence ends with `</s>`; the decoder starts from `<s>`. Optional language tags (`>>de<<`) are special tokens
+that a multilingual model reads at the start of the source: set `tokenizer.tgt_lang = "de"` and every source it
+encodes starts with the tag's id (targets, `text_target=...`, never do), as NLLB's tokenizer does with `src_lang`.
+`tgt_lang` is a setting of the tokenizer, not of a call: the tag lives in the backend's post-processor, which a call
+with `text_target` takes off and puts back around the targets. A tokenizer shared by threads should therefore not
+have `tgt_lang` changed per call, nor be called with `text_target` while another thread encodes tagged sources; the
+pipelines put each call's tag first themselves and never set it.
+
+A tokenizer folder may come from elsewhere: its JSON files are bounded before transformers parses them
+(`from_pretrained`).
+
+This file is copied into every saved checkpoint, so it imports from this project only configuration_vaswani.py (the
+bounds of a checkpoint's files), with a relative import: transformers copies that file beside it.
+"""
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers.models import BPE
+from tokenizers.trainers import BpeTrainer
+from transformers import PreTrainedTokenizerFast
+
+from .configuration_vaswani import check_json_file
+
+
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
+SPECIAL_TOKENS = [PAD, BOS, EOS, UNK]  # ids 0, 1, 2, 3, as in VaswaniConfig's defaults
+BYTE_TOKENS = [f"<0x{byte:02X}>" for byte in range(256)]
+WORD_START = "\u2581"  # "▁" marks the start of a word, as in SentencePiece
+# A literal "▁" in the text must not read as a word start. It is written ESCAPE + ESCAPED_WORD_START on the way in,
+# and a literal ESCAPE as ESCAPE + ESCAPED_ESCAPE, so every ESCAPE in the normalized text starts one of these two pairs
+# and decoding undoes both exactly (private-use characters: they reach the model as UTF-8 byte tokens).
+ESCAPE, ESCAPED_ESCAPE, ESCAPED_WORD_START = "\ue000", "\ue001", "\ue002"
+
+
+# The files of a saved tokenizer that transformers parses as JSON.
+TOKENIZER_JSON_FILES = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "added_tokens.json")
+
+
+def language_tag(code: str) -> str:
+    return f">>{code}<<"
+
+
+class VaswaniTokenizer(PreTrainedTokenizerFast):
+    """A fast tokenizer (backed by `tokenizers`) for the Vaswani models.
+
+    Build one with [`VaswaniTokenizer.train_from_texts`], load one with `from_pretrained`. It behaves like any
+    transformers tokenizer: `tokenizer(src, text_target=tgt)` gives `input_ids`, `attention_mask` and `labels`;
+    truncation and padding work as usual (padding on the right).
+    """
+
+    vocab_files_names = {"tokenizer_file": "tokenizer.json"}
+    model_input_names = ["input_ids", "attention_mask"]
+    padding_side = "right"
+    # (no __init__ of its own: transformers then loads tokenizer.json as it is, instead of rebuilding the backend)
+    _tgt_lang: str | None = None
+    _template_tag: str | None = None  # the tag the post-processor now puts first
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """As in transformers, except that the JSON files of a local folder are bounded first (`check_json_file`): a
+        damaged or hostile file is named, instead of exhausting the interpreter's stack while it is parsed."""
+        folder = Path(str(pretrained_model_name_or_path)) / (kwargs.get("subfolder") or "")
+        if folder.is_dir():
+            check_tokenizer_files(folder)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+
+    @classmethod
+    def _from_pretrained(cls, *args, **kwargs):
+        """As in transformers; a tokenizer saved before its word starts had exact offsets, or before added tokens were
+        found in text, gets both (`update_saved_tokenizer`: the same tokens and ids)."""
+        tokenizer = super()._from_pretrained(*args, **kwargs)
+        update_saved_tokenizer(tokenizer.backend_tokenizer)
+        return tokenizer
+
+    @classmethod
+    def train_from_texts(
+        cls,
+        texts: Iterable[str],
+        vocab_size: int = 8000,
+        min_frequency: int = 2,
+        language_codes: Iterable[str] = (),
+        model_max_length: int = 1024,
+        show_progress: bool = False,
+        split_punctuation: bool = False,
+        split_newlines: bool = False,
+    ) -> "VaswaniTokenizer":
+        """Learn a BPE vocabulary of `vocab_size` tokens (special and byte tokens included) from `texts`, an
+        iterable of strings (source and target sentences alike, for one joint vocabulary).
+
+        With `split_punctuation`, every punctuation mark is a piece of its own, as after the Moses tokenization that
+        setups like the paper's run before BPE: the vocabulary then spends no entries on a word glued to its comma or
+        full stop (`▁Gebäude.`; 1,098 of 8,000 entries learned from Multi30k), and decoding still restores the text
+        exactly (a mark carries no word-start mark, so it joins the word before it).
+
+        With `split_newlines`, every line break is a piece of its own and the first word of a line is marked as a
+        word start, as a word after a space is. Without it, the break glues the last word of one line to the first
+        of the next (`?\nJerry:`, `!\nA` + `manda:` in a SAMSum dialogue), so a speaker's name at the start of a
+        turn is a different piece from the same name elsewhere (`▁Jerry`), and a model cannot copy it by identity.
+        Decoding still restores the text exactly."""
+        tags = [language_tag(code) for code in language_codes]
+        reserved = len(SPECIAL_TOKENS) + len(tags) + len(BYTE_TOKENS)
+        if vocab_size <= reserved:
+            raise ValueError(
+                f"vocab_size={vocab_size} leaves no room for learned subwords: {reserved} ids are taken by special, "
+                f"language and byte tokens. Use a vocab_size above {reserved}."
+            )
+        if min_frequency < 1:
+            raise ValueError(f"min_frequency must be at least 1, got {min_frequency}.")
+
+        backend = Tokenizer(BPE(unk_token=UNK, byte_fallback=True))
+        # The only normalization is the escape of literal word-start marks, one word-start mark before the text
+        # (before each word of pre-split input) and one for each space (`space_marks`), all undone by decoding:
+        # decode(encode(text)) gives back the text.
+        backend.normalizer = normalizers.Sequence(
+            [
+                normalizers.Replace(ESCAPE, ESCAPE + ESCAPED_ESCAPE),
+                normalizers.Replace(WORD_START, ESCAPE + ESCAPED_WORD_START),
+                normalizers.Prepend(WORD_START),
+            ]
+        )
+        after_fuse = []
+        if split_newlines:
+            # "a?\nB" -> "a?\n▁B": the next line starts a word; decoding drops the space this adds after the break
+            backend.normalizer = normalizers.Sequence([backend.normalizer, normalizers.Replace("\n", "\n" + WORD_START)])
+            after_fuse = [decoders.Replace("\n ", "\n")]
+        backend.normalizer = normalizers.Sequence([backend.normalizer, space_marks()])
+        backend.pre_tokenizer = pre_tokenizers.Sequence(word_splitters(split_punctuation, split_newlines))
+        backend.decoder = decoders.Sequence(
+            [
+                decoders.Replace(WORD_START, " "),
+                decoders.ByteFallback(),  # <0xE2><0x82><0xAC> -> "€"
+                decoders.Fuse(),
+                *after_fuse,
+                decoders.Replace(ESCAPE + ESCAPED_WORD_START, WORD_START),  # in this order: see ESCAPE
+                decoders.Replace(ESCAPE + ESCAPED_ESCAPE, ESCAPE),
+                decoders.Strip(content=" ", left=1, right=0),  # the space added before the first word
+            ]
+        )
+        # The byte tokens are listed as special only so that they get fixed ids; they are made ordinary vocabulary
+        # entries below, so that decoding with skip_special_tokens=True still turns them back into text.
+        trainer = BpeTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=SPECIAL_TOKENS + tags + BYTE_TOKENS,
+            show_progress=show_progress,
+        )
+        backend.train_from_iterator(_strings(texts), trainer=trainer)
+        if backend.get_vocab_size() <= reserved:
+            raise ValueError("The training texts are empty: no subword could be learned from them.")
+
+        state = json.loads(backend.to_str())
+        state["added_tokens"] = [token for token in state["added_tokens"] if token["content"] not in BYTE_TOKENS]
+        for token in state["added_tokens"]:
+            # ">>de<< Ein Satz": the space after a language tag belongs to the tag, not to the sentence
+            token["rstrip"] = token["content"] in tags
+        backend = Tokenizer.from_str(json.dumps(state))
+        eos_id = backend.token_to_id(EOS)
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"$A {EOS}", pair=f"$A {EOS} $B {EOS}", special_tokens=[(EOS, eos_id)]
+        )
+        return cls(
+            tokenizer_object=backend,
+            pad_token=PAD,
+            bos_token=BOS,
+            eos_token=EOS,
+            unk_token=UNK,
+            extra_special_tokens=tags,
+            model_max_length=model_max_length,
+            clean_up_tokenization_spaces=False,
+            split_special_tokens=True,  # "<s>" or ">>de<<" typed in a text is text, not a control token
+        )
+
+    @property
+    def tgt_lang(self) -> str | None:
+        """The target language whose tag (`>>de<<`) starts every encoded source; None for no tag."""
+        return self._tgt_lang
+
+    @tgt_lang.setter
+    def tgt_lang(self, code: str | None) -> None:
+        if code is not None and code not in self.language_tags:
+            known = sorted(self.language_tags) or "none (this vocabulary has no language tags)"
+            raise ValueError(f"tgt_lang={code!r}: the tokenizer has language tags for {known}.")
+        self._tgt_lang = code
+        self._switch_to_input_mode()
+
+    # transformers calls these two around `tokenizer(text, text_target=...)`: sources carry the tag, targets not.
+    def _switch_to_input_mode(self):
+        self._put_first(self.language_tags.get(self._tgt_lang))
+
+    def _switch_to_target_mode(self):
+        self._put_first(None)
+
+    def _put_first(self, tag: str | None) -> None:
+        if tag == self._template_tag:
+            return
+        first = f"{tag} " if tag else ""
+        special = [(EOS, self.convert_tokens_to_ids(EOS))] + ([(tag, self.convert_tokens_to_ids(tag))] if tag else [])
+        self._tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{first}$A {EOS}", pair=f"{first}$A {EOS} $B {EOS}", special_tokens=special
+        )
+        self._template_tag = tag
+
+    @property
+    def language_tags(self) -> dict[str, str]:
+        """Language code -> tag token, for the tags this vocabulary has."""
+        return {
+            token[2:-2]: token
+            for token in self.all_special_tokens
+            if token.startswith(">>") and token.endswith("<<") and len(token) > 4
+        }
+
+
+# A word's start mark ("▁" before "Smith") is taken off and put back before the word: put first, it takes the place
+# of the word's first character in the text instead of the place of the space it replaced, so the word's first token
+# spans from the word's first character. A mark that is all of its piece (a run of spaces: "a  b" -> "▁a", "▁", "▁b")
+# keeps its space. The pieces, and so the tokens and ids, stay exactly those of the first step alone.
+WORD_MARK_BEFORE_TEXT = WORD_START + r"(?=[\s\S])"  # a mark with a character after it in its piece
+
+
+def word_splitters(split_punctuation: bool, split_newlines: bool) -> list:
+    """The pre-tokenizers that cut a text into the pieces BPE segments (see `train_from_texts` for the options)."""
+    splitters = [
+        # " " -> "▁", and a cut before each "▁": "▁John", "▁Smith"
+        pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="never", split=True),
+        *word_start_alignment(),
+    ]
+    if split_newlines:
+        splitters.append(pre_tokenizers.Split(Regex("\r?\n"), behavior="isolated"))
+    if split_punctuation:
+        splitters.append(pre_tokenizers.Punctuation(behavior="isolated"))
+    return splitters
+
+
+def word_start_alignment() -> list:
+    """The two steps that make a word's offsets start at the word and not at the space before it (see above)."""
+    return [
+        pre_tokenizers.Split(Regex(WORD_MARK_BEFORE_TEXT), behavior="removed"),
+        pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="always", split=False),
+    ]
+
+
+def align_word_starts(backend: Tokenizer) -> bool:
+    """Give a tokenizer of this project saved before `word_start_alignment` existed (its offsets covered the space
+    before each word) the exact offsets, in place; its pieces, tokens and ids stay the same. Any other pre-tokenizer
+    is left as it is. Returns whether it changed."""
+    state = json.loads(backend.to_str())
+    old = state.get("pre_tokenizer") or {}
+    steps = old.get("pretokenizers", []) if old.get("type") == "Sequence" else [old]
+    first_step = pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="never", split=True)
+    if not steps or steps[0] != json.loads(first_step.__getstate__()):
+        return False
+    alignment = [json.loads(step.__getstate__()) for step in word_start_alignment()]
+    if steps[1:3] == alignment:
+        return False
+    state["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [steps[0], *alignment, *steps[1:]]}
+    backend.pre_tokenizer = Tokenizer.from_str(json.dumps(state)).pre_tokenizer
+    return True
+
+
+def space_marks():
+    """The normalizer's last step: each space becomes a word-start mark, as the first pre-tokenizer (Metaspace) would
+    make it next, so the pieces and ids are the same. Done here, the normalized text "▁a▁zzzq▁horse" holds a token a
+    user added ("zzzq", matched in the normalized text as "▁zzzq", with the mark of the word it is) where it stands as
+    a word; transformers adds a user's tokens to be matched there (`normalized=True`)."""
+    return normalizers.Replace(" ", WORD_START)
+
+
+def mark_spaces(backend: Tokenizer) -> bool:
+    """Give a tokenizer of this project saved before `space_marks` existed that last normalizer step, in place; its
+    pieces, tokens and ids stay the same. Any other normalizer is left as it is. Returns whether it changed."""
+    state = json.loads(backend.to_str())
+    old = state.get("normalizer") or {}
+    space_step = json.loads(space_marks().__getstate__())
+    steps = list(flat_steps(old, "normalizers"))
+    escape_step = json.loads(normalizers.Replace(ESCAPE, ESCAPE + ESCAPED_ESCAPE).__getstate__())
+    if not steps or steps[0] != escape_step or steps[-1] == space_step:
+        return False
+    state["normalizer"] = {"type": "Sequence", "normalizers": [*steps, space_step]}
+    backend.normalizer = Tokenizer.from_str(json.dumps(state)).normalizer
+    return True
+
+
+def flat_steps(step: dict, key: str) -> Iterator[dict]:
+    """The steps of a normalizer or pre-tokenizer in its JSON form (`key`: "normalizers"), nested sequences flattened."""
+    if step.get("type") == "Sequence":
+        for inner in step.get(key, []):
+            yield from flat_steps(inner, key)
+    elif step:
+        yield step
+
+
+def update_saved_tokenizer(backend: Tokenizer) -> bool:
+    """`align_word_starts` and `mark_spaces`, in place: a tokenizer of this project saved before either gets exact
+    word offsets and finds the tokens a user adds, with the same pieces, tokens and ids. Returns whether it changed."""
+    aligned = align_word_starts(backend)
+    marked = mark_spaces(backend)
+    return aligned or marked
+
+
+def update_tokenizer_file(folder: str | Path) -> bool:
+    """Rewrite the tokenizer.json of a saved tokenizer folder with `update_saved_tokenizer` (exact offsets, added
+    tokens found, the same tokens and ids), leaving its other files alone. Returns whether the file changed.
+
+        python -c "from vaswani.tokenization_vaswani import update_tokenizer_file as u; u('results/x/model')"
+    """
+    path = Path(folder) / "tokenizer.json"
+    check_json_file(path)
+    backend = Tokenizer.from_file(str(path))
+    if not update_saved_tokenizer(backend):
+        return False
+    backend.save(str(path))
+    return True
+
+
+def check_tokenizer_files(folder: Path) -> None:
+    """Bound the JSON files of a tokenizer folder before anything parses them (`check_json_file`)."""
+    for name in TOKENIZER_JSON_FILES:
+        if (folder / name).is_file():
+            check_json_file(folder / name)
+
+
+def _strings(texts: Iterable[str]) -> Iterator[str]:
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"Tokenizer training texts must be strings, got {type(text).__name__}: {text!r:.80}")
+        yield text
+
+
+__all__ = [
+    "VaswaniTokenizer",
+    "check_tokenizer_files",
+    "flat_steps",
+    "space_marks",
+    "update_saved_tokenizer",
+    "update_tokenizer_file",
+    "word_start_alignment",
+]
