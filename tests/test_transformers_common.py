@@ -16,6 +16,7 @@ transformers picks labels by looking a class's name up in its own Auto mappings,
 below give the labels instead (`_prepare_for_class`).
 """
 
+import fcntl
 import importlib
 import os
 import subprocess
@@ -55,15 +56,21 @@ def _cache_folder() -> Path:
 
 
 def _sdist_tests_folder() -> Path:
-    """The tests/ folder of the installed transformers version's sdist, downloaded and extracted on first use."""
-    version = transformers.__version__
+    """The tests/ folder of the installed transformers version's sdist, downloaded and extracted on first use (by one
+    process at a time: the suite's workers collect this module together)."""
     cache = _cache_folder()
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _download_and_extract(cache, transformers.__version__)
+
+
+def _download_and_extract(cache: Path, version: str) -> Path:
     folder = cache / "x" / f"transformers-{version}" / "tests"
     if (folder / "test_modeling_common.py").is_file():
         return folder
     sdist = cache / f"transformers-{version}.tar.gz"
     if not sdist.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
                    f"transformers=={version}", "--dest", str(cache)]
         try:
@@ -78,8 +85,7 @@ def _sdist_tests_folder() -> Path:
     with tarfile.open(sdist) as archive, tempfile.TemporaryDirectory(dir=cache) as staging:
         members = [member for member in archive.getmembers() if member.name.startswith(prefix)]
         archive.extractall(staging, members=members, filter="data")
-        target = folder.parent
-        target.mkdir(parents=True, exist_ok=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
         os.replace(Path(staging) / f"transformers-{version}" / "tests", folder)
     return folder
 
