@@ -185,10 +185,14 @@ def _numeric_fields(cls) -> dict[str, tuple[type, bool]]:
 # --- config overrides -------------------------------------------------------------------------------------------
 
 
+_PYTHON_CONSTANTS = {"True": True, "False": False, "None": None}  # `is_encoder_decoder=False` means the value False
+
+
 def parse_config_overrides(text: str | None) -> dict:
     """`"dropout=0.2,layer_norm_position=pre"` -> {"dropout": 0.2, "layer_norm_position": "pre"}; values are read
-    as JSON where they parse (numbers, true/false, null), else kept as strings. A near miss of a config field
-    (`layer_norm_epsilon`) is a typo, refused here: the config itself keeps any extra attribute."""
+    as JSON where they parse (numbers, true/false, null), Python's spellings True/False/None as those values, else
+    kept as strings. A near miss of a config field (`layer_norm_epsilon`) is a typo, refused here: the config itself
+    keeps any extra attribute."""
     overrides = {}
     for item in filter(None, (part.strip() for part in (text or "").split(","))):
         key, equals, raw = item.partition("=")
@@ -197,7 +201,7 @@ def parse_config_overrides(text: str | None) -> dict:
         try:
             overrides[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:
-            overrides[key.strip()] = raw.strip()
+            overrides[key.strip()] = _PYTHON_CONSTANTS.get(raw.strip(), raw.strip())
     for name, field_name in misspelled_fields(overrides).items():  # the first one
         raise ValueError(f"--config_overrides: unknown config field {name!r}; did you mean {field_name!r}?")
     return overrides

@@ -182,3 +182,6 @@ def test_a_misspelled_field_is_refused_where_the_user_types_it():
                                          r"'layer_norm_eps'\?"):
         parse_config_overrides("dropout=0.2,layer_norm_epsilon=1e-6")
     assert parse_config_overrides("d_model=64,output_hidden_states=true") == {"d_model": 64, "output_hidden_states": True}
+    # Python's spellings too: the string "False" would be a true value
+    assert parse_config_overrides("is_encoder_decoder=False,use_cache=True,source_lang=None,target_lang=Falsey") == {
+        "is_encoder_decoder": False, "use_cache": True, "source_lang": None, "target_lang": "Falsey"}

@@ -238,7 +238,7 @@ class VaswaniSeq2SeqRelativeTest(GenerationTesterMixin, _VaswaniCommonTests, uni
 class VaswaniEncoderOnlyTest(_VaswaniCommonTests, unittest.TestCase):
     position_embedding_type = "relative"
     is_encoder_decoder = False
-    all_model_classes = (VaswaniForTokenClassification,)  # VaswaniEncoderModel is its body
+    all_model_classes = (VaswaniForTokenClassification, VaswaniForSequenceClassification)  # bodies: VaswaniEncoderModel
 
 
 # ---- the config ---------------------------------------------------------------------------------------------------

@@ -90,6 +90,37 @@ def test_seq2seq_checkpoint_gives_its_encoder_decoder_and_a_new_head(tokenizer, 
         assert torch.equal(before[name], after[name]), name
 
 
+def test_encoder_only_classifier_takes_a_seq2seq_checkpoints_encoder_and_classifies(tokenizer, data, tmp_path):
+    """`--config_overrides is_encoder_decoder=False`: the encoder of a seq2seq checkpoint and a new head (half the
+    weights of the BART-style classifier), trained, saved, reloaded by the Auto class and run by the pipeline."""
+    checkpoint = save_seq2seq_checkpoint(tmp_path / "seq2seq", tokenizer)
+    output = tmp_path / "out"
+    results = script.main([
+        "--model_name_or_path", str(checkpoint), "--config_overrides", "is_encoder_decoder=False,dropout=0.0",
+        "--train_file", str(data / "train.jsonl"), "--validation_file", str(data / "validation.jsonl"),
+        "--output_dir", str(output), "--do_train", "--do_eval", "--max_steps", "40", "--learning_rate", "3e-3",
+        "--per_device_train_batch_size", "4", "--save_strategy", "no", *QUIET,
+    ])
+    report = results["loading_report"]
+    assert report["new"] == ["classification_head.dense", "classification_head.out_proj"]
+    assert report["unused"] == ["model.decoder.layers"]
+    assert results["eval_accuracy"] >= 0.9
+    saved = weights(output)
+    assert not any(".decoder." in name for name in saved)
+    model = AutoModelForSequenceClassification.from_pretrained(output)
+    assert model.config.is_encoder_decoder is False and type(model.model).__name__ == "VaswaniEncoderModel"
+    classify = pipeline("text-classification", model=model, tokenizer=str(output))
+    assert classify("Two dogs play in the snow.")[0]["label"] == "english"
+    assert classify("Zwei Hunde spielen im Schnee.")[0]["label"] == "german"
+    batch = tokenizer(["Two dogs play in the snow.", "Zwei Hunde."], padding=True, return_tensors="pt")
+    alone = tokenizer(["Zwei Hunde."], return_tensors="pt")
+    with torch.no_grad():  # padding does not move the state read: the last real token's
+        assert torch.allclose(model(**batch).logits[1], model(**alone).logits[0], atol=1e-5)
+    with pytest.raises(ValueError, match=r"encoder-only \(config.is_encoder_decoder=False\): it takes no "
+                                         r"decoder_input_ids"):
+        model(**batch, decoder_input_ids=batch["input_ids"])
+
+
 def test_string_labels_are_mapped_through_label2id(tokenizer_dir, tmp_path):
     # names in the label column; labels.json fixes the ids (german first), not the order they appear in
     write_jsonl(tmp_path / "data" / "train.jsonl", language_rows(english="english", german="german"))

@@ -38,6 +38,7 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
     Seq2SeqSequenceClassifierOutput,
+    SequenceClassifierOutput,
     TokenClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -974,12 +975,16 @@ def last_token_index(input_ids: torch.Tensor | None, attention_mask: torch.Tenso
 # token feeds the head; classification_loss picks the loss by config.problem_type as BART does.
 class VaswaniForSequenceClassification(VaswaniPreTrainedModel):
     """Sentence classification and regression with the whole encoder-decoder, as BART does it: the encoder reads the
-    text, the decoder reads it again (shifted), and the decoder's state at the last token feeds a small head."""
+    text, the decoder reads it again (shifted), and the decoder's state at the last token feeds a small head.
+
+    With `is_encoder_decoder=False` in the config, the encoder alone, as BERT does it (half the weights): the
+    encoder's state at the last token (the end-of-sequence token, which sees the whole text) feeds the head. The
+    encoder of a seq2seq checkpoint loads into it (`from_pretrained(path, is_encoder_decoder=False)`)."""
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
         config.custom_pipelines = {}  # a classifier serves transformers' own text-classification pipeline only
-        self.model = VaswaniModel(config)
+        self.model = VaswaniModel(config) if config.is_encoder_decoder else VaswaniEncoderModel(config)
         self.classification_head = VaswaniClassificationHead(config)
         self.post_init()
 
@@ -995,10 +1000,14 @@ class VaswaniForSequenceClassification(VaswaniPreTrainedModel):
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         **kwargs,
-    ) -> Seq2SeqSequenceClassifierOutput:
+    ) -> Seq2SeqSequenceClassifierOutput | SequenceClassifierOutput:
         r"""
         labels: class indices (single-label), multi-hot floats (multi-label) or floats (regression).
         """
+        if not self.config.is_encoder_decoder:
+            decoder_inputs = {"decoder_input_ids": decoder_input_ids, "decoder_attention_mask": decoder_attention_mask,
+                              "decoder_inputs_embeds": decoder_inputs_embeds, "encoder_outputs": encoder_outputs}
+            return self._encoder_forward(input_ids, attention_mask, inputs_embeds, labels, decoder_inputs, **kwargs)
         if input_ids is None and inputs_embeds is not None and decoder_inputs_embeds is None:
             raise ValueError("With `inputs_embeds`, also pass `decoder_inputs_embeds` (there are no ids to shift).")
         outputs = self.model(
@@ -1026,6 +1035,23 @@ class VaswaniForSequenceClassification(VaswaniPreTrainedModel):
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
+        )
+
+    def _encoder_forward(self, input_ids, attention_mask, inputs_embeds, labels, decoder_inputs: dict, **kwargs):
+        """The encoder-only classifier (`is_encoder_decoder=False`): the encoder's state at the last token."""
+        given = [name for name, value in decoder_inputs.items() if value is not None]
+        if given:
+            raise ValueError(
+                f"This classifier is encoder-only (config.is_encoder_decoder=False): it takes no {', '.join(given)}."
+            )
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+        hidden_states = outputs.last_hidden_state
+        last = last_token_index(input_ids, attention_mask, self.config.pad_token_id).to(hidden_states.device)
+        sentence = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
+        logits = self.classification_head(sentence)
+        loss = classification_loss(self.config, logits, labels.to(logits.device)) if labels is not None else None
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
 
 
