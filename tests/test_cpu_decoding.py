@@ -103,6 +103,54 @@ def test_other_layouts_decode_generates_tokens(position_embedding_type, searches
     assert len(searches) == 2
 
 
+@pytest.mark.parametrize("layout", ["multi30k_en_de", "multi30k_de_en", "pre-LN learned"])
+def test_the_encoder_on_real_tokens_only_gives_the_models_encoder_output(layout):
+    """`encode` (the position-wise layers on the packed real tokens) against the model's own encoder: equal at every
+    real token to float32 rounding, zeros at padding; a batch without padding takes the same path unpacked."""
+    if layout == "pre-LN learned":
+        torch.manual_seed(0)
+        config = tiny_config(position_embedding_type="learned", layer_norm_position="pre", activation_function="gelu")
+        model = spread_weights(VaswaniForConditionalGeneration(config)).eval()
+        input_ids = torch.randint(4, config.vocab_size, (3, 9))
+        attention_mask = torch.ones_like(input_ids)
+        attention_mask[1, 6:] = 0
+        attention_mask[2, :2] = 0  # padding on the left too
+    else:
+        model, tokenizer = shipped(layout)
+        batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    assert not attention_mask.all()
+    weights = cpu_decoding.ModelWeights(model)
+    with torch.no_grad():
+        expected = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        got = cpu_decoding.encode(weights, input_ids, attention_mask)
+        real = attention_mask.bool()
+        assert torch.allclose(got[real], expected[real], atol=1e-5)
+        assert not got[~real].any()
+        full = attention_mask[:, :1].bool().all(-1) & attention_mask.bool().all(-1)  # the rows without padding
+        unpadded = input_ids[full.nonzero().squeeze(1)] if full.any() else input_ids[:1, :1]
+        alone = model.get_encoder()(input_ids=unpadded).last_hidden_state
+        assert torch.allclose(cpu_decoding.encode(weights, unpadded, None), alone, atol=1e-5)
+        assert torch.allclose(cpu_decoding.encode(weights, unpadded, torch.ones_like(unpadded)), alone, atol=1e-5)
+
+
+def test_a_call_asking_for_attentions_gets_the_models_own_encoder(en_de, monkeypatch):
+    """Hidden states (and attentions) are recorded by the model's encoder: such a call does not take `encode`."""
+    plain, tokenizer = en_de
+    fast = for_cpu_inference(copy.deepcopy(plain))
+    encoded = []
+    monkeypatch.setattr(cpu_decoding, "encode", lambda *args: encoded.append(args) or cpu_decoding_encode(*args))
+    batch = tokenizer(SENTENCES[:2], return_tensors="pt", padding=True)
+    out = generated(fast, batch, num_beams=1, max_new_tokens=5, output_hidden_states=True, return_dict_in_generate=True)
+    assert len(out.encoder_hidden_states) == plain.config.encoder_layers + 1  # the embeddings, then each layer's
+    assert encoded == []
+    generated(fast, batch, num_beams=1, max_new_tokens=5)
+    assert len(encoded) == 1
+
+
+cpu_decoding_encode = cpu_decoding.encode
+
+
 def test_other_calls_run_transformers_loop(en_de, searches):
     """Sampling, scores in the output and a streamer are transformers' loop, with what it gives."""
     plain, tokenizer = en_de

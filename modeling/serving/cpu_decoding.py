@@ -9,7 +9,8 @@ function for one new token per row, with the model's weights laid out for it (`M
 
   * the cache is allocated once for the longest output and written in place;
   * self-attention's three projections are one matrix product; every layer's cross-attention keys and values are
-    computed once, in one product, from each input's encoder output (not once per beam);
+    computed once from each input's encoder output (not once per beam), by products that lay them out transposed
+    for the attention's two products, with no copy;
   * attention of the one new row is two matrix products and a softmax; the relative-position bias of that row is a
     slice of a table laid out once per call;
   * beam search never copies the cache: the beams of an input attend to the keys of all its beams at once (a product
@@ -18,7 +19,10 @@ function for one new token per row, with the model's weights laid out for it (`M
     the keys and values;
   * an input whose search is over leaves the batch (`vaswani.serving.search`): its rows are no longer computed (its
     cache slot is freed once half of the slots are, with one copy);
-  * the next token is picked with vectorized reductions (`vaswani.serving.search.first_argmax`, `top_candidates`).
+  * the next token is picked with vectorized reductions (`vaswani.serving.search.first_argmax`, `top_candidates`);
+  * the encoder (`encode`, which `generate` is handed as the encoder output) computes its position-wise layers on
+    the real tokens only, packed without their padding (a batch of captions is about half padding), and its
+    self-attention's three projections as one product.
 
 The search itself (greedy, beam search with its length penalty, early stopping, `no_repeat_ngram_size`,
 `min_length` / `min_new_tokens`) is `vaswani.serving.search`, which follows transformers' step for step. `generate`
@@ -42,8 +46,9 @@ from transformers.generation.logits_process import (
 )
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.utils import GENERATION_MODES_MAPPING, GenerationMode
+from transformers.modeling_outputs import BaseModelOutput
 
-from ..modeling_vaswani import sinusoidal_positions
+from ..modeling_vaswani import padding_aware_positions, sinusoidal_positions
 from .search import SearchSettings, search
 
 
@@ -55,8 +60,8 @@ LOOP_ARGUMENTS = ("streamer", "synced_gpus", "assistant_model", "tokenizer", "as
 
 
 class LayerWeights:
-    """One decoder layer's weights, each matrix transposed to (in, out) for `addmm(bias, x, weight)`; the query
-    projections carry the attention's 1 / sqrt(d_k)."""
+    """One layer's weights (an encoder layer has no cross-attention), each matrix transposed to (in, out) for
+    `addmm(bias, x, weight)`; the query projections carry the attention's 1 / sqrt(d_k)."""
 
     def __init__(self, layer: nn.Module):
         attention = layer.self_attn
@@ -68,10 +73,12 @@ class LayerWeights:
         self.qkv_bias = torch.cat([attention.q_proj.bias * scaling, attention.k_proj.bias, attention.v_proj.bias])
         self.self_out = _linear_weights(attention.out_proj)
         self.self_norm = _norm_weights(layer.self_attn_residual.layer_norm)
-        cross = layer.encoder_attn
-        self.cross_query = ((cross.q_proj.weight * cross.scaling).t().contiguous(), cross.q_proj.bias * cross.scaling)
-        self.cross_out = _linear_weights(cross.out_proj)
-        self.cross_norm = _norm_weights(layer.encoder_attn_residual.layer_norm)
+        cross = getattr(layer, "encoder_attn", None)
+        if cross is not None:
+            query = cross.q_proj
+            self.cross_query = ((query.weight * cross.scaling).t().contiguous(), query.bias * cross.scaling)
+            self.cross_out = _linear_weights(cross.out_proj)
+            self.cross_norm = _norm_weights(layer.encoder_attn_residual.layer_norm)
         self.fc1 = _linear_weights(layer.feed_forward.fc1)
         self.fc2 = _linear_weights(layer.feed_forward.fc2)
         self.activation = layer.feed_forward.activation
@@ -90,9 +97,9 @@ def _norm_weights(norm: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor, float
 
 
 class ModelWeights:
-    """The decoder of a `VaswaniForConditionalGeneration` laid out for this path (see the module docstring): its
-    layers, the scaled embedding, every layer's cross-attention key and value projections as one matrix, the output
-    projection transposed."""
+    """A `VaswaniForConditionalGeneration` laid out for this path (see the module docstring): the decoder's layers,
+    scaled embedding, cross-attention key and value projections and the output projection, all transposed; the
+    encoder (`EncoderWeights`)."""
 
     def __init__(self, model: nn.Module):
         config = model.config
@@ -104,14 +111,22 @@ class ModelWeights:
             self.position_type = config.position_embedding_type
             self.embed, self.positions = _embedding_weights(decoder.embeddings)
             self.layers = [LayerWeights(layer) for layer in decoder.layers]
-            crosses = [layer.encoder_attn for layer in decoder.layers]
-            self.cross_kv_weight = torch.cat(
-                [torch.cat([cross.k_proj.weight, cross.v_proj.weight]) for cross in crosses]
-            ).t().contiguous()
-            self.cross_kv_bias = torch.cat([torch.cat([cross.k_proj.bias, cross.v_proj.bias]) for cross in crosses])
+            self.cross_keys = [_linear_weights(layer.encoder_attn.k_proj) for layer in decoder.layers]
+            self.cross_values = [_linear_weights(layer.encoder_attn.v_proj) for layer in decoder.layers]
             self.final_norm = _norm_weights(decoder.layer_norm) if decoder.layer_norm is not None else None
             self.vocab_weight = model.lm_head.weight.t().contiguous()
+            self.encoder = EncoderWeights(model.get_encoder())
         self.versions = _parameter_versions(model)
+
+
+class EncoderWeights:
+    """The encoder laid out for `encode`: the scaled token table, the learned position table (or None), the layers,
+    the closing LayerNorm of a pre-LN stack (or None)."""
+
+    def __init__(self, encoder: nn.Module):
+        self.embed, self.positions = _embedding_weights(encoder.embeddings)
+        self.layers = [LayerWeights(layer) for layer in encoder.layers]
+        self.final_norm = _norm_weights(encoder.layer_norm) if encoder.layer_norm is not None else None
 
 
 def _embedding_weights(embeddings: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -156,13 +171,66 @@ def _feed_forward(layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
     return torch.addmm(layer.fc2[1], inner, layer.fc2[0])
 
 
+def encode(weights: ModelWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """The model's encoder output, (batch, length, d_model), with every position-wise product (the projections,
+    the feed-forward network, the LayerNorms) computed on the real tokens only, packed without their padding, as
+    CTranslate2 does: captions padded to the longest in a batch are about half padding. The attention runs on the
+    padded layout (PyTorch's fused kernel). Padding positions come out as zeros (the decoder never reads them)."""
+    encoder, d_model = weights.encoder, weights.d_model
+    batch, length = input_ids.shape
+    positions = padding_aware_positions(attention_mask, batch, length, input_ids.device)
+    hidden = F.embedding(input_ids, encoder.embed)
+    terms = _absolute_positions(weights, encoder.positions, positions)
+    if terms is not None:
+        hidden = hidden + terms
+    padding, real = None, None
+    if attention_mask is not None and not bool(attention_mask.all()):
+        real = attention_mask.reshape(-1).nonzero().squeeze(1)  # the rows of the real tokens in (batch * length)
+        blocked = torch.finfo(hidden.dtype).min  # as the model masks padding
+        padding = torch.where(attention_mask.bool(), 0.0, blocked)[:, None, None, :].to(hidden.dtype)
+    packed = hidden.reshape(batch * length, d_model)
+    packed = packed.index_select(0, real) if real is not None else packed
+    # the padded layout of the three projections, its padding rows zeros: every layer writes the real rows only
+    padded = packed.new_zeros(batch * length, 3 * d_model) if real is not None else None
+    key_positions = torch.arange(length)
+    for layer in encoder.layers:
+        mask = padding
+        if layer.relative_bias is not None:
+            bias = _relative_biases(layer, key_positions, key_positions)[None]  # (1, heads, length, length)
+            mask = bias if mask is None else bias + mask
+        packed = _residual(weights, packed, layer.self_norm,
+                           lambda x: _encoder_self_attention(layer, x, real, padded, batch, length, mask))
+        packed = _residual(weights, packed, layer.feed_forward_norm, lambda x: _feed_forward(layer, x))
+    if encoder.final_norm is not None:
+        packed = _layer_norm(packed, encoder.final_norm)
+    if real is None:
+        return packed.view(batch, length, d_model)
+    return packed.new_zeros(batch * length, d_model).index_copy_(0, real, packed).view(batch, length, d_model)
+
+
+def _encoder_self_attention(layer: LayerWeights, packed: torch.Tensor, real: torch.Tensor | None,
+                            padded: torch.Tensor | None, batch: int, length: int, mask: torch.Tensor | None):
+    """Self-attention of the packed tokens: one product for the three projections, the attention itself on the
+    padded layout (`padded`, whose padding rows stay zeros, hidden from every query by `mask`), the output
+    projection packed."""
+    d_model = packed.shape[1]
+    projected = torch.addmm(layer.qkv_bias, packed, layer.qkv_weight)
+    if real is not None:
+        projected = padded.index_copy_(0, real, projected)
+    query, key, value = projected.view(batch, length, 3, layer.heads, layer.head_dim).permute(2, 0, 3, 1, 4)
+    output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=1.0)  # the query is scaled
+    output = output.transpose(1, 2).reshape(batch * length, d_model)
+    output = output.index_select(0, real) if real is not None else output
+    return torch.addmm(layer.self_out[1], output, layer.self_out[0])
+
+
 class CpuDecoder:
     """The decoder's state during one search: `step` and `keep`, as `vaswani.serving.search` drives them.
 
     The inputs' rows sit in slots, `beams` rows each: the self-attention keys and values of slot a, head h are a
     block (positions, beams, head_dim) of `keys[layer]` / `values[layer]`, (slots, heads, max_positions, beams,
     head_dim); beam j's key at position p is in that block's row (p, history[a, j, p]). Every layer's cross-attention
-    keys and values, (slots, heads, source, head_dim), are computed at the start.
+    keys and values are computed at the start, transposed: (slots, heads, head_dim, source).
     """
 
     def __init__(self, weights: ModelWeights, encoder_states: torch.Tensor, source_mask: torch.Tensor | None,
@@ -175,15 +243,19 @@ class CpuDecoder:
         self.position = 0
         self.slots = torch.arange(inputs)  # the slot of each input still decoding
         self.slot_count = inputs
-        self.keys = [encoder_states.new_empty(inputs, heads, self.max_positions, beams, head_dim) for _ in weights.layers]
+        shape = (inputs, heads, self.max_positions, beams, head_dim)
+        self.keys = [encoder_states.new_empty(shape) for _ in weights.layers]
         self.values = [torch.empty_like(keys) for keys in self.keys]
-        layers = len(weights.layers)
-        cross = torch.addmm(weights.cross_kv_bias, encoder_states.reshape(-1, d_model), weights.cross_kv_weight)
-        cross = cross.view(inputs, source_length, layers, 2, heads, head_dim).permute(2, 3, 0, 4, 1, 5).contiguous()
-        # the keys transposed once, (slots, heads, head_dim, source): a product with a contiguous right-hand side is
-        # about twice as fast as with a transposed view at these sizes
-        self.cross_keys = [keys.transpose(-1, -2).contiguous() for keys in cross[:, 0]]
-        self.cross_values = list(cross[:, 1])
+        # every layer's cross-attention keys, transposed once to (slots, heads, head_dim, source) (a product with a
+        # contiguous right-hand side is about twice as fast as with a transposed view at these sizes), and values,
+        # (slots, heads, source, head_dim): one product and one copy each (one product for all layers and one
+        # six-dimensional copy took longer)
+        states = encoder_states.reshape(-1, d_model)
+        split = (inputs, source_length, heads, head_dim)
+        self.cross_keys = [torch.addmm(bias, states, weight).view(split).permute(0, 2, 3, 1).contiguous()
+                           for weight, bias in weights.cross_keys]
+        self.cross_values = [torch.addmm(bias, states, weight).view(split).permute(0, 2, 1, 3).contiguous()
+                             for weight, bias in weights.cross_values]
         self.source_mask = None
         if source_mask is not None and not bool(source_mask.all()):
             blocked = torch.finfo(encoder_states.dtype).min  # as the model masks padding
@@ -329,7 +401,29 @@ class CpuGenerate:
         # transformers hands a callable `custom_generate` none of these: such a call keeps transformers' own loop
         if kwargs.get("custom_generate") is None and not any(kwargs.get(name) is not None for name in LOOP_ARGUMENTS):
             kwargs["custom_generate"] = self.decoding_loop
+            if (input_ids := self.encodable_inputs(args, kwargs)) is not None:
+                with torch.no_grad():
+                    states = encode(self.current_weights(), input_ids, kwargs.get("attention_mask"))
+                kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=states)
         return type(model).generate(model, *args, **kwargs)
+
+    def encodable_inputs(self, args, kwargs) -> torch.Tensor | None:
+        """The call's input ids where `encode` gives generate its encoder output: token ids with no encoder output
+        given, a model this path computes, no attentions or hidden states asked for (the model's own encoder
+        records those)."""
+        inputs = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
+        if not torch.is_tensor(inputs) or inputs.dim() != 2 or inputs.is_floating_point():
+            return None
+        if any(kwargs.get(name) is not None for name in ("encoder_outputs", "inputs_embeds")):
+            return None
+        config = kwargs.get("generation_config") or self.model.generation_config
+        for name in ("output_attentions", "output_hidden_states"):
+            if kwargs.get(name, getattr(config, name, False)):
+                return None
+        mask = kwargs.get("attention_mask")
+        if mask is not None and mask.shape != inputs.shape:
+            return None
+        return inputs if _model_runs_here(self.model) else None
 
     def current_weights(self) -> ModelWeights:
         if self.weights is None or self.weights.versions != _parameter_versions(self.model):
