@@ -1332,6 +1332,7 @@ __all__ = [
     "check_model_files",
     "code_files_to_ship",
     "eager_attention_forward",
+    "padding_aware_positions",
     "repeated_rows",
     "shift_tokens_right",
     "sinusoidal_positions",
