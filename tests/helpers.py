@@ -1,19 +1,21 @@
 """What the tests share besides their fixtures (those are in the conftest.py files): the repository's paths, a
 small parallel corpus and NER corpus, tiny model configs and checkpoints, JSON Lines files, the scripts as modules,
-and fresh-process runs. A test file imports them with `from helpers import ...` (pytest's `pythonpath` option, in
-pyproject.toml, puts tests/ on sys.path).
+fresh-process runs and commands run in this process. A test file imports them with `from helpers import ...`
+(pytest's `pythonpath` option, in pyproject.toml, puts tests/ on sys.path).
 
 Imported after tests/conftest.py has set the offline Hugging Face environment: pytest loads that file first.
 """
 
 import importlib.util
+import io
 import json
 import os
+import runpy
 import subprocess
 import sys
 import tempfile
 import textwrap
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -183,6 +185,28 @@ def run_isolated(code: str, timeout: int = 240) -> str:
     if result.returncode != 0:
         pytest.fail(f"isolated process failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result.stdout
+
+
+def command_in_process(script: Path, arguments, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`python script arguments...` as the command runs it, but in this process: its `__main__` block under that
+    `sys.argv` (and in `cwd`), with what it prints to stdout and stderr and its exit status (0 when it returns).
+    For what a command prints on a bad input, where a fresh interpreter would spend ~5 s on imports (on two cores)
+    to print one line; an error the command does not catch propagates and fails the test, as its traceback would."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    argv, directory, status = sys.argv, os.getcwd(), 0
+    sys.argv = [str(script), *map(str, arguments)]
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with redirect_stdout(stdout), redirect_stderr(stderr):
+            try:
+                runpy.run_path(str(script), run_name="__main__")
+            except SystemExit as exit_:
+                status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+    finally:
+        sys.argv = argv
+        os.chdir(directory)
+    return subprocess.CompletedProcess([str(script), *arguments], status, stdout.getvalue(), stderr.getvalue())
 
 
 @contextmanager

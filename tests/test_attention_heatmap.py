@@ -3,13 +3,11 @@ checked against the model's own `cross_attentions`, and bad input refused with a
 
 import json
 import struct
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from helpers import PAIRS, REPO, load_script, tiny_config
+from helpers import PAIRS, REPO, command_in_process, load_script, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
 from vaswani.evaluation import attention_map as attention_maps
 
@@ -185,11 +183,8 @@ def test_bad_arguments_are_refused_with_the_allowed_values(translator, tmp_path,
 
 
 def test_the_command_line_reports_bad_input_without_a_traceback(translator, tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "attention_heatmap.py"), "--model", str(translator), "--text", "",
-         "--output_file", str(tmp_path / "x.png")],
-        capture_output=True, text=True, timeout=240,
-    )
+    result = command_in_process(REPO / "scripts" / "attention_heatmap.py",
+                                ["--model", translator, "--text", "", "--output_file", tmp_path / "x.png"])
     assert result.returncode == 1
     assert "attention_heatmap.py: error: --text is empty" in result.stderr
     assert "Traceback" not in result.stderr

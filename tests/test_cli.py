@@ -1,11 +1,10 @@
 """Every command ends on a bad input with one line `script.py: error: ...` and exit status 1 (vaswani.cli)."""
 
-import subprocess
 import sys
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, command_in_process
 
 
 @pytest.mark.parametrize("script, arguments, message", [
@@ -17,8 +16,7 @@ from helpers import REPO
      "Nothing to do: pass --do_train and/or --do_eval"),
 ])
 def test_a_bad_input_is_one_line_on_stderr_and_status_1(script, arguments, message, tmp_path):
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / script), *arguments], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=120)
+    done = command_in_process(REPO / "scripts" / script, arguments, cwd=tmp_path)
     assert done.returncode == 1, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]

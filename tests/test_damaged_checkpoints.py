@@ -7,8 +7,6 @@ fields, never a traceback, and no code from the file ever runs."""
 import importlib.util
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -16,7 +14,15 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import vaswani.configuration_vaswani
 import vaswani.modeling_vaswani
-from helpers import QUIET, REPO, load_script, save_seq2seq_checkpoint, tiny_config, write_jsonl
+from helpers import (
+    QUIET,
+    REPO,
+    command_in_process,
+    load_script,
+    save_seq2seq_checkpoint,
+    tiny_config,
+    write_jsonl,
+)
 from vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from vaswani.pipelines import pipeline
 from vaswani.training.arguments import TrainArguments, TrainDataArguments, TrainModelArguments
@@ -123,11 +129,9 @@ def test_pickled_weights_are_refused_by_every_command_and_nothing_in_them_runs(
 def test_a_command_given_pickled_weights_says_so_in_one_line(copy_of, data, tmp_path):
     marker = tmp_path / "payload-ran"
     weights = plant_pickled_weights(copy_of(), marker)
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "evaluate_model.py"), "--model", str(weights.parent), "--task",
-         "translation", "--test_file", str(data), "--output_file", str(tmp_path / "results.json")],
-        capture_output=True, text=True, timeout=300,
-    )
+    arguments = ["--model", weights.parent, "--task", "translation", "--test_file", data, "--output_file",
+                 tmp_path / "results.json"]
+    result = command_in_process(REPO / "scripts" / "evaluate_model.py", arguments)
     assert result.returncode == 1
     assert f"evaluate_model.py: error: {weights} is refused: it holds pickled weights" in result.stderr
     assert "Traceback" not in result.stderr and "weights_only" not in result.stderr

@@ -8,13 +8,21 @@ ctranslate2 is an optional dependency (`pip install 'vaswani-transformer[ctransl
 
 import json
 import re
-import subprocess
 import sys
 
 import pytest
 import torch
 
-from helpers import PAIRS, REPO, english_sentences, load_script, run_isolated, spread_weights, tiny_config
+from helpers import (
+    PAIRS,
+    REPO,
+    command_in_process,
+    english_sentences,
+    load_script,
+    run_isolated,
+    spread_weights,
+    tiny_config,
+)
 
 ctranslate2 = pytest.importorskip(
     "ctranslate2",
@@ -305,11 +313,8 @@ def test_the_script_names_a_bad_argument(tiny_checkpoint, tmp_path, capsys):
     assert "invalid choice: 'int4'" in capsys.readouterr().err
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "file").write_text("")
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "export_ctranslate2.py"), "--model", str(tiny_checkpoint),
-         "--output_dir", str(tmp_path / "taken")],
-        capture_output=True, text=True, timeout=120,
-    )
+    result = command_in_process(REPO / "scripts" / "export_ctranslate2.py",
+                                ["--model", tiny_checkpoint, "--output_dir", tmp_path / "taken"])
     assert result.returncode == 1
     assert "export_ctranslate2.py: error: output_dir" in result.stderr and "Traceback" not in result.stderr
 

@@ -11,14 +11,13 @@ them these tests skip.
 import json
 import re
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import PAIRS, REPO, english_sentences, load_script, tiny_config
+from helpers import PAIRS, REPO, command_in_process, english_sentences, load_script, tiny_config
 
 SKIP_REASON = (
     "is an optional dependency (pip install 'vaswani-transformer[onnx]'); the ONNX export cannot be tested without it"
@@ -285,13 +284,7 @@ def test_a_non_empty_output_folder_is_refused(tiny, tmp_path):
         export_to_onnx(checkpoint, checkpoint, overwrite_output_dir=True)
     assert (checkpoint / "model.safetensors").is_file()
     # the script: one line naming the argument, no traceback
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "export_onnx.py"), "--model", str(checkpoint), "--output_dir",
-         str(output)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = command_in_process(REPO / "scripts" / "export_onnx.py", ["--model", checkpoint, "--output_dir", output])
     assert result.returncode == 1
     assert "export_onnx.py: error: output_dir (--output_dir)" in result.stderr and "Traceback" not in result.stderr
 

@@ -4,13 +4,11 @@ stages shows the sum of its stages' times, and each recipe links to its notes fi
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-from helpers import REPO, load_script
+from helpers import REPO, command_in_process, load_script
 from vaswani.hub.recipes import load_recipes
 from vaswani.hub.results_table import END, START, TABLE_END, TABLE_START, anchor
 
@@ -290,9 +288,8 @@ def test_check_finds_a_stale_block_and_writes_nothing(project):
 
 
 def test_check_fails_the_command_line(project):
-    command = [sys.executable, str(REPO / "scripts/tools/results_table.py"), "--root", str(project),
-               "--recipes", "recipes.yaml", "--files", "README.md", "--check"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    result = command_in_process(REPO / "scripts/tools/results_table.py",
+                                ["--root", project, "--recipes", "recipes.yaml", "--files", "README.md", "--check"])
     assert result.returncode == 1 and "Out of date: README.md" in result.stderr
 
 

@@ -3,7 +3,8 @@
 
 import pytest
 
-from training_helpers import copy_of, run_in_process, run_script, tiny_argv
+from helpers import REPO, command_in_process
+from training_helpers import copy_of, reset_accelerate, run_in_process, tiny_argv
 from vaswani.training.errors import TrainingError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -26,7 +27,10 @@ def test_overwriting_a_folder_refuses_to_delete_the_tokenizer_the_run_was_given(
 def test_an_unwritable_output_folder_is_reported_before_training(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    result = run_script(tiny_argv(blocker / "run"), check=False)
+    try:
+        result = command_in_process(REPO / "scripts" / "train.py", tiny_argv(blocker / "run"))
+    finally:
+        reset_accelerate()
     assert result.returncode == 1
     assert f"train.py: error: --output_dir {blocker / 'run'} is not writable" in result.stderr
     assert "Traceback" not in result.stderr  # the message, not a stack trace

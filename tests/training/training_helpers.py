@@ -43,9 +43,13 @@ def run_in_process(argv):
     try:
         return train(*parse_arguments(argv))
     finally:
-        # Accelerate keeps its state in class attributes; the next run in this process starts afresh
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
+        reset_accelerate()
+
+
+def reset_accelerate() -> None:
+    """Accelerate keeps its state in class attributes: the next run in this process starts afresh."""
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
 
 
 def run_script(argv, check=True) -> subprocess.CompletedProcess:
