@@ -89,21 +89,27 @@ def test_saved_config_maps_every_auto_class(tmp_path):
     assert isinstance(AutoConfig.from_pretrained(tmp_path), type(tiny_config()))
 
 
-def test_checkpoint_loads_with_remote_code_where_the_package_is_missing(tokenizer, tmp_path):
+@pytest.fixture(scope="module")
+def fresh_process(tokenizer, tmp_path_factory) -> dict:
+    """Two saved checkpoints used in one fresh process without the package (one interpreter's imports, about 5 s
+    here, for the two tests that read it): "loaded", a tiny translator loaded through every Auto class, with the
+    ids it generates in this process; "saved again", a checkpoint loaded through its remote code and saved again."""
+    folder, first, second = (tmp_path_factory.mktemp(name) for name in ("checkpoint", "first", "second"))
     torch.manual_seed(0)
     model = spread_weights(VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))).eval()
-    model.save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
     text = "A man is riding a horse. 😀"
-    inputs = tokenizer([text], return_tensors="pt")
-    expected_ids = model.generate(**inputs, max_new_tokens=8, num_beams=2)[0].tolist()
-
+    expected_ids = model.generate(**tokenizer([text], return_tensors="pt"), max_new_tokens=8, num_beams=2)[0].tolist()
+    VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de")
+                                    ).save_pretrained(first)
+    tokenizer.save_pretrained(first)
     stdout = run_isolated(
         f"""
-        import json, torch
+        import json, os, torch
         from transformers import (AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification,
-                                  AutoModelForTokenClassification, AutoTokenizer)
-        folder = {str(tmp_path)!r}
+                                  AutoModelForTokenClassification, AutoTokenizer, pipeline)
+        folder = {str(folder)!r}
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
         model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
         inputs = tokenizer([{text!r}], return_tensors="pt")
@@ -118,13 +124,27 @@ def test_checkpoint_loads_with_remote_code_where_the_package_is_missing(tokenize
             loaded = auto.from_pretrained(folder, trust_remote_code=True, num_labels=3)
             result[auto.__name__] = type(loaded).__name__
         print(json.dumps(result))
+
+        model = AutoModelForSeq2SeqLM.from_pretrained({str(first)!r}, trust_remote_code=True)
+        tokenizer = AutoTokenizer.from_pretrained({str(first)!r}, trust_remote_code=True)
+        model.save_pretrained({str(second)!r})
+        tokenizer.save_pretrained({str(second)!r})
+        translator = pipeline("translation_en_to_de", model={str(second)!r}, trust_remote_code=True)
+        print(json.dumps({{"files": sorted(os.listdir({str(second)!r})), "pipeline": type(translator).__name__,
+                           "output": translator("A man.", max_new_tokens=3)}}))
         """
     )
-    result = json.loads(stdout.strip().splitlines()[-1])
+    loaded, saved_again = (json.loads(line) for line in stdout.strip().splitlines()[-2:])
+    return {"loaded": loaded, "expected_ids": expected_ids, "text": text, "saved again": saved_again,
+            "first": first}
+
+
+def test_checkpoint_loads_with_remote_code_where_the_package_is_missing(fresh_process):
+    result = fresh_process["loaded"]
     assert result["tokenizer"] == "VaswaniTokenizer" and result["config"] == "VaswaniConfig"
     assert result["modules"][0].startswith("transformers_modules.")  # the checkpoint's copy of the code
-    assert result["generated"] == expected_ids
-    assert result["decoded"] == text
+    assert result["generated"] == fresh_process["expected_ids"]
+    assert result["decoded"] == fresh_process["text"]
     assert result["AutoModel"] == "VaswaniModel"
     assert result["AutoModelForSequenceClassification"] == "VaswaniForSequenceClassification"
     assert result["AutoModelForTokenClassification"] == "VaswaniForTokenClassification"
@@ -172,27 +192,11 @@ def test_tokenizer_and_model_load_together_from_one_folder(tokenizer, tmp_path):
     assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path).config.vocab_size == len(tokenizer)
 
 
-def test_a_checkpoint_saved_again_through_remote_code_keeps_its_pipeline_code(tokenizer, tmp_path):
-    first, second = tmp_path / "first", tmp_path / "second"
-    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"))
-    model.save_pretrained(first)
-    tokenizer.save_pretrained(first)
-    assert (first / "pipeline_vaswani.py").is_file()
-    stdout = run_isolated(
-        f"""
-        import os
-        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
-        model = AutoModelForSeq2SeqLM.from_pretrained({str(first)!r}, trust_remote_code=True)
-        tokenizer = AutoTokenizer.from_pretrained({str(first)!r}, trust_remote_code=True)
-        model.save_pretrained({str(second)!r})
-        tokenizer.save_pretrained({str(second)!r})
-        print(sorted(os.listdir({str(second)!r})))
-        translator = pipeline("translation_en_to_de", model={str(second)!r}, trust_remote_code=True)
-        print(type(translator).__name__, translator("A man.", max_new_tokens=3))
-        """
-    )
-    assert "pipeline_vaswani.py" in stdout and "tokenization_vaswani.py" in stdout
-    assert "TranslationPipeline [{'translation_text':" in stdout
+def test_a_checkpoint_saved_again_through_remote_code_keeps_its_pipeline_code(fresh_process):
+    assert (fresh_process["first"] / "pipeline_vaswani.py").is_file()
+    result = fresh_process["saved again"]
+    assert "pipeline_vaswani.py" in result["files"] and "tokenization_vaswani.py" in result["files"]
+    assert result["pipeline"] == "TranslationPipeline" and set(result["output"][0]) == {"translation_text"}
 
 
 def test_a_checkpoint_saved_again_from_an_older_folder_carries_the_packages_code(tmp_path):

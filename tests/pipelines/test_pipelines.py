@@ -178,20 +178,16 @@ def test_pipeline_file_imports_only_the_standard_library_torch_transformers_and_
                 assert alias.name.split(".")[0] in allowed, alias.name
 
 
-def test_standard_pipeline_calls_work_in_a_fresh_process_without_the_package(
-    checkpoints, translator, classifier, tokenizer
-):  # (the tagger's: test_token_classification_works_in_a_fresh_process_without_the_package)
-    texts = SOURCES[:3]
-    settings = dict(num_beams=3, max_new_tokens=20)
-    expected_translations = generate_texts(translator, tokenizer, texts, **settings)
-    expected_summary = generate_texts(translator, tokenizer, [SOURCES[4]], **settings)[0]
-    with torch.no_grad():
-        probabilities = torch.softmax(classifier(**tokenizer([SOURCES[0]], return_tensors="pt")).logits[0], -1)
+@pytest.fixture(scope="module")
+def fresh_process(checkpoints) -> tuple[dict, dict]:
+    """The standard pipeline calls, then the tagger's, in one fresh process without the package (one interpreter's
+    imports, about 5 s here, for the two tests that read it): what each call gave, as JSON."""
     stdout = run_isolated(
         f"""
-        import json
+        import json, warnings
         from transformers import pipeline
-        seq2seq, classifier, texts = {str(checkpoints["seq2seq"])!r}, {str(checkpoints["classifier"])!r}, {texts!r}
+        seq2seq, classifier = {str(checkpoints["seq2seq"])!r}, {str(checkpoints["classifier"])!r}
+        texts = {SOURCES[:3]!r}
         translator = pipeline("translation", model=seq2seq, trust_remote_code=True)
         summarizer = pipeline("summarization", model=seq2seq, trust_remote_code=True)
         generator = pipeline("text2text-generation", model=seq2seq, trust_remote_code=True)
@@ -204,9 +200,32 @@ def test_standard_pipeline_calls_work_in_a_fresh_process_without_the_package(
             "direction": [translator.src_lang, translator.tgt_lang, repr(translator)],
             "modules": [type(p).__module__ for p in (translator, summarizer, generator, labeller)],
         }}))
+        warnings.simplefilter("always")
+        with warnings.catch_warnings(record=True) as caught:
+            tag = pipeline("token-classification", model={str(checkpoints["tagger"])!r}, trust_remote_code=True,
+                           aggregation_strategy="first")
+            entities = tag({SENTENCE!r})
+        print(json.dumps({{
+            "entities": [[e["entity_group"], e["word"], e["start"], e["end"]] for e in entities],
+            "warnings": [str(w.message) for w in caught if "fallback" in str(w.message)],
+            "module": type(tag).__module__,
+        }}))
         """
     )
-    result = json.loads(stdout.strip().splitlines()[-1])
+    standard, tagging = (json.loads(line) for line in stdout.strip().splitlines()[-2:])
+    return standard, tagging
+
+
+def test_standard_pipeline_calls_work_in_a_fresh_process_without_the_package(
+    fresh_process, translator, classifier, tokenizer
+):  # (the tagger's: test_token_classification_works_in_a_fresh_process_without_the_package)
+    texts = SOURCES[:3]
+    settings = dict(num_beams=3, max_new_tokens=20)
+    expected_translations = generate_texts(translator, tokenizer, texts, **settings)
+    expected_summary = generate_texts(translator, tokenizer, [SOURCES[4]], **settings)[0]
+    with torch.no_grad():
+        probabilities = torch.softmax(classifier(**tokenizer([SOURCES[0]], return_tensors="pt")).logits[0], -1)
+    result = fresh_process[0]
     assert result["translations"] == [{"translation_text": text} for text in expected_translations]
     assert result["summary"] == [{"summary_text": expected_summary}]
     assert result["generated"] == [{"generated_text": expected_summary}]
@@ -290,24 +309,8 @@ def test_transformers_own_token_classification_pipeline_gets_the_spans_from_the_
     assert entity_spans(tag_without_warnings(tag, SENTENCE)) == ENTITIES
 
 
-def test_token_classification_works_in_a_fresh_process_without_the_package(checkpoints):
-    stdout = run_isolated(
-        f"""
-        import json, warnings
-        from transformers import pipeline
-        warnings.simplefilter("always")
-        with warnings.catch_warnings(record=True) as caught:
-            tag = pipeline("token-classification", model={str(checkpoints["tagger"])!r}, trust_remote_code=True,
-                           aggregation_strategy="first")
-            entities = tag({SENTENCE!r})
-        print(json.dumps({{
-            "entities": [[e["entity_group"], e["word"], e["start"], e["end"]] for e in entities],
-            "warnings": [str(w.message) for w in caught if "fallback" in str(w.message)],
-            "module": type(tag).__module__,
-        }}))
-        """
-    )
-    result = json.loads(stdout.strip().splitlines()[-1])
+def test_token_classification_works_in_a_fresh_process_without_the_package(fresh_process):
+    result = fresh_process[1]
     assert [tuple(entity) for entity in result["entities"]] == ENTITIES
     assert result["warnings"] == [] and result["module"].startswith("transformers_modules.")
 
