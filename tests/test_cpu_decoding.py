@@ -151,6 +151,25 @@ def test_a_call_asking_for_attentions_gets_the_models_own_encoder(en_de, monkeyp
 cpu_decoding_encode = cpu_decoding.encode
 
 
+def test_an_input_the_model_refuses_gets_the_models_own_error(en_de):
+    """Too long for the positions, or ids outside the vocabulary: the model's encoder runs and says so."""
+    plain, tokenizer = en_de
+    fast = for_cpu_inference(copy.deepcopy(plain))
+    config = plain.config
+    too_long = torch.full((1, config.max_position_embeddings + 1), 5)
+    unknown_id = torch.tensor([[5, config.vocab_size, 2]])
+    errors = {}
+    for name, ids in (("too long", too_long), ("unknown id", unknown_id)):
+        for model in (plain, fast):
+            with pytest.raises((ValueError, IndexError)) as raised:
+                generated(model, {"input_ids": ids}, num_beams=1, max_new_tokens=3)
+            errors.setdefault(name, []).append((type(raised.value), str(raised.value)))
+    assert all(plain_error == fast_error for plain_error, fast_error in errors.values())
+    assert "max_position_embeddings" in errors["too long"][0][1]
+
+
+
+
 def test_other_calls_run_transformers_loop(en_de, searches):
     """Sampling, scores in the output and a streamer are transformers' loop, with what it gives."""
     plain, tokenizer = en_de

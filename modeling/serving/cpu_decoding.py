@@ -423,6 +423,11 @@ class CpuGenerate:
         mask = kwargs.get("attention_mask")
         if mask is not None and mask.shape != inputs.shape:
             return None
+        model_config = self.model.config
+        if inputs.shape[1] > model_config.max_position_embeddings or (
+            inputs.numel() and (int(inputs.min()) < 0 or int(inputs.max()) >= model_config.vocab_size)
+        ):
+            return None  # the model's encoder says what is wrong with such an input
         return inputs if _model_runs_here(self.model) else None
 
     def current_weights(self) -> ModelWeights:
