@@ -168,6 +168,9 @@ def test_training_arguments_are_checked():
 
 def test_save_and_load_through_auto_tokenizer(tokenizer, tmp_path):
     tokenizer.save_pretrained(tmp_path)
+    # tokenizer.json without indentation: the JSON the backend holds, in less than half the bytes
+    written, held = (tmp_path / "tokenizer.json").read_text(encoding="utf-8"), tokenizer.backend_tokenizer.to_str(True)
+    assert "\n" not in written.strip() and json.loads(written) == json.loads(held) and len(written) < len(held) / 2
     loaded = AutoTokenizer.from_pretrained(tmp_path)
     assert type(loaded) is VaswaniTokenizer
     for text in ORDINARY_TEXTS + NEVER_SEEN + LOOKS_LIKE_MARKUP:

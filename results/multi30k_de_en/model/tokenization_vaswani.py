@@ -94,6 +94,14 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
         update_saved_tokenizer(tokenizer.backend_tokenizer)
         return tokenizer
 
+    def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
+        """As in transformers, with tokenizer.json written without indentation: the same JSON in less than half the
+        bytes (557,770 -> 246,560 for the shipped SST-2 tokenizer), which every checkpoint carries."""
+        file_names = super()._save_pretrained(save_directory, file_names, legacy_format, filename_prefix)
+        path = Path(save_directory) / f"{filename_prefix + '-' if filename_prefix else ''}tokenizer.json"
+        self.backend_tokenizer.save(str(path), pretty=False)
+        return file_names
+
     @classmethod
     def train_from_texts(
         cls,
@@ -330,7 +338,7 @@ def update_tokenizer_file(folder: str | Path) -> bool:
     backend = Tokenizer.from_file(str(path))
     if not update_saved_tokenizer(backend):
         return False
-    backend.save(str(path))
+    backend.save(str(path), pretty=False)
     return True
 
 
