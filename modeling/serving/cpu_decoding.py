@@ -9,8 +9,8 @@ function for one new token per row, with the model's weights laid out for it (`M
 
   * the cache is allocated once for the longest output and written in place;
   * self-attention's three projections are one matrix product; every layer's cross-attention keys and values are
-    computed once from each input's encoder output (not once per beam), by products that lay them out transposed
-    for the attention's two products, with no copy;
+    computed once from each input's encoder output (not once per beam), each with one product and one copy into
+    the layout the attention's two products read (the keys transposed);
   * attention of the one new row is two matrix products and a softmax; the relative-position bias of that row is a
     slice of a table laid out once per call;
   * beam search never copies the cache: the beams of an input attend to the keys of all its beams at once (a product
@@ -171,6 +171,14 @@ def _feed_forward(layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
     return torch.addmm(layer.fc2[1], inner, layer.fc2[0])
 
 
+def _padding_bias(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """The additive mask of a (batch, length) padding mask, (batch, 1, 1, length): 0 at real tokens, the dtype's
+    lowest value at padding, as the model masks it; None where nothing is padding."""
+    if mask is None or bool(mask.all()):
+        return None
+    return torch.where(mask.bool(), 0.0, torch.finfo(dtype).min)[:, None, None, :].to(dtype)
+
+
 def encode(weights: ModelWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """The model's encoder output, (batch, length, d_model), with every position-wise product (the projections,
     the feed-forward network, the LayerNorms) computed on the real tokens only, packed without their padding, as
@@ -183,11 +191,9 @@ def encode(weights: ModelWeights, input_ids: torch.Tensor, attention_mask: torch
     terms = _absolute_positions(weights, encoder.positions, positions)
     if terms is not None:
         hidden = hidden + terms
-    padding, real = None, None
-    if attention_mask is not None and not bool(attention_mask.all()):
+    padding, real = _padding_bias(attention_mask, hidden.dtype), None
+    if padding is not None:
         real = attention_mask.reshape(-1).nonzero().squeeze(1)  # the rows of the real tokens in (batch * length)
-        blocked = torch.finfo(hidden.dtype).min  # as the model masks padding
-        padding = torch.where(attention_mask.bool(), 0.0, blocked)[:, None, None, :].to(hidden.dtype)
     packed = hidden.reshape(batch * length, d_model)
     packed = packed.index_select(0, real) if real is not None else packed
     # the padded layout of the three projections, its padding rows zeros: every layer writes the real rows only
@@ -256,10 +262,7 @@ class CpuDecoder:
                            for weight, bias in weights.cross_keys]
         self.cross_values = [torch.addmm(bias, states, weight).view(split).permute(0, 2, 1, 3).contiguous()
                              for weight, bias in weights.cross_values]
-        self.source_mask = None
-        if source_mask is not None and not bool(source_mask.all()):
-            blocked = torch.finfo(encoder_states.dtype).min  # as the model masks padding
-            self.source_mask = torch.where(source_mask.bool(), 0.0, blocked)[:, None, None, :].to(encoder_states.dtype)
+        self.source_mask = _padding_bias(source_mask, encoder_states.dtype)
         self.position_terms = _absolute_positions(weights, weights.positions, torch.arange(self.max_positions))
         self.relative_rows = [self.relative_bias_rows(layer) for layer in weights.layers]
         # beam j's history: the beam slot holding its key at each position (before any choice, its own)

@@ -18,7 +18,8 @@ translation or summarization model (`VaswaniForConditionalGeneration`) also deco
 `vaswani.serving.cpu_decoding`: `model.generate` then runs greedy and beam search with a decoder written for one new
 token per row (a cache written in place, attention of one row as two products, no copy of the cache when beams are
 chosen) and an encoder whose position-wise layers skip the padding, 2 to 4 times faster than the model's own
-forward at the shipped models' size, with the same tokens (tests/test_cpu_decoding.py); any other call of `generate` (sampling, a streamer, scores in the output) runs as before.
+forward at the shipped models' size, with the same tokens (tests/test_cpu_decoding.py); any other call of
+`generate` (sampling, a streamer, scores in the output) runs as before.
 `"int8"` stores every Linear weight (the output projection included) as int8 with one scale per tensor and quantizes
 activations on the fly (`torch.ao.quantization.quantize_dynamic`, fbgemm kernels): outputs change a little; the
 BLEU it costs is measured in results/benchmark/README.md ("Serving paths on a CPU", results in

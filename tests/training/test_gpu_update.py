@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import PAIRS, tiny_config
+from training_helpers import reset_accelerate
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.training import loop as loop_module
 from vaswani.training.arguments import parse_arguments
@@ -33,8 +33,7 @@ def one_thread():
 @pytest.fixture
 def accelerator():
     yield Accelerator(cpu=True)
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+    reset_accelerate()
 
 
 def caption_lengths(count: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -235,8 +234,7 @@ def test_compiled_updates_give_eagers_losses_within_the_recompile_limit(tokenize
             return [run_update(accelerator, update_model, optimizer, schedule, [batch], args, TrainingProgress(),
                                token_counts=[token_counts(rows)])[0] for batch, rows in zip(batches, updates)]
         finally:
-            AcceleratorState._reset_state(reset_partial_state=True)
-            GradientState._reset_state()
+            reset_accelerate()
 
     torch._dynamo.reset()
     counters.clear()

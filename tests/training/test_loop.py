@@ -11,12 +11,11 @@ import re
 import pytest
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, pipeline
 
 from helpers import REPO, tiny_config
-from training_helpers import metrics_records, run_in_process, tiny_argv
+from training_helpers import metrics_records, reset_accelerate, run_in_process, tiny_argv
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.training.arguments import parse_arguments
 from vaswani.training.batching import collate
@@ -52,8 +51,7 @@ def gradients_after_update(model, micro_batches, accumulation):
         loss, tokens, norm = run_update(accelerator, prepared, optimizer, schedule, micro_batches,
                                         update_args(), TrainingProgress())
     finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
+        reset_accelerate()
     return [b - p.detach() for b, p in zip(before, model.parameters())], loss, tokens
 
 
@@ -89,8 +87,7 @@ def test_gradients_are_clipped_before_the_step(tokenizer):
         _, _, norm = run_update(accelerator, prepared, optimizer, schedule, [pairs_batch(tokenizer, PAIRS)],
                                 update_args(max_grad_norm=0.5), TrainingProgress())
     finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
+        reset_accelerate()
     step = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())]).norm().item()
     assert norm > 0.5, "the test needs a gradient larger than the limit"
     assert step == pytest.approx(0.5, rel=1e-3)

@@ -26,12 +26,11 @@ import pytest
 import torch
 import transformers
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
 from helpers import PAIRS, QUIET, REPO, load_script, write_jsonl
-from training_helpers import launch, metrics_records, processes_writing_to, run_in_process, tiny_argv
+from training_helpers import launch, metrics_records, processes_writing_to, reset_accelerate, run_in_process, tiny_argv
 from vaswani.cli import run_command
 from vaswani.training import loop
 from vaswani.training.checkpoints import list_checkpoints
@@ -73,9 +72,8 @@ def run_train_command(argv: list[str], monkeypatch) -> int:
     try:
         with pytest.raises(SystemExit) as ended:
             run_command(train_script.main, TrainingError)
-    finally:  # as run_in_process does: Accelerate keeps its state in class attributes
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
+    finally:  # as run_in_process does
+        reset_accelerate()
     return ended.value.code
 
 

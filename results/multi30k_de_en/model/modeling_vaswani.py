@@ -1021,11 +1021,7 @@ class VaswaniForSequenceClassification(VaswaniPreTrainedModel):
             use_cache=False,
             **kwargs,
         )
-        hidden_states = outputs.last_hidden_state
-        last = last_token_index(input_ids, attention_mask, self.config.pad_token_id).to(hidden_states.device)
-        sentence = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
-        logits = self.classification_head(sentence)
-        loss = classification_loss(self.config, logits, labels.to(logits.device)) if labels is not None else None
+        logits, loss = self._classify(outputs.last_hidden_state, input_ids, attention_mask, labels)
         return Seq2SeqSequenceClassifierOutput(
             loss=loss,
             logits=logits,
@@ -1045,14 +1041,18 @@ class VaswaniForSequenceClassification(VaswaniPreTrainedModel):
                 f"This classifier is encoder-only (config.is_encoder_decoder=False): it takes no {', '.join(given)}."
             )
         outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
-        hidden_states = outputs.last_hidden_state
+        logits, loss = self._classify(outputs.last_hidden_state, input_ids, attention_mask, labels)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+    def _classify(self, hidden_states, input_ids, attention_mask, labels) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The head on each sequence's state at its last real token; the loss where labels are given."""
         last = last_token_index(input_ids, attention_mask, self.config.pad_token_id).to(hidden_states.device)
         sentence = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), last]
         logits = self.classification_head(sentence)
         loss = classification_loss(self.config, logits, labels.to(logits.device)) if labels is not None else None
-        return SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        return logits, loss
 
 
 class VaswaniEncoderModel(VaswaniPreTrainedModel):
