@@ -17,8 +17,10 @@ import torch
 import transformers
 
 from helpers import PAIRS, REPO, load_script, write_jsonl
+import vaswani.training.gpu_suite as gpu_suite_module
 from vaswani.training.gpu_suite import (
     MULTI30K_FILES,
+    Finished,
     SIZES,
     child_environment,
     error_line,
@@ -112,6 +114,18 @@ def test_engines_are_engaged_only_where_the_run_itself_says_so(dry_run):
     # DeepSpeed: refused the same way where it is installed, or not started where it is not
     assert deepspeed["engaged"] is False and deepspeed["tokens_per_s"] is None
     assert ("asks for DEEPSPEED" in deepspeed["error"]) or ("DeepSpeed is not installed" in deepspeed["error"])
+
+
+def test_an_engine_run_stopped_after_its_summary_still_says_what_engaged(tmp_path):
+    # on a lent H100 a DDP run trained, evaluated and saved, and its process was still ending when its time ran out
+    (tmp_path / "summary.json").write_text(json.dumps({"distributed_type": "DEEPSPEED", "tokens_per_second": 9.0,
+                                                       "peak_memory_mib": 3.0}))
+    row = gpu_suite_module._engine_row("deepspeed", Finished(None, "Training finished", 45.0), 45.0, tmp_path)
+    assert row["engaged"] is True and row["distributed_type"] == "DEEPSPEED" and row["tokens_per_s"] == 9.0
+    assert row["error"] == "stopped at its time limit (45 s)"
+    (tmp_path / "summary.json").unlink()  # stopped before the end of its training: nothing engaged that it said
+    row = gpu_suite_module._engine_row("deepspeed", Finished(None, "training:  38%", 45.0), 45.0, tmp_path)
+    assert row["engaged"] is False and row["distributed_type"] == "none"
 
 
 def test_the_markdown_table_has_a_line_per_row(dry_run):
