@@ -42,6 +42,8 @@ class Sizes:
     timed_updates: int
     matmul_size: int  # the peak probe: products of this size ...
     matmul_per_round: int  # ... this many between two synchronizations
+    recipe_batch: tuple[int, int]  # the recipe model's row: pairs x tokens a side of its one micro-batch
+    profiled_updates: int  # after a row's timed updates, under torch.profiler
     engine_options: tuple[str, ...]  # train.py options of the engine runs
     recipe_options: tuple[str, ...]  # train.py options on top of the recipe's config
     evaluate_options: tuple[str, ...]  # evaluate_model.py options on top of the recipe's decoding
@@ -59,6 +61,7 @@ SIZES = {
     "gpu": Sizes(
         presets=("base", "big"), batch_size=392, length=64, vocab_size=32000,  # 392 x 64 = 25,088 tokens a side
         warmup_updates=3, timed_updates=20, matmul_size=8192, matmul_per_round=10,
+        recipe_batch=(512, 24), profiled_updates=3,  # 12,288 tokens a side: the recipe's update, of caption lengths
         engine_options=ENGINE_RUN + (
             "--preset", "base", "--vocab_size", "8000", "--synthetic_train_size", "8000",
             "--synthetic_validation_size", "32", "--max_eval_samples", "16", "--max_tokens_per_batch", "8192",
@@ -66,12 +69,13 @@ SIZES = {
         ),
         recipe_options=(),
         evaluate_options=(),
-        seconds={"training": 170, "engines": 160, "recipe": 215},  # ceilings (545 s in all); the first H100 run used 387
+        seconds={"training": 190, "engines": 150, "recipe": 215},  # ceilings (555 s in all); the first H100 run used 387
         evaluation_seconds=45,
     ),
     "dry_run": Sizes(
         presets=("tiny",), batch_size=4, length=8, vocab_size=500,
         warmup_updates=1, timed_updates=2, matmul_size=128, matmul_per_round=1,
+        recipe_batch=(4, 8), profiled_updates=1,
         engine_options=ENGINE_RUN + (
             "--preset", "tiny", "--vocab_size", "400", "--synthetic_train_size", "120",
             "--synthetic_validation_size", "8", "--max_eval_samples", "4", "--max_tokens_per_batch", "256",
@@ -110,13 +114,20 @@ def _training_worker(sizes: Sizes, work_dir: Path) -> None:
     peak = matmul_peak(probe, torch.bfloat16, size=sizes.matmul_size, per_round=sizes.matmul_per_round)
     _write_record(out, {"record": "peak", "bf16_flops": peak})
     print(f"bf16 matrix-multiply peak: {peak / 1e12:.1f} TFLOP/s", flush=True)
-    plan = [(preset, False, model) for preset in sizes.presets for model in ("vaswani", "marian")]
-    plan += [(preset, True, "vaswani") for preset in sizes.presets]
-    for preset, compiled, model_name in plan:
-        setup = Setup(preset, "bf16", sizes.batch_size, sizes.length, sizes.length, sizes.vocab_size, device)
-        name = f"{preset} {model_name}{' compiled' if compiled else ''}"
+    # the recipe's own model and update first (a second of the part's time), then the presets, compiled last
+    pairs, length = sizes.recipe_batch
+    recipe = _recipe_model()
+    plan = [(recipe["name"], Setup(recipe["preset"], "fp32", pairs, length, length, recipe["vocab_size"], device),
+             False, "vaswani", recipe["options"])]
+    for compiled in (False, True):
+        for preset in sizes.presets:
+            setup = Setup(preset, "bf16", sizes.batch_size, sizes.length, sizes.length, sizes.vocab_size, device)
+            plan += [(preset, setup, compiled, model) for model in (("vaswani",) if compiled else ("vaswani", "marian"))]
+    for label, setup, compiled, model_name, *options in plan:
+        name = f"{label} {model_name}{' compiled' if compiled else ''}"
         try:
-            row = _measure_training(accelerator, setup, model_name, compiled, sizes, peak, work_dir)
+            row = _measure_training(accelerator, setup, model_name, compiled, sizes, peak, work_dir,
+                                    label=label, options=options[0] if options else {})
         except Exception as error:  # noqa: BLE001 - a row that fails (out of memory, a compiler error) is reported
             _write_record(out, {"record": "error", "row": name, "error": f"{type(error).__name__}: {error}"})
             print(f"{name}: {type(error).__name__}: {error}", flush=True)
@@ -127,10 +138,21 @@ def _training_worker(sizes: Sizes, work_dir: Path) -> None:
             _release(accelerator)
 
 
+def _recipe_model() -> dict:
+    """The model of the Multi30k GPU recipe, read from its config (the checkout is this process's folder): its
+    preset, vocabulary and the config_overrides on top of the preset."""
+    import yaml
+
+    config = yaml.safe_load(RECIPE_CONFIG.read_text(encoding="utf-8"))
+    return {"name": RECIPE_CONFIG.stem, "preset": config["preset"], "vocab_size": config["vocab_size"],
+            "options": dict(config.get("config_overrides") or {})}
+
+
 def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes: Sizes, peak: float,
-                     work_dir: Path) -> dict:
+                     work_dir: Path, label: str, options: dict) -> dict:
     """One training row: seconds per update of `sizes.timed_updates` updates after the warm-up ones, each update
-    the real one of scripts/train.py on one micro-batch of random tokens."""
+    the real one of scripts/train.py on one micro-batch of random tokens (with `setup.precision` as train.py's
+    --mixed_precision); then `sizes.profiled_updates` more under torch.profiler (`_profile`)."""
     from torch._dynamo.utils import counters
 
     from .. import VaswaniConfig
@@ -140,14 +162,19 @@ def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes
     from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 
     torch.manual_seed(0)
-    model = vaswani_model(setup) if model_name == "vaswani" else marian_model(setup)
-    args = TrainArguments(output_dir=str(work_dir / "training"), mixed_precision="bf16")
+    model = vaswani_model(setup, **options) if model_name == "vaswani" else marian_model(setup)
+    precision = {"bf16": "bf16", "fp32": "no"}[setup.precision]
+    args = TrainArguments(output_dir=str(work_dir / "training"), mixed_precision=precision)
     optimizer, schedule = build_optimizer_and_schedule(
         model, paper_peak_learning_rate(model.config.d_model, args.warmup_steps), args.warmup_steps,
         (args.adam_beta1, args.adam_beta2), args.adam_epsilon, args.weight_decay, max_steps=args.max_steps,
     )
     accelerator.gradient_accumulation_steps = 1
-    model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
+    amp, accelerator.native_amp = accelerator.native_amp, accelerator.native_amp and setup.precision == "bf16"
+    try:  # prepare() wraps the forward in bf16 autocast where native_amp says so
+        model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
+    finally:
+        accelerator.native_amp = amp
     if compiled:
         model = torch.compile(model, backend="inductor" if _on_gpu() else "eager")
     micro_batches = [make_batch(replace(setup, device="cpu"))]  # on the host, as collate gives them
@@ -163,17 +190,67 @@ def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes
         tokens += run_update(accelerator, model, optimizer, schedule, micro_batches, args, progress)[1]
     synchronize(setup)
     seconds = (time.perf_counter() - started) / sizes.timed_updates
-    config = VaswaniConfig.from_preset(setup.preset, vocab_size=setup.vocab_size)  # Marian's too: the same shapes
+    peak_memory = torch.cuda.max_memory_allocated() / 2**20 if _on_gpu() else None
+    try:
+        profile = _profile(lambda: run_update(accelerator, model, optimizer, schedule, micro_batches, args, progress),
+                           setup, sizes.profiled_updates)
+    except Exception as error:  # noqa: BLE001 - the row's numbers stand without its profile
+        profile = {"error": f"{type(error).__name__}: {error}"}
+    # Marian's too: the same shapes
+    config = VaswaniConfig.from_preset(setup.preset, vocab_size=setup.vocab_size, **options)
     return {
-        "preset": setup.preset,
+        "preset": label,
         "model": model_name,
         "precision": setup.precision,
         "compiled": compiled,
         "tokens_per_update": setup.batch_size * setup.target_length,  # target tokens, as --tokens_per_update counts
         "tokens_per_s": tokens / sizes.timed_updates / seconds,  # source + target, as train.py reports
         "mfu": training_flops(config, setup) / seconds / peak,
-        "peak_memory_mib": torch.cuda.max_memory_allocated() / 2**20 if _on_gpu() else None,
+        "peak_memory_mib": peak_memory,
         "graph_breaks": sum(counters["graph_break"].values()) if compiled else None,
+        "profile": profile,
+    }
+
+
+def _profile(update, setup, updates: int, top: int = 6) -> dict:
+    """Where an update's time goes: `updates` calls of `update` under torch.profiler. On a GPU: the wall time per
+    update, the kernels it launches, the share of the wall time the GPU spends in them (`busy`: low means the update
+    waits on the host, launching), and the kernels of most GPU time; on a CPU (the dry run) the same from the
+    operators the host runs (no `busy`)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from ..serving.benchmarking import synchronize
+
+    on_gpu = setup.device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    synchronize(setup)
+    with profile(activities=activities) as profiler:
+        started = time.perf_counter()
+        for _ in range(updates):
+            update()
+        synchronize(setup)
+        wall = time.perf_counter() - started
+    if on_gpu:
+        events = [event for event in profiler.events() if event.device_type == DeviceType.CUDA]
+    else:  # the operators the update called itself, not those they call
+        events = [event for event in profiler.events()
+                  if event.name.startswith("aten::") and (event.cpu_parent is None
+                                                          or not event.cpu_parent.name.startswith("aten::"))]
+    totals: dict[str, list[float]] = {}
+    for event in events:
+        total = totals.setdefault(event.name, [0, 0.0])
+        total[0] += 1
+        total[1] += event.time_range.elapsed_us() / 1000
+    busy = sum(milliseconds for _, milliseconds in totals.values()) / (wall * 1000) if on_gpu else None
+    ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:top]
+    return {
+        "updates": updates,
+        "ms_per_update": wall * 1000 / updates,
+        "kernels_per_update": len(events) / updates,
+        "busy": busy,
+        "top": [{"name": name[:100], "calls_per_update": calls / updates, "ms_per_update": milliseconds / updates}
+                for name, (calls, milliseconds) in ranked],
     }
 
 
@@ -492,6 +569,18 @@ def markdown(report: dict) -> str:
             f"| {_number(row['tokens_per_update'], 'count')} | {_number(row['tokens_per_s'], 'count')} "
             f"| {_number(row['mfu'], 'percent')} | {_number(row['peak_memory_mib'], 'count')} |"
         )
+    profiled = [row for row in report["training"] if row.get("profile") and "error" not in row["profile"]]
+    if profiled:
+        lines += ["", "| preset | model | compiled | ms / update | kernels / update | GPU busy | most GPU time |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in profiled:
+            profile = row["profile"]
+            most = "; ".join(f"{kernel['name'][:40]} {kernel['ms_per_update']:.2f} ms" for kernel in profile["top"][:3])
+            lines.append(
+                f"| {row['preset']} | {row['model']} | {'yes' if row['compiled'] else 'no'} "
+                f"| {profile['ms_per_update']:.1f} | {profile['kernels_per_update']:,.0f} "
+                f"| {_number(profile['busy'], 'percent')} | {most} |"
+            )
     lines += ["", "| engine | engaged | distributed_type | tokens/s (source + target) | peak memory (MiB) |",
               "|---|---|---|---|---|"]
     for row in report["engines"]:

@@ -39,7 +39,8 @@ from vaswani.training.gpu_wheels import (
 gpu_suite = load_script("tools/gpu_suite")
 
 TRAINING_ROW = {"preset", "model", "precision", "compiled", "tokens_per_update", "tokens_per_s", "mfu",
-                "peak_memory_mib", "graph_breaks"}
+                "peak_memory_mib", "graph_breaks", "profile"}
+PROFILE = {"updates", "ms_per_update", "kernels_per_update", "busy", "top"}
 ENGINE_ROW = {"engine", "engaged", "distributed_type", "tokens_per_s", "peak_memory_mib", "seconds", "error"}
 RECIPE = {"name", "bleu", "sacrebleu", "training_seconds", "steps", "tokens_per_s"}
 REPORT = {"device", "date", "torch", "packages", "dry_run", "train_py_torch_compile", "peak_flops_bf16", "training",
@@ -75,14 +76,24 @@ def test_the_dry_run_writes_every_field_the_issue_lists(dry_run):
     assert written["peak_flops_bf16"] > 0
 
     rows = written["training"]
-    assert [(row["preset"], row["model"], row["compiled"]) for row in rows] == [
-        ("tiny", "vaswani", False), ("tiny", "marian", False), ("tiny", "vaswani", True)]
+    # the recipe's own model (its config's preset and overrides) in its own precision, then the presets
+    assert [(row["preset"], row["model"], row["compiled"], row["precision"]) for row in rows] == [
+        ("multi30k_en_de_gpu", "vaswani", False, "fp32"), ("tiny", "vaswani", False, "bf16"),
+        ("tiny", "marian", False, "bf16"), ("tiny", "vaswani", True, "bf16")]
     for row in rows:
         assert set(row) == TRAINING_ROW
-        assert row["precision"] == "bf16" and row["tokens_per_update"] == 4 * 8
+        assert row["tokens_per_update"] == 4 * 8
         assert row["tokens_per_s"] > 0 and 0 < row["mfu"] < 1
         assert row["peak_memory_mib"] is None  # a GPU's allocator mark; a CPU keeps none
         assert (row["graph_breaks"] is not None) == row["compiled"]
+        # where an update's time goes, from the profiler: on a CPU the operators, and no GPU busy share
+        profile = row["profile"]
+        assert set(profile) == PROFILE and profile["updates"] == 1 and profile["busy"] is None
+        assert profile["ms_per_update"] > 0 and profile["kernels_per_update"] > 100
+        assert 0 < len(profile["top"]) <= 6 and all(kernel["name"].startswith("aten::") for kernel in profile["top"])
+        assert sum(kernel["ms_per_update"] for kernel in profile["top"]) < profile["ms_per_update"]
+    recipe_model, tiny = rows[0]["profile"], rows[1]["profile"]
+    assert recipe_model["kernels_per_update"] > tiny["kernels_per_update"]  # 4 + 4 layers against 2 + 2
 
     assert [row["engine"] for row in written["engines"]] == ["ddp", "deepspeed", "fsdp"]
     assert all(set(row) == ENGINE_ROW for row in written["engines"])
@@ -138,7 +149,9 @@ def test_the_markdown_table_has_a_line_per_row(dry_run):
                    "| recipe | BLEU (tokenized, lowercased) | sacreBLEU | training seconds |"):
         assert header in table
     assert "| tiny | vaswani | bf16 | no | 32 |" in table and "| tiny | vaswani | bf16 | yes | 32 |" in table
-    assert "| tiny | marian | bf16 | no | 32 |" in table
+    assert "| tiny | marian | bf16 | no | 32 |" in table and "| multi30k_en_de_gpu | vaswani | fp32 | no | 32 |" in table
+    assert "| preset | model | compiled | ms / update | kernels / update | GPU busy | most GPU time |" in table
+    assert table.count("aten::") >= 3 * len(report["training"])  # three operators named on each profile's line
     assert "| ddp | yes | MULTI_CPU |" in table and "| fsdp | no | MULTI_CPU | — | — |" in table
     assert f"| multi30k_en_de_gpu | {report['recipe']['bleu']:.2f} |" in table
     assert "- engines: fsdp: exit status 1: train.py: error: The Accelerate config asks for FSDP" in table
