@@ -656,8 +656,10 @@ def _run_part(suite: Suite, part: str, report: dict) -> None:
 def _passes_torch_compile(choice: str) -> bool:
     """Whether the recipe's train.py gets --torch_compile: with `yes` only. The recipe trains a 2.35M-parameter model
     for three minutes, and on an H100 (2026-11-26) inductor compiled its update in 39 s, then again for dynamic
-    shapes in 77 s: more than the compiled update saves in that time. The engine runs are eager whatever the choice:
-    they show an engine engaging in 8 updates, and FSDP and DeepSpeed do not compile (compiled_for_updates)."""
+    shapes in 77 s, then a third time: more than the compiled update saves in that time. train.py has compiled one
+    graph for every shape since; whether that one compilation pays is for a lent GPU to show (`yes`). The engine
+    runs are eager whatever the choice: they show an engine engaging in 8 updates, and FSDP and DeepSpeed do not
+    compile (compiled_for_updates)."""
     if choice == "yes" and not _train_py_has_torch_compile():
         raise ValueError("--train_py_compile yes: scripts/train.py has no --torch_compile option yet; use no.")
     return choice == "yes"
