@@ -70,7 +70,9 @@ SIZES = {
         ),
         recipe_options=(),
         evaluate_options=(),
-        seconds={"training": 210, "engines": 150, "recipe": 215},  # ceilings, 575 s; the first H100 run used 387
+        # ceilings, 590 s; an H200 (2026-11-26) used 174 s for training and 119 s for the engines, and the recipe's
+        # 3,200 updates took 175 s of training beside three other runs on the same GPU
+        seconds={"training": 200, "engines": 150, "recipe": 240},
         compile_seconds=120,
         evaluation_seconds=45,
     ),
@@ -624,9 +626,12 @@ def check_installed_package(repo: Path) -> None:
 
 
 def child_environment() -> dict:
-    """The environment of every process the suite starts: offline (the lent machine reaches nothing), and progress
-    bars that write a line every 10 s instead of 10 a second into the log."""
+    """The environment of every process the suite starts: offline (the lent machine reaches nothing), progress bars
+    that write a line every 10 s instead of 10 a second into the log, and torch.compile's recompilations logged with
+    their reason (on an H200, 2026-11-26, inductor compiled the recipe's update again before its tenth; on the CPU,
+    dynamo keeps one graph for an epoch of the recipe's batches)."""
     env = dict(os.environ)
+    env.setdefault("TORCH_LOGS", "recompiles")
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TQDM_MININTERVAL="10",
                PYTHONUNBUFFERED="1")
     return env
@@ -666,6 +671,11 @@ def run_suite(args, repo: Path) -> dict | None:
     --only one, each within its time limit, into --output_dir; the report. With --worker training, this process
     is the training part's own (it writes its rows to --work_dir) and returns None."""
     sizes = SIZES["dry_run" if args.dry_run else "gpu"]
+    if getattr(args, "seconds", None) is not None:
+        if not args.only or args.seconds < 1:
+            raise ValueError(f"--seconds {args.seconds}: a part's time limit goes with --only PART and is at least "
+                             "1 second")
+        sizes = replace(sizes, seconds={**sizes.seconds, args.only: args.seconds})
     if args.worker == "training":
         return _training_worker(sizes, Path(args.work_dir))
     if not args.dry_run and not _on_gpu():

@@ -51,6 +51,8 @@ def main(argv=None):
     parser.add_argument("--output_dir", default=str(REPO / "results" / "benchmark"),
                         help="where gpu_suite.json, gpu_suite.md, gpu_suite.log and the recipe's files go")
     parser.add_argument("--only", choices=PARTS, help="run this part only; the others stay as they are in the JSON")
+    parser.add_argument("--seconds", type=int, help="with --only: the part's time limit in seconds, in place of its "
+                        "own (e.g. a recipe config of more updates)")
     parser.add_argument("--dry_run", action="store_true", help="every part with tiny sizes (on a CPU: seconds)")
     parser.add_argument("--multi30k_dir", default=str(REPO.parent / "shared" / "data" / "multi30k"),
                         help="the folder of train.jsonl, validation.jsonl and test_2016_flickr.jsonl (on the lent "

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import zipfile
-from dataclasses import replace
 from datetime import datetime
 
 import pytest
@@ -21,7 +20,6 @@ import vaswani.training.gpu_suite as gpu_suite_module
 from vaswani.training.gpu_suite import (
     MULTI30K_FILES,
     Finished,
-    SIZES,
     child_environment,
     error_line,
     markdown,
@@ -158,19 +156,22 @@ def test_the_markdown_table_has_a_line_per_row(dry_run):
     assert "- engines: fsdp: exit status 1: train.py: error: The Accelerate config asks for FSDP" in table
 
 
-def test_a_part_over_its_time_limit_is_an_error_and_the_other_parts_stay(dry_run, multi30k, tmp_path, monkeypatch):
+def test_a_part_over_its_time_limit_is_an_error_and_the_other_parts_stay(dry_run, multi30k, tmp_path):
     output_dir, report = dry_run
     for name in ("gpu_suite.json", "gpu_suite.log"):
         (tmp_path / name).write_bytes((output_dir / name).read_bytes())
-    sizes = SIZES["dry_run"]
-    monkeypatch.setitem(SIZES, "dry_run", replace(sizes, seconds={**sizes.seconds, "training": 1}))
-    again = gpu_suite.main(["--dry_run", "--only", "training", "--output_dir", str(tmp_path),
+    again = gpu_suite.main(["--dry_run", "--only", "training", "--seconds", "1", "--output_dir", str(tmp_path),
                             "--multi30k_dir", str(multi30k)])
     assert again["errors"] == {"training": "stopped at its time limit (1 s)"}
     assert again["training"] == []  # the worker was stopped before its first row
     assert again["engines"] == report["engines"] and again["recipe"] == report["recipe"]  # kept from the earlier run
     assert json.loads((tmp_path / "gpu_suite.json").read_text())["errors"] == again["errors"]
     assert "- training: stopped at its time limit (1 s)" in (tmp_path / "gpu_suite.md").read_text()
+
+
+def test_a_time_limit_of_its_own_goes_with_one_part(tmp_path):
+    with pytest.raises(ValueError, match="--seconds 100: a part's time limit goes with --only PART"):
+        gpu_suite.main(["--dry_run", "--seconds", "100", "--output_dir", str(tmp_path)])
 
 
 def test_a_failure_is_told_by_its_own_error_line():
