@@ -199,6 +199,13 @@ class TrainArguments:
                   "96, ...) so that the compiled graphs are reused (other batches, so fixed on resume); evaluation and "
                   "generation stay eager."},
     )
+    cuda_graphs: bool = field(
+        default=False,
+        metadata={"help": "Not in the paper: replay each update's forward and backward from CUDA graphs, captured once "
+                  "per batch shape (the batches padded to a few shapes, as with --torch_compile): the host launches "
+                  "two graphs an update instead of every kernel, for small models whose GPU waits on the host. One "
+                  "process on a CUDA GPU, fp32, without --torch_compile; evaluation and generation stay eager."},
+    )
     dataloader_num_workers: int | None = field(
         default=None,
         metadata={"help": "Processes that read and pad the training batches ahead of the updates (the batches are the "
@@ -227,7 +234,7 @@ CHANGEABLE_ON_RESUME = (
 
 
 # Options fixed by a checkpoint that checkpoints written before them do not record: the value those runs had.
-OPTIONS_OF_OLDER_CHECKPOINTS = {"torch_compile": False}  # their batches were not padded to a few shapes
+OPTIONS_OF_OLDER_CHECKPOINTS = {"torch_compile": False, "cuda_graphs": False}  # batches not padded to a few shapes
 
 
 def options_changed_on_resume(saved: dict, current: dict) -> list[str]:

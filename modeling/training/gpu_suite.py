@@ -122,18 +122,19 @@ def _training_worker(sizes: Sizes, work_dir: Path) -> None:
     # the recipe's own model and update first (a second of the part's time), then the presets, compiled last
     pairs, length = sizes.recipe_batch
     recipe = _recipe_model()
-    plan = [(recipe["name"], Setup(recipe["preset"], "fp32", pairs, length, length, recipe["vocab_size"], device),
-             recipe["options"], "vaswani", False)]
+    recipe_setup = Setup(recipe["preset"], "fp32", pairs, length, length, recipe["vocab_size"], device)
+    # the recipe's update eager, then replayed from CUDA graphs (train.py --cuda_graphs)
+    plan = [(recipe["name"], recipe_setup, recipe["options"], "vaswani", False, graphed) for graphed in (False, True)]
     for compiled in (False, True):
         for preset in sizes.presets:
             setup = Setup(preset, "bf16", sizes.batch_size, sizes.length, sizes.length, sizes.vocab_size, device)
             models = ("vaswani",) if compiled else ("vaswani", "marian")
-            plan += [(preset, setup, {}, model, compiled) for model in models]
-    for label, setup, options, model_name, compiled in plan:
-        name = f"{label} {model_name}{' compiled' if compiled else ''}"
+            plan += [(preset, setup, {}, model, compiled, False) for model in models]
+    for label, setup, options, model_name, compiled, graphed in plan:
+        name = f"{label} {model_name}{' compiled' if compiled else ''}{' CUDA graphs' if graphed else ''}"
         try:
             row = _measure_training(accelerator, setup, model_name, compiled, sizes, peak, work_dir,
-                                    label=label, options=options)
+                                    label=label, options=options, graphed=graphed)
         except Exception as error:  # noqa: BLE001 - a row that fails (out of memory, a compiler error) is reported
             _write_record(out, {"record": "error", "row": name, "error": f"{type(error).__name__}: {error}"})
             print(f"{name}: {type(error).__name__}: {error}", flush=True)
@@ -155,15 +156,18 @@ def _recipe_model() -> dict:
 
 
 def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes: Sizes, peak: float,
-                     work_dir: Path, label: str, options: dict) -> dict:
+                     work_dir: Path, label: str, options: dict, graphed: bool = False) -> dict:
     """One training row: seconds per update of `sizes.timed_updates` updates after the warm-up ones, each update
     the real one of scripts/train.py on one micro-batch of random tokens (with `setup.precision` as train.py's
-    --mixed_precision); then `sizes.profiled_updates` more under torch.profiler (`_profile`)."""
+    --mixed_precision; `graphed`: its forward and backward replayed from CUDA graphs, as --cuda_graphs does, the
+    first warm-up update capturing them; the dry run's stand-in runs the model as it is); then
+    `sizes.profiled_updates` more under torch.profiler (`_profile`)."""
     from torch._dynamo.utils import counters
 
     from .. import VaswaniConfig
     from ..serving.benchmarking import make_batch, marian_model, synchronize, training_flops, vaswani_model
     from .arguments import TrainArguments
+    from .cuda_graphs import GraphedUpdates
     from .loop import TrainingProgress, run_update
     from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 
@@ -183,6 +187,8 @@ def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes
         accelerator.native_amp = amp
     if compiled:
         model = torch.compile(model, backend="inductor" if _on_gpu() else "eager")
+    if graphed:
+        model = GraphedUpdates(model, capture=None if _on_gpu() else (lambda module, sample_args: module))
     micro_batches = [make_batch(replace(setup, device="cpu"))]  # on the host, as collate gives them
     progress = TrainingProgress()
     for _ in range(sizes.warmup_updates):
@@ -209,6 +215,7 @@ def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes
         "model": model_name,
         "precision": setup.precision,
         "compiled": compiled,
+        "cuda_graphs": graphed,
         "tokens_per_update": setup.batch_size * setup.target_length,  # target tokens, as --tokens_per_update counts
         "tokens_per_s": tokens / sizes.timed_updates / seconds,  # source + target, as train.py reports
         "mfu": training_flops(config, setup) / seconds / peak,
@@ -549,6 +556,11 @@ def _number(value, style: str) -> str:
     return {"count": f"{value:,.0f}", "percent": f"{value:.1%}", "score": f"{value:.2f}"}[style]
 
 
+def _update_path(row: dict) -> str:
+    """The "compiled" column: yes, no, or CUDA graphs (rows of earlier runs have no cuda_graphs field)."""
+    return "CUDA graphs" if row.get("cuda_graphs") else "yes" if row["compiled"] else "no"
+
+
 def markdown(report: dict) -> str:
     """The tables of results/benchmark/README.md."""
     peak = report.get("peak_flops_bf16")
@@ -563,7 +575,7 @@ def markdown(report: dict) -> str:
     ]
     for row in report["training"]:
         lines.append(
-            f"| {row['preset']} | {row['model']} | {row['precision']} | {'yes' if row['compiled'] else 'no'} "
+            f"| {row['preset']} | {row['model']} | {row['precision']} | {_update_path(row)} "
             f"| {_number(row['tokens_per_update'], 'count')} | {_number(row['tokens_per_s'], 'count')} "
             f"| {_number(row['mfu'], 'percent')} | {_number(row['peak_memory_mib'], 'count')} |"
         )
@@ -575,7 +587,7 @@ def markdown(report: dict) -> str:
             profile = row["profile"]
             most = "; ".join(f"{kernel['name'][:40]} {kernel['ms_per_update']:.2f} ms" for kernel in profile["top"][:3])
             lines.append(
-                f"| {row['preset']} | {row['model']} | {'yes' if row['compiled'] else 'no'} "
+                f"| {row['preset']} | {row['model']} | {_update_path(row)} "
                 f"| {profile['ms_per_update']:.1f} | {profile['kernels_per_update']:,.0f} "
                 f"| {_number(profile['busy'], 'percent')} | {most} |"
             )

@@ -52,6 +52,7 @@ from .checkpoints import (
     resumable_checkpoint,
     save_checkpoint,
 )
+from .cuda_graphs import GraphedUpdates, refusal as cuda_graphs_refusal
 from .errors import CheckpointError, MetricsWriteError, TrainingDiverged, TrainingError
 from .evaluation import evaluate
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
@@ -272,6 +273,10 @@ def _set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: Tra
         step_scheduler_with_optimizer=False,  # the schedule counts updates, however many processes there are
     )
     check_engine(accelerator)
+    if args.cuda_graphs:
+        micro_batches = _micro_batches_per_update(args, accelerator.num_processes)
+        if (problem := cuda_graphs_refusal(accelerator, args.torch_compile, micro_batches)) is not None:
+            raise TrainingError(problem)
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched > 1 and accelerator.num_processes != launched:
         # without a GPU, Accelerate forms a process group only when told to run on the CPU; the processes would
@@ -369,10 +374,13 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
     accumulation = _micro_batches_per_update(args, accelerator.num_processes)
     accelerator.gradient_accumulation_steps = accumulation
     fit_deepspeed_config(accelerator, accumulation)
-    shapes = (BatchShapes(args.max_tokens_per_batch, model.config.max_position_embeddings) if args.torch_compile
-              else None)
+    shapes = (BatchShapes(args.max_tokens_per_batch, model.config.max_position_embeddings)
+              if args.torch_compile or args.cuda_graphs else None)
     model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
-    update_model = compiled_for_updates(accelerator, model) if args.torch_compile else model
+    if args.cuda_graphs:
+        update_model = GraphedUpdates(model)
+    else:
+        update_model = compiled_for_updates(accelerator, model) if args.torch_compile else model
 
     resegmented = BpeDropoutEpochs(prepared.train, tokenizer, data, accelerator) if data.bpe_dropout > 0 else None
     batches = TokenBudgetBatches(
@@ -399,9 +407,16 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
         f"Training a model of {accelerator.unwrap_model(model).num_parameters():,} parameters: "
         f"{accelerator.num_processes} process(es) x {accumulation} micro-batch(es) of <= {args.max_tokens_per_batch} "
         f"tokens per update (target {args.tokens_per_update}); peak learning rate {peak_learning_rate:.2e}; "
-        f"mixed precision: {accelerator.mixed_precision}{'; compiled' if update_model is not model else ''}."
+        f"mixed precision: {accelerator.mixed_precision}{_update_path(args, update_model is not model)}."
     )
     return run
+
+
+def _update_path(args: TrainArguments, replaced: bool) -> str:
+    """How the updates run, as the run's first line says it: eagerly (nothing), compiled or from CUDA graphs."""
+    if not replaced:
+        return ""
+    return "; CUDA graphs (captured per batch shape)" if args.cuda_graphs else "; compiled"
 
 
 # what Accelerate sets up without sharding the model: one process, or DDP (every process holds the whole model)

@@ -36,7 +36,7 @@ from vaswani.training.gpu_wheels import (
 
 gpu_suite = load_script("tools/gpu_suite")
 
-TRAINING_ROW = {"preset", "model", "precision", "compiled", "tokens_per_update", "tokens_per_s", "mfu",
+TRAINING_ROW = {"preset", "model", "precision", "compiled", "cuda_graphs", "tokens_per_update", "tokens_per_s", "mfu",
                 "peak_memory_mib", "graph_breaks", "profile"}
 PROFILE = {"updates", "ms_per_update", "kernels_per_update", "busy", "top"}
 ENGINE_ROW = {"engine", "engaged", "distributed_type", "tokens_per_s", "peak_memory_mib", "seconds", "error"}
@@ -74,10 +74,12 @@ def test_the_dry_run_writes_every_field_the_issue_lists(dry_run):
     assert written["peak_flops_bf16"] > 0
 
     rows = written["training"]
-    # the recipe's own model (its config's preset and overrides) in its own precision, then the presets
-    assert [(row["preset"], row["model"], row["compiled"], row["precision"]) for row in rows] == [
-        ("multi30k_en_de_gpu", "vaswani", False, "fp32"), ("tiny", "vaswani", False, "bf16"),
-        ("tiny", "marian", False, "bf16"), ("tiny", "vaswani", True, "bf16")]
+    # the recipe's own model (its config's preset and overrides) in its own precision, eager then from CUDA graphs
+    # (on a CPU a stand-in that runs the model as it is), then the presets
+    assert [(row["preset"], row["model"], row["compiled"], row["cuda_graphs"], row["precision"]) for row in rows] == [
+        ("multi30k_en_de_gpu", "vaswani", False, False, "fp32"), ("multi30k_en_de_gpu", "vaswani", False, True, "fp32"),
+        ("tiny", "vaswani", False, False, "bf16"), ("tiny", "marian", False, False, "bf16"),
+        ("tiny", "vaswani", True, False, "bf16")]
     for row in rows:
         assert set(row) == TRAINING_ROW
         assert row["tokens_per_update"] == 4 * 8
@@ -90,7 +92,7 @@ def test_the_dry_run_writes_every_field_the_issue_lists(dry_run):
         assert profile["ms_per_update"] > 0 and profile["kernels_per_update"] > 100
         assert 0 < len(profile["top"]) <= 6 and all(kernel["name"].startswith("aten::") for kernel in profile["top"])
         assert sum(kernel["ms_per_update"] for kernel in profile["top"]) < profile["ms_per_update"]
-    recipe_model, tiny = rows[0]["profile"], rows[1]["profile"]
+    recipe_model, tiny = rows[0]["profile"], rows[2]["profile"]
     assert recipe_model["kernels_per_update"] > tiny["kernels_per_update"]  # 4 + 4 layers against 2 + 2
 
     assert [row["engine"] for row in written["engines"]] == ["ddp", "deepspeed", "fsdp"]
@@ -149,6 +151,7 @@ def test_the_markdown_table_has_a_line_per_row(dry_run):
     assert "| tiny | vaswani | bf16 | no | 32 |" in table and "| tiny | vaswani | bf16 | yes | 32 |" in table
     assert "| tiny | marian | bf16 | no | 32 |" in table
     assert "| multi30k_en_de_gpu | vaswani | fp32 | no | 32 |" in table
+    assert "| multi30k_en_de_gpu | vaswani | fp32 | CUDA graphs | 32 |" in table
     assert "| preset | model | compiled | ms / update | kernels / update | GPU busy | most GPU time |" in table
     assert table.count("aten::") >= 3 * len(report["training"])  # three operators named on each profile's line
     assert "| ddp | yes | MULTI_CPU |" in table and "| fsdp | no | MULTI_CPU | — | — |" in table

@@ -41,11 +41,12 @@ def test_training_data_named_on_the_command_line_replace_the_configs(tmp_path, m
     assert parse_arguments([])[0].dataset_name == "synthetic"  # neither: the toy task, as before
 
 
-def test_a_checkpoint_from_before_torch_compile_resumes_only_without_it():
-    """--torch_compile pads the batches to a few shapes: other batches. A checkpoint written before the option existed
-    trained on unpadded batches, so it continues without it and is refused with it."""
+@pytest.mark.parametrize("option", ["torch_compile", "cuda_graphs"])
+def test_a_checkpoint_from_before_an_option_that_pads_batches_resumes_only_without_it(option):
+    """--torch_compile and --cuda_graphs pad the batches to a few shapes: other batches. A checkpoint written before
+    the option existed trained on unpadded batches, so it continues without it and is refused with it."""
     from vaswani.training.arguments import options_changed_on_resume
 
-    older = {"dropout": 0.1}  # no torch_compile recorded
-    assert options_changed_on_resume(older, {"dropout": 0.1, "torch_compile": False}) == []
-    assert options_changed_on_resume(older, {"dropout": 0.1, "torch_compile": True}) == ["--torch_compile False -> True"]
+    older = {"dropout": 0.1}  # the option not recorded
+    assert options_changed_on_resume(older, {"dropout": 0.1, option: False}) == []
+    assert options_changed_on_resume(older, {"dropout": 0.1, option: True}) == [f"--{option} False -> True"]
