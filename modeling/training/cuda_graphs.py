@@ -68,8 +68,9 @@ def refusal(accelerator, torch_compile: bool, micro_batches: int) -> str | None:
     if accelerator.device.type != "cuda":
         return f"--cuda_graphs replays CUDA graphs and needs a CUDA GPU; this run is on {accelerator.device}."
     if accelerator.num_processes > 1 or accelerator.distributed_type != DistributedType.NO:
-        return (f"--cuda_graphs runs in one process without a distributed engine (here: "
-                f"{accelerator.num_processes} processes, {accelerator.distributed_type.value}): DDP, FSDP and "
+        processes = f"{accelerator.num_processes} process{'es' if accelerator.num_processes > 1 else ''}"
+        return (f"--cuda_graphs runs in one process without a distributed engine (here: {processes}, "
+                f"{accelerator.distributed_type.value}): DDP, FSDP and "
                 "DeepSpeed communicate from hooks during the backward, which a graph would replay without them.")
     if accelerator.mixed_precision != "no":
         return (f"--cuda_graphs captures fp32 updates: pass --mixed_precision no (this run's is "

@@ -24,7 +24,7 @@ def test_a_machine_without_a_cuda_gpu_is_refused_before_the_folder_is_touched(tm
 @pytest.mark.parametrize("processes, engine, precision, compiled, micro_batches, expected", [
     (2, DistributedType.MULTI_GPU, "no", False, 1, "one process without a distributed engine (here: 2 processes, "
                                                    "MULTI_GPU)"),
-    (1, DistributedType.FSDP, "no", False, 1, "(here: 1 processes, FSDP)"),
+    (1, DistributedType.FSDP, "no", False, 1, "(here: 1 process, FSDP)"),
     (1, DistributedType.NO, "bf16", False, 1, "pass --mixed_precision no (this run's is bf16"),
     (1, DistributedType.NO, "no", True, 1, "--cuda_graphs and --torch_compile are two ways to run the update"),
     (1, DistributedType.NO, "no", False, 2, "takes one micro-batch an update (--tokens_per_update at most "
