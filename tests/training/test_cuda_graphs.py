@@ -58,7 +58,8 @@ def test_each_batch_shape_is_captured_once_and_replayed_giving_the_losses_withou
     # one micro-batch an update, as --cuda_graphs takes
     options = dict(dropout=0.0, max_steps=6, eval_steps=6, save_steps=6, tokens_per_update=256, cuda_graphs=True)
     monkeypatch.setattr(loop_module, "cuda_graphs_refusal", lambda accelerator, torch_compile, micro_batches: None)
-    monkeypatch.setattr(cuda_graphs, "_capture", capture)
+    monkeypatch.setattr(cuda_graphs.GraphedUpdates, "_capture_on_cuda", lambda self, module, sample_args:
+                        capture(module, sample_args))
     outcome = run_in_process(tiny_argv(tmp_path / "graphs", **options))
     assert outcome.summary["steps"] == 6
     assert len(captured) == len(set(captured)) >= 2, captured  # once per shape, and the run saw several
