@@ -13,8 +13,8 @@ over still leaves the others' results, and its error, in the JSON:
             (`vaswani.training.loop.run_update`, under an Accelerator with bf16 mixed precision, the optimizer and
             schedule of `vaswani.training.optimization`), eager and `torch.compile`d, beside transformers' Marian of
             the same architecture in the same update (eager); first, the Multi30k GPU recipe's own model on its
-            12,288-token update, fp32, eager and replayed from CUDA graphs (train.py --cuda_graphs; the dry run
-            stands in with the model itself). MFU against the bf16 matrix-multiply peak measured
+            12,288-token update, fp32, eager, and last the same replayed from CUDA graphs (train.py --cuda_graphs;
+            the dry run stands in with the model itself). MFU against the bf16 matrix-multiply peak measured
             first in the same process (`vaswani.serving.benchmarking`, shared with scripts/tools/benchmark.py).
   engines   `accelerate launch --config_file scripts/configs/accelerate_{ddp,deepspeed,fsdp}.yaml --num_processes 1
             scripts/train.py` on the synthetic task with the base preset: whether the engine engaged is read from the
