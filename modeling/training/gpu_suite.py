@@ -685,7 +685,7 @@ def run_suite(args, repo: Path) -> dict | None:
     --only one, each within its time limit, into --output_dir; the report. With --worker training, this process
     is the training part's own (it writes its rows to --work_dir) and returns None."""
     sizes = SIZES["dry_run" if args.dry_run else "gpu"]
-    if getattr(args, "seconds", None) is not None:
+    if args.seconds is not None:
         if not args.only or args.seconds < 1:
             raise ValueError(f"--seconds {args.seconds}: a part's time limit goes with --only PART and is at least "
                              "1 second")

@@ -404,20 +404,15 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
         (output_dir / ARGUMENTS_FILE).write_text(json.dumps(options, indent=2))
     if args.report_to != "none":
         accelerator.init_trackers("tensorboard", config={k: v for k, v in options.items() if v is not None})
+    update_path = ("; CUDA graphs (captured per batch shape)" if args.cuda_graphs
+                   else "; compiled" if update_model is not model else "")
     accelerator.print(
         f"Training a model of {accelerator.unwrap_model(model).num_parameters():,} parameters: "
         f"{accelerator.num_processes} process(es) x {accumulation} micro-batch(es) of <= {args.max_tokens_per_batch} "
         f"tokens per update (target {args.tokens_per_update}); peak learning rate {peak_learning_rate:.2e}; "
-        f"mixed precision: {accelerator.mixed_precision}{_update_path(args, update_model is not model)}."
+        f"mixed precision: {accelerator.mixed_precision}{update_path}."
     )
     return run
-
-
-def _update_path(args: TrainArguments, replaced: bool) -> str:
-    """How the updates run, as the run's first line says it: eagerly (nothing), compiled or from CUDA graphs."""
-    if not replaced:
-        return ""
-    return "; CUDA graphs (captured per batch shape)" if args.cuda_graphs else "; compiled"
 
 
 # what Accelerate sets up without sharding the model: one process, or DDP (every process holds the whole model)

@@ -40,17 +40,16 @@ def test_what_a_graph_cannot_replay_is_refused_with_its_reason(processes, engine
 
 
 def test_each_batch_shape_is_captured_once_and_replayed_giving_the_losses_without_graphs(tmp_path, monkeypatch):
-    captured, replays = [], []
-
-    modules = []
+    captured, replays, modules = [], [], []
 
     def capture(module, sample_args):  # the stand-in for make_graphed_callables: the module as it is
+        shapes = tuple(tuple(argument.shape) for argument in sample_args)
         modules.append(module)
-        captured.append(tuple(tuple(argument.shape) for argument in sample_args))
+        captured.append(shapes)
 
         def replay(*arguments):
-            assert [argument.shape for argument in arguments] == [argument.shape for argument in sample_args]
-            replays.append(captured[-1])
+            assert tuple(tuple(argument.shape) for argument in arguments) == shapes
+            replays.append(shapes)
             return module(*arguments)
 
         return replay
