@@ -27,7 +27,7 @@ demo = load_script("demo")
 evaluate_model = load_script("evaluate_model")
 
 
-SIZE_BUDGET_BYTES = 85_000_000  # all shipped folders together (82.7 MB with the fp32 SST-2 classifier): a clone stays small
+SIZE_BUDGET_BYTES = 80_000_000  # the whole results/ folder, shipped models included (issue 41): a clone stays small
 REQUIRED_FILES = {
     "README.md", "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
     "configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py",
@@ -175,9 +175,9 @@ def test_a_shipped_tokenizer_gives_word_offsets_and_the_ids_it_was_trained_with(
     assert tokenizer.add_tokens(["zzzq"]) == 1 and len(tokenizer) - 1 in tokenizer("a zzzq horse")["input_ids"]
 
 
-def test_the_shipped_models_fit_the_size_budget():
-    size = sum(path.stat().st_size for folder in SHIPPED.values() for path in folder.rglob("*") if path.is_file())
-    assert size < SIZE_BUDGET_BYTES, f"the shipped models take {size:,} bytes; the budget is {SIZE_BUDGET_BYTES:,}"
+def test_the_results_folder_fits_the_size_budget():
+    size = sum(path.stat().st_size for path in (REPO / "results").rglob("*") if path.is_file())
+    assert size < SIZE_BUDGET_BYTES, f"results/ takes {size:,} bytes; the budget is {SIZE_BUDGET_BYTES:,}"
 
 
 @needs_shared_data
