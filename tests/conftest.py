@@ -18,6 +18,11 @@ os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="vaswani-tests-hf-home-")
 atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# pytest-xdist (pyproject's addopts run the suite on one worker per core): each worker, and every process a test starts,
+# gets its share of the cores, set before torch is imported; OpenMP threads beyond the cores spin against each other
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
 
 import pytest  # noqa: E402
 

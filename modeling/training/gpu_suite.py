@@ -406,6 +406,7 @@ def _run_engines(suite: Suite, seconds: float) -> tuple[dict, str | None]:
         command = [
             sys.executable, "-m", "accelerate.commands.launch",
             "--config_file", suite.repo / "scripts" / "configs" / f"accelerate_{engine}.yaml", "--num_processes", "1",
+            "--main_process_port", "0",  # a free port: whatever else runs on the machine may hold the default, 29500
             suite.repo / "scripts" / "train.py", *suite.sizes.engine_options, "--output_dir", output_dir,
         ]
         finished = _run_logged(suite, command, share, env)

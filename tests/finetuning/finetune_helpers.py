@@ -40,10 +40,13 @@ def run_two_processes(script: str, argv: list[str], launcher: str = "torchrun", 
     scripts = str(REPO / "scripts" / f"{script}.py")
     bin_dir = Path(sys.executable).parent
     if launcher == "torchrun":
-        command = [str(bin_dir / "torchrun"), "--nproc_per_node", "2", scripts, *argv, "--use_cpu", "true"]
+        # --standalone: a free port (the suite's workers launch at the same time; the default is always 29500)
+        command = [str(bin_dir / "torchrun"), "--standalone", "--nproc_per_node", "2", scripts, *argv,
+                   "--use_cpu", "true"]
         env = {**os.environ}
     else:
-        command = [str(bin_dir / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", scripts, *argv]
+        command = [str(bin_dir / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
+                   "--main_process_port", "0", scripts, *argv]
         env = {**os.environ, "ACCELERATE_USE_CPU": "1"}
     env["OMP_NUM_THREADS"] = "1"
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
