@@ -22,7 +22,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # gets its share of the cores, set before torch is imported; OpenMP threads beyond the cores spin against each other
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
-    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
+    _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ["OMP_NUM_THREADS"] = str(max(1, _CORES // _WORKERS))
 
 import pytest  # noqa: E402
 
