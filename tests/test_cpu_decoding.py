@@ -3,6 +3,7 @@
 would make agreement meaningless), and transformers' own loop for whatever the path does not do."""
 
 import copy
+import threading
 
 import pytest
 import torch
@@ -168,6 +169,50 @@ def test_an_input_the_model_refuses_gets_the_models_own_error(en_de):
     assert "max_position_embeddings" in errors["too long"][0][1]
 
 
+
+
+def test_buffers_kept_between_calls_are_reused_and_never_read_unwritten(en_de, searches):
+    """The cache and the logits live in buffers the next call reuses (`Workspace`): calls of other sizes in between
+    leave every call with generate's tokens, and positions of the cache read before they are written (attention
+    spans at least MIN_KEYS keys) are zeroed, not left as the last call's values or NaN."""
+    plain, tokenizer = en_de
+    fast = for_cpu_inference(copy.deepcopy(plain))
+    big = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    small = tokenizer(SENTENCES[:2], return_tensors="pt", padding=True)
+    assert_same_tokens(plain, fast, big, num_beams=4, max_new_tokens=30)
+    buffers = fast.generate.workspace.buffers
+    kept = {name: buffer.data_ptr() for name, buffer in buffers.items()}
+    assert {"cache0", "cache1", "logits", "padded"} <= kept.keys()  # slots were freed: both caches used
+    for buffer in buffers.values():
+        buffer.fill_(float("nan"))
+    for batch, settings in ((small, {"num_beams": 1}), (big, {"num_beams": 1}), (big, {"num_beams": 4})):
+        assert_same_tokens(plain, fast, batch, max_new_tokens=30, **settings)
+        for buffer in buffers.values():
+            buffer.fill_(float("nan"))
+    assert {name: buffer.data_ptr() for name, buffer in buffers.items()} == kept  # nothing allocated anew
+    assert len(searches) == 4
+
+
+def test_calls_from_several_threads_decode_independently(en_de):
+    """Each thread has its own buffers: two threads decoding different batches at once get generate's tokens."""
+    plain, tokenizer = en_de
+    fast = for_cpu_inference(copy.deepcopy(plain))
+    batches = [tokenizer(SENTENCES[:6], return_tensors="pt", padding=True),
+               tokenizer(SENTENCES[6:], return_tensors="pt", padding=True)]
+    expected = [generated(plain, batch, num_beams=2, max_new_tokens=30).tolist() for batch in batches]
+    start, results = threading.Barrier(2), [[], []]
+
+    def decode(index):
+        start.wait()
+        for _ in range(3):
+            results[index].append(generated(fast, batches[index], num_beams=2, max_new_tokens=30).tolist())
+
+    threads = [threading.Thread(target=decode, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [[expected[0]] * 3, [expected[1]] * 3]
 
 
 def test_other_calls_run_transformers_loop(en_de, searches):

@@ -275,6 +275,7 @@ class Workload:
     sources: list  # the same inputs as CTranslate2's token strings
     settings: dict  # `generate` keyword arguments besides num_beams
     forced_length: bool  # every engine forced to the same number of new tokens (random weights)
+    folder: Path  # the checkpoint of the models (saved to the scratch folder for a preset)
 
 
 def _ctranslate2_export(model, folder: Path, quantization: str | None) -> Path:
@@ -306,7 +307,8 @@ def _preset_workload(preset: str, args, scratch: Path) -> Workload:
     sources = [[vocabulary[index] for index in row] for row in batch["input_ids"].tolist()]
     settings = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens}
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
-    return Workload(preset, setup, models, exports, inputs, sources, settings, forced_length=True)
+    folder = scratch / preset / "checkpoint"  # where _ctranslate2_export saved the model
+    return Workload(preset, setup, models, exports, inputs, sources, settings, forced_length=True, folder=folder)
 
 
 def _shipped_workload(name: str, args, scratch: Path) -> Workload:
@@ -340,7 +342,7 @@ def _shipped_workload(name: str, args, scratch: Path) -> Workload:
     if generation.no_repeat_ngram_size:
         settings["no_repeat_ngram_size"] = generation.no_repeat_ngram_size
     setup = Setup(name, "fp32", len(texts), inputs["input_ids"].shape[1], 0, ours.config.vocab_size, "cpu")
-    return Workload(name, setup, models, exports, inputs, sources, settings, forced_length=False)
+    return Workload(name, setup, models, exports, inputs, sources, settings, forced_length=False, folder=folder)
 
 
 def _generate_function(model, workload: Workload, num_beams: int):
@@ -408,6 +410,41 @@ def _ctranslate2_alone(folder: Path, sources: list, options: dict, threads: int,
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _vaswani_cpu_alone(workload: Workload, num_beams: int, threads: int, rounds: int, scratch: Path) -> float:
+    """Median seconds of one `vaswani_cpu` call timed as `_ctranslate2_alone` times CTranslate2: in a fresh process
+    that runs nothing else, rounds back to back after one untimed call, so that both sides of the ratio
+    `vaswani_cpu_alone_vs_ct2_fp32_alone` are measured alike (in the alternating rounds every call follows another
+    engine's turn). The inputs travel as safetensors (no pickle)."""
+    from safetensors.torch import save_file
+
+    inputs = scratch / f"{workload.name}_inputs.safetensors"
+    save_file({name: tensor.contiguous() for name, tensor in workload.inputs.items()}, inputs)
+    job = scratch / "vaswani_cpu_job.json"
+    job.write_text(json.dumps({"folder": str(workload.folder), "inputs": str(inputs),
+                               "settings": _decoding_settings(workload, num_beams)}), encoding="utf-8")
+    code = (  # this model alone: no CTranslate2 in that process
+        "import json, statistics, time\n"
+        "import torch\n"
+        f"torch.set_num_threads({threads})\n"
+        "from safetensors.torch import load_file\n"
+        "from vaswani import VaswaniForConditionalGeneration\n"
+        "from vaswani.serving.cpu_inference import for_cpu_inference\n"
+        f"job = json.loads(open({str(job)!r}, encoding='utf-8').read())\n"
+        "model = for_cpu_inference(VaswaniForConditionalGeneration.from_pretrained(job['folder']))\n"
+        "inputs = load_file(job['inputs'])\n"
+        "@torch.no_grad()\n"
+        "def call():\n"
+        "    model.generate(**inputs, do_sample=False, **job['settings'])\n"
+        "call()\n"
+        "seconds = []\n"
+        f"for _ in range({rounds}):\n"
+        "    start = time.perf_counter(); call(); seconds.append(time.perf_counter() - start)\n"
+        "print(json.dumps(statistics.median(seconds)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def new_tokens(output: torch.Tensor, pad_token_id: int) -> int:
     """The tokens `generate` produced (the end token counted, the padding after it and the start token not)."""
     return int((output[:, 1:] != pad_token_id).sum())
@@ -419,7 +456,8 @@ def _load_average() -> float:
 
 
 def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Path) -> dict:
-    """One row of the table: every engine of the workload, alternating in this process, and CTranslate2 alone."""
+    """One row of the table: every engine of the workload, alternating in this process; this model's loop and
+    CTranslate2 alone, in `--alone_pairs` pairs of fresh processes."""
     options = _ctranslate2_options(workload, beams)
     calls = {name: _generate_function(model, workload, beams) for name, model in workload.models.items()}
     calls.update({name: _ctranslate2_function(folder, workload.sources, options, threads)
@@ -435,8 +473,21 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
     for name, value in seconds.items():
         row[f"{name}_ms"] = 1000 * value
         row[f"{name}_tokens_per_s"] = tokens / value
-    alone = {f"{name}_alone": _ctranslate2_alone(folder, workload.sources, options, threads, args.rounds, scratch)
-             for name, folder in workload.exports.items()}
+    # this model and CTranslate2 fp32 each in fresh processes, in pairs (the first of a pair alternating): the ratio
+    # is the median of the pairs' ratios, so that the machine's drift between processes cancels
+    pairs = []
+    for index in range(args.alone_pairs):
+        timings = {}
+        for name in ("vaswani_cpu", "ct2_fp32")[:: 1 if index % 2 == 0 else -1]:
+            timings[name] = (_vaswani_cpu_alone(workload, beams, threads, args.rounds, scratch) if name == "vaswani_cpu"
+                             else _ctranslate2_alone(workload.exports[name], workload.sources, options, threads,
+                                                     args.rounds, scratch))
+        pairs.append((timings["vaswani_cpu"], timings["ct2_fp32"]))
+    row["alone_pairs"] = [[1000 * ours, 1000 * theirs] for ours, theirs in pairs]  # milliseconds
+    alone = {"vaswani_cpu_alone": statistics.median(ours for ours, _ in pairs),
+             "ct2_fp32_alone": statistics.median(theirs for _, theirs in pairs),
+             "ct2_int8_alone": _ctranslate2_alone(workload.exports["ct2_int8"], workload.sources, options, threads,
+                                                  args.rounds, scratch)}
     for name, value in alone.items():
         row[f"{name}_ms"] = 1000 * value
         row[f"{name}_tokens_per_s"] = tokens / value
@@ -444,6 +495,7 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
         if name in seconds:
             row[f"{name}_vs_ct2_fp32"] = seconds["ct2_fp32"] / seconds[name]
             row[f"{name}_vs_ct2_fp32_alone"] = alone["ct2_fp32_alone"] / seconds[name]
+    row["vaswani_cpu_alone_vs_ct2_fp32_alone"] = statistics.median(theirs / ours for ours, theirs in pairs)
     row["vaswani_int8_vs_ct2_int8"] = seconds["ct2_int8"] / seconds["vaswani_int8"]
     row["vaswani_int8_vs_ct2_int8_alone"] = alone["ct2_int8_alone"] / seconds["vaswani_int8"]
     return row
@@ -469,7 +521,8 @@ def _compare_engines(args) -> dict:
                         + " | ".join(f"{engine} {row[engine + '_ms']:.0f} ms" for engine in names)
                         + f"; vs CTranslate2 fp32 (in process / alone): vaswani x{row['vaswani_vs_ct2_fp32']:.2f} / "
                         f"x{row['vaswani_vs_ct2_fp32_alone']:.2f}, vaswani_cpu x{row['vaswani_cpu_vs_ct2_fp32']:.2f} / "
-                        f"x{row['vaswani_cpu_vs_ct2_fp32_alone']:.2f} (same tokens as generate: "
+                        f"x{row['vaswani_cpu_vs_ct2_fp32_alone']:.2f}, both alone "
+                        f"x{row['vaswani_cpu_alone_vs_ct2_fp32_alone']:.2f} (same tokens as generate: "
                         f"{row['vaswani_cpu_same_tokens']}); int8 vs CTranslate2 int8 "
                         f"x{row['vaswani_int8_vs_ct2_int8']:.2f} / x{row['vaswani_int8_vs_ct2_int8_alone']:.2f}"
                     )

@@ -7,12 +7,16 @@ thread: a quarter in the flash-attention kernel called for a single query row, a
 concatenation, a ninth in an argmax over the vocabulary that is not vectorized). The decoder here computes the same
 function for one new token per row, with the model's weights laid out for it (`ModelWeights`):
 
-  * the cache is allocated once for the longest output and written in place;
-  * self-attention's three projections are one matrix product; every layer's cross-attention keys and values are
-    computed once from each input's encoder output (not once per beam), each with one product and one copy into
-    the layout the attention's two products read (the keys transposed);
-  * attention of the one new row is two matrix products and a softmax; the relative-position bias of that row is a
-    slice of a table laid out once per call;
+  * the cache holds every layer's keys and values in one tensor, sized once for the longest output and written in
+    place, in a buffer the thread's next call reuses (`Workspace`: pages allocated afresh fault at their first write);
+  * self-attention's three projections are one matrix product, and its new key and value reach the cache in one
+    copy; every layer's cross-attention keys and values are computed once from each input's encoder output (not once
+    per beam), each with one product and one copy into the layout the attention's two products read (the keys
+    transposed);
+  * attention of the one new row is two batched matrix products and a softmax over at least `MIN_KEYS` keys (torch's
+    softmax over shorter rows is five times slower; the keys not yet there are zeros, masked); the bias of that row
+    (relative positions, the masked keys, the beams' histories) comes from a table laid out once per call, sliced
+    once per step for all the layers;
   * beam search never copies the cache: the beams of an input attend to the keys of all its beams at once (a product
     `num_beams` times wider, cheap at these sizes) through a mask that keeps, at each position, the keys of the
     beam's own history, so choosing beams moves a small table of indices (the history's slot at each position), not
@@ -36,6 +40,9 @@ The weights are laid out once (about the model's size again) and laid out anew w
 its version counter): a model fine-tuned after `for_cpu_inference` decodes with its new weights.
 """
 
+import math
+import threading
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -57,6 +64,10 @@ HANDLED_MODEL_KWARGS = {"encoder_outputs", "attention_mask", "use_cache", "cache
 OUTPUT_OPTIONS = ("output_attentions", "output_hidden_states", "output_scores", "output_logits")
 # the arguments of `generate` meant for its decoding loop
 LOOP_ARGUMENTS = ("streamer", "synced_gpus", "assistant_model", "tokenizer", "assistant_tokenizer")
+# torch's CPU softmax over fewer than 16 elements per row takes a scalar path: 78 us for 64 x 4 rows of 15 against
+# 6 us for rows of 16 (one thread). Attention here always spans at least this many keys, the ones not yet there
+# (or padding) masked with -inf and stored as zeros, which leaves the probabilities as they are.
+MIN_KEYS = 16
 
 
 class LayerWeights:
@@ -179,7 +190,8 @@ def _padding_bias(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor
     return torch.where(mask.bool(), 0.0, torch.finfo(dtype).min)[:, None, None, :].to(dtype)
 
 
-def encode(weights: ModelWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+def encode(weights: ModelWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+           workspace: "Workspace | None" = None) -> torch.Tensor:
     """The model's encoder output, (batch, length, d_model), with every position-wise product (the projections,
     the feed-forward network, the LayerNorms) computed on the real tokens only, packed without their padding, as
     CTranslate2 does: captions padded to the longest in a batch are about half padding. The attention runs on the
@@ -197,7 +209,9 @@ def encode(weights: ModelWeights, input_ids: torch.Tensor, attention_mask: torch
     packed = hidden.reshape(batch * length, d_model)
     packed = packed.index_select(0, real) if real is not None else packed
     # the padded layout of the three projections, its padding rows zeros: every layer writes the real rows only
-    padded = packed.new_zeros(batch * length, 3 * d_model) if real is not None else None
+    padded = None
+    if real is not None:
+        padded = (workspace or Workspace()).take("padded", (batch * length, 3 * d_model), packed).zero_()
     key_positions = torch.arange(length)
     for layer in encoder.layers:
         mask = padding
@@ -230,54 +244,102 @@ def _encoder_self_attention(layer: LayerWeights, packed: torch.Tensor, real: tor
     return torch.addmm(layer.self_out[1], output, layer.self_out[0])
 
 
+class Workspace(threading.local):
+    """The large buffers of a decoding call (the self-attention cache, the logits), kept for the thread's next call.
+
+    A buffer allocated afresh at every call comes from the system as new pages, and each page's first write faults:
+    on the shipped en->de model, 64 captions, greedy, setting up the decoder took 15-18 ms with glibc's defaults
+    against 8 ms with the memory kept (one thread, 2-core Xeon). The cache is 21 MB there, 84 MB with 4 beams, and
+    glibc maps anything over 32 MB afresh whatever its settings (`cpu_inference.keep_freed_memory`). Each thread has
+    its own buffers (threading.local), so calls from several threads never share one. A buffer larger than
+    `MAX_BYTES` is not kept."""
+
+    MAX_BYTES = 256 * 2**20
+
+    def __init__(self):
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def __reduce__(self):  # a copy of a model set up for this path (deepcopy, pickle) starts with empty buffers
+        return Workspace, ()
+
+    def take(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """An uninitialized tensor of this shape, with `like`'s dtype and device, from the buffer called `name`
+        (valid until the thread takes that buffer again)."""
+        size = math.prod(shape)
+        buffer = self.buffers.get(name)
+        if buffer is None or buffer.numel() < size or buffer.dtype != like.dtype or buffer.device != like.device:
+            buffer = like.new_empty(size)
+            if size * buffer.element_size() <= self.MAX_BYTES:
+                self.buffers[name] = buffer
+        return buffer[:size].view(shape)
+
+
 class CpuDecoder:
     """The decoder's state during one search: `step` and `keep`, as `vaswani.serving.search` drives them.
 
-    The inputs' rows sit in slots, `beams` rows each: the self-attention keys and values of slot a, head h are a
-    block (positions, beams, head_dim) of `keys[layer]` / `values[layer]`, (slots, heads, max_positions, beams,
-    head_dim); beam j's key at position p is in that block's row (p, history[a, j, p]). Every layer's cross-attention
-    keys and values are computed at the start, transposed: (slots, heads, head_dim, source).
+    The inputs' rows sit in slots, `beams` rows each. Every layer's self-attention keys and values are one tensor,
+    `cache` (layers, 2 (keys, values), slots, heads, positions, beams, head_dim), so that one copy writes a layer's
+    new key and value: beam j's key at position p is in row (p, history[a, j, p]) of its slot's (positions, beams)
+    block. Every layer's cross-attention keys and values are computed at the start, as the attention's two batched
+    products read them: keys (slots * heads, head_dim, source), values (slots * heads, source, head_dim).
     """
 
     def __init__(self, weights: ModelWeights, encoder_states: torch.Tensor, source_mask: torch.Tensor | None,
-                 beams: int, max_length: int):
+                 beams: int, max_length: int, workspace: Workspace | None = None):
         self.weights, self.beams = weights, beams
+        self.workspace = workspace if workspace is not None else Workspace()
+        self.cache_name = 0  # the cache alternates between two buffers when slots are freed
         inputs, source_length, d_model = encoder_states.shape
         first = weights.layers[0]
-        heads, head_dim = first.heads, first.head_dim
+        self.heads, self.head_dim = first.heads, first.head_dim
         self.max_positions = max_length - 1  # the last token generated is never fed
+        self.min_span = -(-MIN_KEYS // beams)  # the fewest positions self-attention spans (MIN_KEYS)
+        cache_positions = max(self.max_positions, self.min_span)
         self.position = 0
         self.slots = torch.arange(inputs)  # the slot of each input still decoding
         self.slot_count = inputs
-        shape = (inputs, heads, self.max_positions, beams, head_dim)
-        self.keys = [encoder_states.new_empty(shape) for _ in weights.layers]
-        self.values = [torch.empty_like(keys) for keys in self.keys]
-        # every layer's cross-attention keys, transposed once to (slots, heads, head_dim, source) (a product with a
-        # contiguous right-hand side is about twice as fast as with a transposed view at these sizes), and values,
-        # (slots, heads, source, head_dim): one product and one copy each (one product for all layers and one
-        # six-dimensional copy took longer)
+        shape = (len(weights.layers), 2, inputs, self.heads, cache_positions, beams, self.head_dim)
+        self.cache = self.workspace.take("cache0", shape, encoder_states)
+        self.cache[:, :, :, :, : self.min_span].zero_()  # read (masked) before they are written: zeros, not NaN
+        # the cross-attention keys, (slots, heads, head_dim, source) (a product with a contiguous right-hand side is
+        # about twice as fast as with a transposed view at these sizes), and values, (slots, heads, source,
+        # head_dim): one product and one copy each (one product for all layers and one six-dimensional copy took
+        # longer)
         states = encoder_states.reshape(-1, d_model)
-        split = (inputs, source_length, heads, head_dim)
+        split = (inputs, source_length, self.heads, self.head_dim)
         self.cross_keys = [torch.addmm(bias, states, weight).view(split).permute(0, 2, 3, 1).contiguous()
                            for weight, bias in weights.cross_keys]
         self.cross_values = [torch.addmm(bias, states, weight).view(split).permute(0, 2, 1, 3).contiguous()
                              for weight, bias in weights.cross_values]
-        self.source_mask = _padding_bias(source_mask, encoder_states.dtype)
+        self.source_bias = _padding_bias(source_mask, encoder_states.dtype)  # (slots, 1, 1, source) or None
+        if source_length < MIN_KEYS:  # a short source: zero keys and values after it, masked (MIN_KEYS)
+            extra = MIN_KEYS - source_length
+            self.cross_keys = [F.pad(keys, (0, extra)) for keys in self.cross_keys]
+            self.cross_values = [F.pad(values, (0, 0, 0, extra)) for values in self.cross_values]
+            bias = self.source_bias
+            bias = bias if bias is not None else encoder_states.new_zeros(inputs, 1, 1, source_length)
+            self.source_bias = F.pad(bias, (0, extra), value=-float("inf"))
         self.position_terms = _absolute_positions(weights, weights.positions, torch.arange(self.max_positions))
-        self.relative_rows = [self.relative_bias_rows(layer) for layer in weights.layers]
+        self.relative = first.relative_bias is not None
+        self.position_bias = self.position_bias_table()
         # beam j's history: the beam slot holding its key at each position (before any choice, its own)
-        self.history = torch.arange(beams).view(1, beams, 1).repeat(inputs, 1, self.max_positions)
+        self.history = torch.arange(beams).view(1, beams, 1).repeat(inputs, 1, cache_positions)
         self.beam_ids = torch.arange(beams)
-        self.logits = encoder_states.new_empty(inputs * beams, weights.vocab_weight.shape[1])
+        self.logits = self.workspace.take("logits", (inputs * beams, weights.vocab_weight.shape[1]), encoder_states)
 
-    def relative_bias_rows(self, layer: LayerWeights) -> torch.Tensor | None:
-        """The relative-position biases of a query at the last position over every key position, repeated for every
-        beam slot: (heads, max_positions, beams). The query at position t takes the last t + 1 positions."""
-        if layer.relative_bias is None:
-            return None
+    def position_bias_table(self) -> torch.Tensor:
+        """Every layer's additive bias of a query at the last position over every key position, repeated for every
+        beam slot, then -inf for `min_span` positions after it: (layers, heads, max_positions + min_span, beams)
+        (heads 1 without relative positions: zeros, then -inf). The query at position t takes the `span` columns
+        from max_positions - 1 - t: its relative biases over positions 0..t, -inf over the later positions."""
         positions = torch.arange(self.max_positions)
-        rows = _relative_biases(layer, positions[-1:], positions)  # (heads, 1, max_positions)
-        return rows[:, 0, :, None].expand(-1, -1, self.beams).contiguous()
+        if self.relative:
+            last = positions[-1:]
+            rows = torch.stack([_relative_biases(layer, last, positions)[:, 0] for layer in self.weights.layers])
+        else:
+            rows = torch.zeros(len(self.weights.layers), 1, self.max_positions)
+        rows = F.pad(rows, (0, self.min_span), value=-float("inf"))
+        return rows[..., None].expand(-1, -1, -1, self.beams).contiguous()
 
     @property
     def rows(self) -> torch.Tensor:
@@ -297,12 +359,17 @@ class CpuDecoder:
         hidden = F.embedding(tokens, weights.embed)
         if self.position_terms is not None:
             hidden = hidden + self.position_terms[position]
-        beam_mask = self.beam_mask(position) if self.beams > 1 else None
+        attention = self.self_attention_inputs(position)
+        pre_norm = weights.pre_norm
         for index, layer in enumerate(weights.layers):
-            hidden = _residual(weights, hidden, layer.self_norm,
-                               lambda x: self.self_attention(index, layer, x, beam_mask))
-            hidden = _residual(weights, hidden, layer.cross_norm, lambda x: self.cross_attention(index, layer, x))
-            hidden = _residual(weights, hidden, layer.feed_forward_norm, lambda x: _feed_forward(layer, x))
+            # each sub-layer in its residual connection, post-LN (the paper) or pre-LN, as the model's VaswaniResidual
+            inner = _layer_norm(hidden, layer.self_norm) if pre_norm else hidden
+            output = self.self_attention(index, layer, inner, attention)
+            hidden = _add_and_norm(hidden, output, layer.self_norm, pre_norm)
+            inner = _layer_norm(hidden, layer.cross_norm) if pre_norm else hidden
+            hidden = _add_and_norm(hidden, self.cross_attention(index, layer, inner), layer.cross_norm, pre_norm)
+            inner = _layer_norm(hidden, layer.feed_forward_norm) if pre_norm else hidden
+            hidden = _add_and_norm(hidden, _feed_forward(layer, inner), layer.feed_forward_norm, pre_norm)
         if weights.final_norm is not None:
             hidden = _layer_norm(hidden, weights.final_norm)
         if not every_slot_decodes:
@@ -310,46 +377,62 @@ class CpuDecoder:
         self.position += 1
         return torch.mm(hidden, weights.vocab_weight, out=self.logits[: hidden.shape[0]])
 
-    def split_heads(self, states: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
-        """(slots * beams, heads * head_dim) -> (slots, heads, beams, head_dim)"""
-        return states.view(self.slot_count, self.beams, layer.heads, layer.head_dim).transpose(1, 2)
+    def self_attention_inputs(self, position: int):
+        """What every layer's self-attention reads at this step: the new key and value's place in the cache, the
+        keys (transposed) and values of the first `span` positions (at least `min_span`: MIN_KEYS) as batched
+        products read them, and the bias added to the scores (the relative positions, -inf after `position`, and
+        with beams the mask of each beam's own history), or None."""
+        slots, beams = self.slot_count, self.beams
+        span = max(position + 1, self.min_span)
+        seen = span * beams
+        layers = self.cache.shape[0]
+        window = self.cache[:, :, :, :, :span].view(layers, 2, slots * self.heads, seen, self.head_dim)
+        start = self.max_positions - 1 - position
+        bias = None
+        if self.relative or span > position + 1:
+            bias = self.position_bias[:, :, start : start + span].reshape(-1, 1, self.position_bias.shape[1], 1, seen)
+        if beams > 1:
+            mask = self.beam_mask(position, span)  # (slots, 1, beams, seen)
+            bias = mask.expand(layers, *mask.shape) if bias is None else bias + mask  # (layers, slots, heads, ...)
+        new = self.cache[:, :, :, :, position]  # (layers, 2, slots, heads, beams, head_dim)
+        return new, window[:, 0].transpose(-1, -2), window[:, 1], bias
 
-    def merge_heads(self, states: torch.Tensor) -> torch.Tensor:
-        """(slots, heads, beams, head_dim) -> (slots * beams, heads * head_dim)"""
-        return states.transpose(1, 2).reshape(self.slot_count * self.beams, -1)
-
-    def self_attention(self, index: int, layer: LayerWeights, hidden: torch.Tensor, beam_mask) -> torch.Tensor:
-        d_model, position = self.weights.d_model, self.position
-        projected = torch.addmm(layer.qkv_bias, hidden, layer.qkv_weight)
-        query = self.split_heads(projected[:, :d_model], layer)
-        keys, values = self.keys[index], self.values[index]
-        keys[:, :, position].copy_(self.split_heads(projected[:, d_model : 2 * d_model], layer))
-        values[:, :, position].copy_(self.split_heads(projected[:, 2 * d_model :], layer))
-        seen = (position + 1) * self.beams
-        shape = (self.slot_count, layer.heads, seen, layer.head_dim)
-        scores = torch.matmul(query, keys[:, :, : position + 1].view(shape).transpose(-1, -2))
-        rows = self.relative_rows[index]
-        if rows is not None:
-            scores += rows[:, self.max_positions - 1 - position :].reshape(1, layer.heads, 1, seen)
-        if beam_mask is not None:
-            scores += beam_mask
-        output = torch.matmul(torch.softmax(scores, dim=-1), values[:, :, : position + 1].view(shape))
+    def self_attention(self, index: int, layer: LayerWeights, hidden: torch.Tensor, attention) -> torch.Tensor:
+        """Self-attention of the new rows: their query, key and value in one product, the key and value written to
+        the cache in one copy, then two batched products and a softmax over the keys so far."""
+        new, keys, values, bias = attention
+        slots, beams, heads, head_dim = self.slot_count, self.beams, self.heads, self.head_dim
+        projected = torch.addmm(layer.qkv_bias, hidden, layer.qkv_weight).view(slots, beams, 3, heads, head_dim)
+        new[index].copy_(projected[:, :, 1:].permute(2, 0, 3, 1, 4))
+        query = projected[:, :, 0].transpose(1, 2).reshape(slots * heads, beams, head_dim)
+        scores = torch.bmm(query, keys[index])  # (slots * heads, beams, seen)
+        if bias is not None:
+            scores.view(slots, heads, beams, -1).add_(bias[index])
+        output = torch.bmm(torch.softmax(scores, dim=-1), values[index])
         return torch.addmm(layer.self_out[1], self.merge_heads(output), layer.self_out[0])
 
-    def beam_mask(self, position: int) -> torch.Tensor:
-        """(slots, 1, beams, (position + 1) * beams): 0 where a beam's query may see a key (the key of its own history
-        at that position), -inf elsewhere."""
+    def merge_heads(self, states: torch.Tensor) -> torch.Tensor:
+        """(slots * heads, beams, head_dim) -> (slots * beams, heads * head_dim)"""
+        return states.view(self.slot_count, self.heads, self.beams, self.head_dim).transpose(1, 2).reshape(
+            self.slot_count * self.beams, -1)
+
+    def beam_mask(self, position: int, span: int) -> torch.Tensor:
+        """(slots, 1, beams, span * beams): 0 where a beam's query may see a key (the key of its own history at that
+        position), -inf elsewhere (positions after `position` are masked by `position_bias`)."""
         self.history[:, :, position] = self.beam_ids
-        own = self.history[:, :, : position + 1, None] == self.beam_ids
+        own = self.history[:, :, :span, None] == self.beam_ids
         mask = torch.zeros(own.shape).masked_fill_(~own, -float("inf"))
         return mask.view(self.slot_count, 1, self.beams, -1)
 
     def cross_attention(self, index: int, layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
-        query = self.split_heads(torch.addmm(layer.cross_query[1], hidden, layer.cross_query[0]), layer)
-        scores = torch.matmul(query, self.cross_keys[index])
-        if self.source_mask is not None:
-            scores += self.source_mask
-        output = torch.matmul(torch.softmax(scores, dim=-1), self.cross_values[index])
+        slots, beams, heads, head_dim = self.slot_count, self.beams, self.heads, self.head_dim
+        query = torch.addmm(layer.cross_query[1], hidden, layer.cross_query[0]).view(slots, beams, heads, head_dim)
+        query = query.transpose(1, 2).reshape(slots * heads, beams, head_dim)
+        keys, values = self.cross_keys[index], self.cross_values[index]
+        scores = torch.bmm(query, keys.view(slots * heads, head_dim, -1))
+        if self.source_bias is not None:
+            scores.view(slots, heads, beams, -1).add_(self.source_bias)
+        output = torch.bmm(torch.softmax(scores, dim=-1), values.view(slots * heads, -1, head_dim))
         return torch.addmm(layer.cross_out[1], self.merge_heads(output), layer.cross_out[0])
 
     def keep(self, rows: torch.Tensor, inputs: torch.Tensor | None) -> None:
@@ -367,15 +450,16 @@ class CpuDecoder:
     def free_slots(self) -> None:
         """Move the inputs still decoding to the first slots and drop the others (one copy of what was written)."""
         slots, written = self.slots, self.position
-        for caches in (self.keys, self.values):
-            for index, cache in enumerate(caches):
-                kept = cache.new_empty(slots.shape[0], *cache.shape[1:])
-                kept[:, :, :written] = cache[:, :, :written].index_select(0, slots)
-                caches[index] = kept
-        self.cross_keys = [cache.index_select(0, slots) for cache in self.cross_keys]
-        self.cross_values = [cache.index_select(0, slots) for cache in self.cross_values]
-        if self.source_mask is not None:
-            self.source_mask = self.source_mask.index_select(0, slots)
+        self.cache_name = 1 - self.cache_name
+        shape = (*self.cache.shape[:2], slots.shape[0], *self.cache.shape[3:])
+        cache = self.workspace.take(f"cache{self.cache_name}", shape, self.cache)
+        cache[:, :, :, :, :written] = self.cache[:, :, :, :, :written].index_select(2, slots)
+        cache[:, :, :, :, written : self.min_span].zero_()  # read before they are written (see __init__)
+        self.cache = cache
+        self.cross_keys = [keys.index_select(0, slots) for keys in self.cross_keys]
+        self.cross_values = [values.index_select(0, slots) for values in self.cross_values]
+        if self.source_bias is not None:
+            self.source_bias = self.source_bias.index_select(0, slots)
         self.history = self.history.index_select(0, slots)
         self.slots = torch.arange(slots.shape[0])
         self.slot_count = slots.shape[0]
@@ -383,7 +467,12 @@ class CpuDecoder:
 
 def _layer_norm(hidden: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor, float]) -> torch.Tensor:
     weight, bias, eps = norm
-    return F.layer_norm(hidden, weight.shape, weight, bias, eps)
+    return torch.layer_norm(hidden, weight.shape, weight, bias, eps)
+
+
+def _add_and_norm(hidden: torch.Tensor, output: torch.Tensor, norm, pre_norm: bool) -> torch.Tensor:
+    """The end of a residual connection: post-LN normalizes the sum, pre-LN does not (it normalized the input)."""
+    return hidden + output if pre_norm else _layer_norm(hidden + output, norm)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -398,6 +487,7 @@ class CpuGenerate:
     def __init__(self, model: nn.Module):
         self.model = model
         self.weights: ModelWeights | None = None
+        self.workspace = Workspace()
 
     def __call__(self, *args, **kwargs):
         model = self.model
@@ -406,7 +496,7 @@ class CpuGenerate:
             kwargs["custom_generate"] = self.decoding_loop
             if (input_ids := self.encodable_inputs(args, kwargs)) is not None:
                 with torch.no_grad():
-                    states = encode(self.current_weights(), input_ids, kwargs.get("attention_mask"))
+                    states = encode(self.current_weights(), input_ids, kwargs.get("attention_mask"), self.workspace)
                 kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=states)
         return type(model).generate(model, *args, **kwargs)
 
@@ -457,7 +547,8 @@ class CpuGenerate:
         encoder_states = kwargs["encoder_outputs"].last_hidden_state[::beams]
         source_mask = kwargs.get("attention_mask")
         source_mask = source_mask[::beams] if source_mask is not None else None
-        decoder = CpuDecoder(self.current_weights(), encoder_states, source_mask, beams, settings.max_length)
+        decoder = CpuDecoder(self.current_weights(), encoder_states, source_mask, beams, settings.max_length,
+                             self.workspace)
         return search(decoder, encoder_states.shape[0], int(input_ids[0, 0]), settings)
 
 

@@ -119,10 +119,11 @@ def first_argmax(scores: torch.Tensor) -> torch.Tensor:
     return block * BLOCK + within
 
 
-def top_candidates(scores: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+def top_candidates(scores: torch.Tensor, count: int, maxima: torch.Tensor | None = None):
     """`scores.topk(count)` (values and indices, best first) of each row. torch's CPU topk also compares every element
-    one at a time; the best `count` lie in the `count` blocks with the highest maxima, so only those are sorted."""
-    maxima = _block_maxima(scores)
+    one at a time; the best `count` lie in the `count` blocks with the highest maxima, so only those are sorted.
+    `maxima`: the rows' block maxima (`_block_maxima(scores)`) where the caller has them."""
+    maxima = _block_maxima(scores) if maxima is None else maxima
     if maxima is None or maxima.shape[-1] < 4 * count:
         return scores.topk(count)
     rows = scores.shape[0]
@@ -136,14 +137,19 @@ def log_probability_candidates(logits: torch.Tensor, count: int, rule_out=None):
     """The `count` most likely next tokens of each row (log-probabilities (rows, count), best first, and token ids),
     as `topk(log_softmax(logits))` after `rule_out(log_probs)` (transformers' beam search applies its processors to
     the log-probabilities), without writing the log-probabilities of the whole vocabulary: the logits are shifted by
-    their row maximum in place, summed once through exp, and only the candidates are normalized. `logits` is
-    overwritten."""
-    maxima = logits.amax(-1, keepdim=True)
+    their row maximum in place, summed once through exp, and only the candidates are normalized. Each pass over the
+    vocabulary reads memory (256 rows of 8,000 logits are 8 MB): the block maxima are read once and give both the row
+    maxima and the candidates' blocks. `logits` is overwritten."""
+    blocks = _block_maxima(logits)
+    maxima = (blocks if blocks is not None else logits).amax(-1, keepdim=True)
     shifted = logits.sub_(maxima)  # log_softmax computes (x - max) - log(sum(exp(x - max))), in this order
     log_sums = torch.exp(shifted).sum(-1, keepdim=True).log_()
     if rule_out is not None:
         rule_out(shifted)
-    values, tokens = top_candidates(shifted, count)
+        blocks = None  # a token ruled out may have been its block's maximum
+    elif blocks is not None:
+        blocks = blocks.sub_(maxima)  # the shifted scores' block maxima: x - max is monotonic in x
+    values, tokens = top_candidates(shifted, count, blocks)
     return values - log_sums, tokens
 
 

@@ -23,13 +23,15 @@ With --engines, only generation is timed, on the CPU, fp32 weights unless named:
 (`vaswani`), after `vaswani.serving.cpu_inference.for_cpu_inference` (`vaswani_cpu`: the package's own decoding loop,
 its Linear layers through oneDNN) or with int8 Linear layers (`vaswani_int8`); Marian (presets only); and CTranslate2
 running this model's export (`ct2_fp32`, `ct2_int8`, `vaswani.serving.ctranslate2_export`), in process and alone in a
-fresh process (`*_alone`). All in one process, alternating round after round, at each thread count, greedy and beam-4,
-on each of `--workloads`: a preset with random weights (every engine forced to `--new-tokens` new tokens), or a shipped
-model, results/NAME/model, on the first `--batch-size` (default 64) inputs of its held-out data in one padded batch,
-decoded up to its generation config's max_new_tokens with its length penalty (and n-gram rule). Each row gives the
-milliseconds per batch, the generated tokens per second (the tokens the plain model generates), the ratios to
-CTranslate2 fp32, whether `vaswani_cpu` gave `generate`'s tokens, and the load average before and after (a loaded
-machine's numbers are noise). The table of results/benchmark/README.md comes from:
+fresh process (`*_alone`: CTranslate2, and `vaswani_cpu` so that the headline ratio,
+`vaswani_cpu_alone_vs_ct2_fp32_alone`, compares two processes timed alike). The rest in one process, alternating round
+after round, at each thread count, greedy and beam-4, on each of `--workloads`: a preset with random weights (every
+engine forced to `--new-tokens` new tokens), or a shipped model, results/NAME/model, on the first `--batch-size`
+(default 64) inputs of its held-out data in one padded batch, decoded up to its generation config's max_new_tokens
+with its length penalty (and n-gram rule). Each row gives the milliseconds per batch, the generated tokens per second
+(the tokens the plain model generates), the ratios to CTranslate2 fp32, whether `vaswani_cpu` gave `generate`'s
+tokens, and the load average before and after (a loaded machine's numbers are noise). The table of
+results/benchmark/README.md comes from:
 
     python scripts/tools/benchmark.py --engines --threads 1 2 --rounds 7 \\
         --workloads base multi30k_en_de multi30k_de_en samsum --json results/benchmark/engines.json
@@ -64,6 +66,8 @@ def main(argv=None):
     parser.add_argument("--engines", action="store_true",
                         help="time generation in every engine instead (CPU; needs the ctranslate2 extra)")
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="with --engines: the thread counts")
+    parser.add_argument("--alone_pairs", type=int, default=3,
+                        help="with --engines: pairs of fresh processes timing vaswani_cpu and CTranslate2 fp32 alone")
     parser.add_argument(
         "--workloads", nargs="+", default=["base"], choices=WORKLOADS,
         help="with --engines: presets (random weights and inputs) and shipped models (results/NAME/model on its "
@@ -75,6 +79,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.engines and any(count < 1 for count in args.threads):
         parser.error(f"--threads must be 1 or more, got {args.threads}")
+    if args.alone_pairs < 1:
+        parser.error(f"--alone_pairs must be 1 or more, got {args.alone_pairs}")
     return run_benchmark(args)
 
 

@@ -20,9 +20,10 @@ over still leaves the others' results, and its error, in the JSON:
             scripts/train.py` on the synthetic task with the base preset: whether the engine engaged is read from the
             run's own summary.json (`distributed_type`), never assumed; a run that refuses or fails is a row with
             engaged false and its error.
-  recipe    scripts/train.py with scripts/configs/multi30k_en_de_gpu.yaml, then scripts/evaluate_model.py on
-            test_2016_flickr: tokenized BLEU, sacreBLEU, and train.py's own training time (summary.json's
-            train_seconds: updates only, without data preparation, evaluation and saving).
+  recipe    scripts/train.py with scripts/configs/multi30k_en_de_gpu.yaml and the GPU sizes' `recipe_options` (now
+            the CPU recipe's 9,000 updates of 4,096 tokens, --cuda_graphs; the JSON's recipe "options"), then
+            scripts/evaluate_model.py on test_2016_flickr: tokenized BLEU, sacreBLEU, and train.py's own training
+            time (summary.json's train_seconds: updates only, without data preparation, evaluation and saving).
 
 It writes into --output_dir: gpu_suite.json, gpu_suite.md (its tables, for results/benchmark/README.md),
 gpu_suite.log (every process's output) and the recipe's recipe_training_summary.json and

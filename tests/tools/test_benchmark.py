@@ -71,13 +71,15 @@ def test_the_benchmark_runs_and_reports(tmp_path, monkeypatch):
 
 
 def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path):
-    """A preset and a shipped model (results/multi30k_en_de/model on Multi30k sentences): every engine timed, the
-    package's decoding loop giving generate's tokens, the ratios those of the times, the load beside each row."""
+    """A preset and a shipped model (results/multi30k_en_de/model on Multi30k sentences): every engine timed (the
+    package's loop and CTranslate2 also alone, in fresh processes), the package's decoding loop giving generate's
+    tokens, the ratios those of the times, the load beside each row."""
     pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
     out = tmp_path / "engines.json"
     threads = torch.get_num_threads()
     try:
         benchmark.main(["--engines", "--workloads", "tiny", "multi30k_en_de", "--threads", "2", "--rounds", "1",
+                        "--alone_pairs", "1",
                         "--batch-size", "2", "--vocab-size", "500", "--new-tokens", "3", "--json", str(out)])
         assert torch.get_num_threads() == 2  # the count asked for (the script sets it)
     finally:
@@ -89,6 +91,11 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
         engines = [name for name in benchmarking.ENGINES if name != "marian" or row["workload"] == "tiny"]
         assert all(row[f"{name}_tokens_per_s"] > 0 and row[f"{name}_ms"] > 0 for name in engines)
         assert row["ct2_fp32_alone_tokens_per_s"] > 0 and row["ct2_int8_alone_tokens_per_s"] > 0  # fresh processes
+        assert row["vaswani_cpu_alone_tokens_per_s"] > 0  # the package's loop in a fresh process too
+        assert row["vaswani_cpu_alone_vs_ct2_fp32_alone"] == pytest.approx(
+            row["vaswani_cpu_alone_tokens_per_s"] / row["ct2_fp32_alone_tokens_per_s"])  # one pair: its ratio
+        pair = [pytest.approx(row["vaswani_cpu_alone_ms"]), pytest.approx(row["ct2_fp32_alone_ms"])]
+        assert row["alone_pairs"] == [pair]
         assert row["vaswani_vs_ct2_fp32"] == pytest.approx(row["vaswani_tokens_per_s"] / row["ct2_fp32_tokens_per_s"])
         assert row["vaswani_cpu_vs_ct2_fp32_alone"] == pytest.approx(
             row["vaswani_cpu_tokens_per_s"] / row["ct2_fp32_alone_tokens_per_s"])
@@ -99,6 +106,8 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
     assert shipped["new_tokens"] > 2 * 5  # real translations of two sentences, ended by the model, not forced
     with pytest.raises(SystemExit):
         benchmark.main(["--engines", "--threads", "0"])
+    with pytest.raises(SystemExit):
+        benchmark.main(["--engines", "--alone_pairs", "0"])
 
 
 def test_kernel_groups_name_forward_and_backward_kernels():

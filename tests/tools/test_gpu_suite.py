@@ -40,7 +40,7 @@ TRAINING_ROW = {"preset", "model", "precision", "compiled", "cuda_graphs", "toke
                 "peak_memory_mib", "graph_breaks", "profile"}
 PROFILE = {"updates", "ms_per_update", "kernels_per_update", "busy", "top"}
 ENGINE_ROW = {"engine", "engaged", "distributed_type", "tokens_per_s", "peak_memory_mib", "seconds", "error"}
-RECIPE = {"name", "bleu", "sacrebleu", "training_seconds", "steps", "tokens_per_s"}
+RECIPE = {"name", "options", "bleu", "sacrebleu", "training_seconds", "steps", "tokens_per_s"}
 REPORT = {"device", "date", "torch", "packages", "dry_run", "train_py_torch_compile", "peak_flops_bf16", "training",
           "engines", "recipe", "seconds", "errors"}
 
@@ -100,6 +100,7 @@ def test_the_dry_run_writes_every_field_the_issue_lists(dry_run):
 
     recipe = written["recipe"]
     assert set(recipe) == RECIPE and recipe["name"] == "multi30k_en_de_gpu" and recipe["steps"] == 2
+    assert recipe["options"] == list(gpu_suite_module.SIZES["dry_run"].recipe_options)  # what train.py was given
     # train.py's own training time (updates only), and the scores of evaluate_model.py's results file
     summary = json.loads((output_dir / "recipe_training_summary.json").read_text())
     assert recipe["training_seconds"] == summary["train_seconds"] > 0
