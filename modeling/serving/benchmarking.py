@@ -393,13 +393,20 @@ def _ctranslate2_alone(folder: Path, sources: list, options: dict, threads: int,
     (results/benchmark/README.md), so its in-process figure alone would flatter this model."""
     job = scratch / "ctranslate2_job.json"
     job.write_text(json.dumps({"folder": str(folder), "sources": sources, "options": options}), encoding="utf-8")
-    code = (  # ctranslate2 alone: no torch, no transformers in that process
-        "import json, statistics, sys, time\n"
+    setup = (  # ctranslate2 alone: no torch, no transformers in that process
         "import ctranslate2\n"
         f"job = json.loads(open({str(job)!r}, encoding='utf-8').read())\n"
         f"translator = ctranslate2.Translator(job['folder'], device='cpu', inter_threads=1, intra_threads={threads})\n"
-        "def call():\n"
-        "    translator.translate_batch(job['sources'], max_batch_size=len(job['sources']), **job['options'])\n"
+    )
+    call = "translator.translate_batch(job['sources'], max_batch_size=len(job['sources']), **job['options'])"
+    return _time_alone(setup, call, rounds)
+
+
+def _time_alone(setup: str, call: str, rounds: int) -> float:
+    """Median seconds of `call` (one line of Python) in a fresh Python process that runs `setup` first, then the call
+    once untimed and `rounds` times back to back."""
+    code = (
+        "import json, statistics, time\n" + setup + f"def call():\n    {call}\n"
         "call()\n"
         "seconds = []\n"
         f"for _ in range({rounds}):\n"
@@ -422,8 +429,7 @@ def _vaswani_cpu_alone(workload: Workload, num_beams: int, threads: int, rounds:
     job = scratch / "vaswani_cpu_job.json"
     job.write_text(json.dumps({"folder": str(workload.folder), "inputs": str(inputs),
                                "settings": _decoding_settings(workload, num_beams)}), encoding="utf-8")
-    code = (  # this model alone: no CTranslate2 in that process
-        "import json, statistics, time\n"
+    setup = (  # this model alone: no CTranslate2 in that process
         "import torch\n"
         f"torch.set_num_threads({threads})\n"
         "from safetensors.torch import load_file\n"
@@ -432,17 +438,9 @@ def _vaswani_cpu_alone(workload: Workload, num_beams: int, threads: int, rounds:
         f"job = json.loads(open({str(job)!r}, encoding='utf-8').read())\n"
         "model = for_cpu_inference(VaswaniForConditionalGeneration.from_pretrained(job['folder']))\n"
         "inputs = load_file(job['inputs'])\n"
-        "@torch.no_grad()\n"
-        "def call():\n"
-        "    model.generate(**inputs, do_sample=False, **job['settings'])\n"
-        "call()\n"
-        "seconds = []\n"
-        f"for _ in range({rounds}):\n"
-        "    start = time.perf_counter(); call(); seconds.append(time.perf_counter() - start)\n"
-        "print(json.dumps(statistics.median(seconds)))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    call = "with torch.no_grad(): model.generate(**inputs, do_sample=False, **job['settings'])"
+    return _time_alone(setup, call, rounds)
 
 
 def new_tokens(output: torch.Tensor, pad_token_id: int) -> int:
