@@ -112,8 +112,8 @@ def test_the_guide_example_runs(capsys):
 
 
 def test_freed_memory_is_kept_for_reuse_unless_asked_not_to(plain, monkeypatch):
-    """On Linux with glibc, for_cpu_inference has malloc keep freed memory (page faults cost decoding ~5%); elsewhere
-    nothing is changed; release_freed_memory=True leaves the process's setting alone."""
+    """On Linux with glibc, for_cpu_inference has malloc keep freed memory (no fresh pages to fault in at every call);
+    elsewhere nothing is changed; release_freed_memory=True leaves the process's setting alone."""
     glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
     assert cpu_inference.keep_freed_memory() is glibc
     calls = []
