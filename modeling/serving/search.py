@@ -137,9 +137,9 @@ def log_probability_candidates(logits: torch.Tensor, count: int, rule_out=None):
     """The `count` most likely next tokens of each row (log-probabilities (rows, count), best first, and token ids),
     as `topk(log_softmax(logits))` after `rule_out(log_probs)` (transformers' beam search applies its processors to
     the log-probabilities), without writing the log-probabilities of the whole vocabulary: the logits are shifted by
-    their row maximum in place, summed once through exp, and only the candidates are normalized. Each pass over the
-    vocabulary reads memory (256 rows of 8,000 logits are 8 MB): the block maxima are read once and give both the row
-    maxima and the candidates' blocks. `logits` is overwritten."""
+    their row maximum in place, summed once through exp, and only the candidates are normalized. The block maxima
+    give both the row maxima and the candidates' blocks (one pass over the vocabulary fewer). `logits` is
+    overwritten."""
     blocks = _block_maxima(logits)
     maxima = (blocks if blocks is not None else logits).amax(-1, keepdim=True)
     shifted = logits.sub_(maxima)  # log_softmax computes (x - max) - log(sum(exp(x - max))), in this order
