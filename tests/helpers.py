@@ -187,6 +187,15 @@ def run_isolated(code: str, timeout: int = 240) -> str:
     return result.stdout
 
 
+def launch(program: Path, argv: list[str]) -> list[str]:
+    """The command that runs `program` in two CPU processes under `accelerate launch` (its environment needs
+    ACCELERATE_USE_CPU=1), on a free port (the suite's workers launch at the same time; Accelerate's default is
+    always 29500)."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+            "--num_machines", "1", "--main_process_port", "0", "--mixed_precision", "no", "--dynamo_backend", "no",
+            str(program), *argv]
+
+
 def command_in_process(script: Path, arguments, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`python script arguments...` as the command runs it, but in this process: its `__main__` block under that
     `sys.argv` (and in `cwd`), with what it prints to stdout and stderr and its exit status (0 when it returns).

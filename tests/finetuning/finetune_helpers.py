@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from helpers import PAIRS, REPO
+from helpers import PAIRS, REPO, launch
 
 
 def language_rows(english=0, german=1):
@@ -45,8 +45,7 @@ def run_two_processes(script: str, argv: list[str], launcher: str = "torchrun", 
                    "--use_cpu", "true"]
         env = {**os.environ}
     else:
-        command = [str(bin_dir / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
-                   "--main_process_port", "0", scripts, *argv]
+        command = launch(Path(scripts), argv)
         env = {**os.environ, "ACCELERATE_USE_CPU": "1"}
     env["OMP_NUM_THREADS"] = "1"
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)

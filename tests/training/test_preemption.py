@@ -29,8 +29,8 @@ from accelerate import Accelerator
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
-from helpers import PAIRS, QUIET, REPO, load_script, write_jsonl
-from training_helpers import launch, metrics_records, processes_writing_to, reset_accelerate, run_in_process, tiny_argv
+from helpers import PAIRS, QUIET, REPO, launch, load_script, write_jsonl
+from training_helpers import metrics_records, processes_writing_to, reset_accelerate, run_in_process, tiny_argv
 from vaswani.cli import run_command
 from vaswani.training import loop
 from vaswani.training.checkpoints import list_checkpoints

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import REPO, write_jsonl
-from training_helpers import launch, metrics_records, run_in_process, tiny_argv
+from helpers import REPO, launch, write_jsonl
+from training_helpers import metrics_records, run_in_process, tiny_argv
 from vaswani.training.batching import TokenBudgetBatches
 from vaswani.training.checkpoints import checkpoint_problem, list_checkpoints
 from vaswani.training.errors import CheckpointError, TrainingError

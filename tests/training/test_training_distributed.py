@@ -18,8 +18,8 @@ import time
 import pytest
 import torch
 
-from helpers import REPO
-from training_helpers import launch, metrics_records, process_alive, processes_writing_to, tiny_argv
+from helpers import REPO, launch
+from training_helpers import metrics_records, process_alive, processes_writing_to, tiny_argv
 from vaswani.training.checkpoints import latest_checkpoint
 
 

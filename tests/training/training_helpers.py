@@ -74,14 +74,6 @@ def metrics_records(output_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def launch(program: Path, argv: list[str]) -> list[str]:
-    """The command that runs `program` in two CPU processes under `accelerate launch`, on a free port (the suite's
-    workers launch at the same time; Accelerate's default is always 29500)."""
-    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-            "--num_machines", "1", "--main_process_port", "0", "--mixed_precision", "no", "--dynamo_backend", "no",
-            str(program), *argv]
-
-
 def process_alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie, dead but not yet reaped by whoever adopted it, counts as dead)."""
     try:
