@@ -473,13 +473,14 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
         row[f"{name}_tokens_per_s"] = tokens / value
     # this model and CTranslate2 fp32 each in fresh processes, in pairs (the first of a pair alternating): the ratio
     # is the median of the pairs' ratios, so that the machine's drift between processes cancels
+    timers = {
+        "vaswani_cpu": lambda: _vaswani_cpu_alone(workload, beams, threads, args.rounds, scratch),
+        "ct2_fp32": lambda: _ctranslate2_alone(workload.exports["ct2_fp32"], workload.sources, options, threads,
+                                               args.rounds, scratch),
+    }
     pairs = []
     for index in range(args.alone_pairs):
-        timings = {}
-        for name in ("vaswani_cpu", "ct2_fp32")[:: 1 if index % 2 == 0 else -1]:
-            timings[name] = (_vaswani_cpu_alone(workload, beams, threads, args.rounds, scratch) if name == "vaswani_cpu"
-                             else _ctranslate2_alone(workload.exports[name], workload.sources, options, threads,
-                                                     args.rounds, scratch))
+        timings = {name: timers[name]() for name in (list(timers) if index % 2 == 0 else list(timers)[::-1])}
         pairs.append((timings["vaswani_cpu"], timings["ct2_fp32"]))
     row["alone_pairs"] = [[1000 * ours, 1000 * theirs] for ours, theirs in pairs]  # milliseconds
     alone = {"vaswani_cpu_alone": statistics.median(ours for ours, _ in pairs),

@@ -360,16 +360,11 @@ class CpuDecoder:
         if self.position_terms is not None:
             hidden = hidden + self.position_terms[position]
         attention = self.self_attention_inputs(position)
-        pre_norm = weights.pre_norm
         for index, layer in enumerate(weights.layers):
-            # each sub-layer in its residual connection, post-LN (the paper) or pre-LN, as the model's VaswaniResidual
-            inner = _layer_norm(hidden, layer.self_norm) if pre_norm else hidden
-            output = self.self_attention(index, layer, inner, attention)
-            hidden = _add_and_norm(hidden, output, layer.self_norm, pre_norm)
-            inner = _layer_norm(hidden, layer.cross_norm) if pre_norm else hidden
-            hidden = _add_and_norm(hidden, self.cross_attention(index, layer, inner), layer.cross_norm, pre_norm)
-            inner = _layer_norm(hidden, layer.feed_forward_norm) if pre_norm else hidden
-            hidden = _add_and_norm(hidden, _feed_forward(layer, inner), layer.feed_forward_norm, pre_norm)
+            hidden = _residual(weights, hidden, layer.self_norm,
+                               lambda x: self.self_attention(index, layer, x, attention))
+            hidden = _residual(weights, hidden, layer.cross_norm, lambda x: self.cross_attention(index, layer, x))
+            hidden = _residual(weights, hidden, layer.feed_forward_norm, lambda x: _feed_forward(layer, x))
         if weights.final_norm is not None:
             hidden = _layer_norm(hidden, weights.final_norm)
         if not every_slot_decodes:
@@ -468,11 +463,6 @@ class CpuDecoder:
 def _layer_norm(hidden: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor, float]) -> torch.Tensor:
     weight, bias, eps = norm
     return torch.layer_norm(hidden, weight.shape, weight, bias, eps)
-
-
-def _add_and_norm(hidden: torch.Tensor, output: torch.Tensor, norm, pre_norm: bool) -> torch.Tensor:
-    """The end of a residual connection: post-LN normalizes the sum, pre-LN does not (it normalized the input)."""
-    return hidden + output if pre_norm else _layer_norm(hidden + output, norm)
 
 
 # ---------------------------------------------------------------------------------------------------------------
