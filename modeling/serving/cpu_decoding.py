@@ -23,7 +23,7 @@ function for one new token per row, with the model's weights laid out for it (`M
     the keys and values;
   * an input whose search is over leaves the batch (`vaswani.serving.search`): its rows are no longer computed (its
     cache slot is freed once half of the slots are, with one copy);
-  * the next token is picked with vectorized reductions (`vaswani.serving.search.first_argmax`, `top_candidates`);
+  * the next token is picked with vectorized reductions (`vaswani.serving.search.first_argmax`, `beam_candidates`);
   * the encoder (`encode`, which `generate` is handed as the encoder output) computes its position-wise layers on
     the real tokens only, packed without their padding (a batch of captions is about half padding), and its
     self-attention's three projections as one product.
