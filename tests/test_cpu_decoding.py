@@ -249,7 +249,14 @@ def test_weights_changed_after_setup_are_decoded_with(en_de):
         for model in (plain, fast):
             model.model.decoder.layers[0].feed_forward.fc2.weight.neg_()
     assert_same_tokens(plain, fast, batch, num_beams=1, max_new_tokens=20)
-    assert not torch.equal(generated(fast, batch, num_beams=1, max_new_tokens=20), before)
+    changed = generated(fast, batch, num_beams=1, max_new_tokens=20)
+    assert not torch.equal(changed, before)
+    # a parameter replaced by another (assigned, not changed in place)
+    for model in (plain, fast):
+        layer = model.model.decoder.layers[1].encoder_attn.v_proj
+        layer.weight = torch.nn.Parameter(layer.weight.detach().flip(0))
+    assert_same_tokens(plain, fast, batch, num_beams=1, max_new_tokens=20)
+    assert not torch.equal(generated(fast, batch, num_beams=1, max_new_tokens=20), changed)
 
 
 def test_set_up_twice_or_for_int8_keeps_one_path(en_de):
