@@ -71,6 +71,23 @@ def test_en_de_decodes_generates_tokens(en_de, searches, settings):
     assert len(searches) == 1  # the CPU path ran, not transformers' loop
 
 
+def test_beam_search_computes_one_row_per_input_at_its_first_step(en_de, monkeypatch):
+    """The beams are alike at the first step: the decoder computes one row per input then, num_beams after."""
+    plain, tokenizer = en_de
+    fast = for_cpu_inference(copy.deepcopy(plain))
+    rows = []
+    original = cpu_decoding.CpuDecoder.step
+
+    def step(self, tokens):
+        rows.append(tokens.shape[0])
+        return original(self, tokens)
+
+    monkeypatch.setattr(cpu_decoding.CpuDecoder, "step", step)
+    assert_same_tokens(plain, fast, tokenizer(SENTENCES[:5], return_tensors="pt", padding=True), num_beams=3,
+                       max_new_tokens=5)
+    assert rows[:2] == [5, 15]
+
+
 @pytest.mark.parametrize("name", ["multi30k_de_en", "samsum"])
 def test_relative_position_models_decode_generates_tokens(name, searches):
     """The shipped models with relative positions: de->en (post-LN) and the summarizer (pre-LN, its generation

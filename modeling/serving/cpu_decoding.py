@@ -293,11 +293,17 @@ class CpuDecoder:
     new key and value: beam j's key at position p is in row (p, history[a, j, p]) of its slot's (positions, beams)
     block. Every layer's cross-attention keys and values are computed at the start, as the attention's two batched
     products read them: keys (slots * heads, head_dim, source), values (slots * heads, source, head_dim).
+
+    Beam search's first step takes one row per input (`first_step_per_input`: the beams are all alike then), whose
+    key and value go to beam slot 0 of position 0, where every beam's history points.
     """
+
+    first_step_per_input = True
 
     def __init__(self, weights: ModelWeights, encoder_states: torch.Tensor, source_mask: torch.Tensor | None,
                  beams: int, max_length: int, workspace: Workspace | None = None):
         self.weights, self.beams = weights, beams
+        self.row_beams = beams  # the rows each slot has in this step: 1 at beam search's first step (see above)
         self.workspace = workspace if workspace is not None else Workspace()
         self.cache_name = 0  # the cache alternates between two buffers when slots are freed
         inputs, source_length, d_model = encoder_states.shape
@@ -362,6 +368,7 @@ class CpuDecoder:
         weights, position = self.weights, self.position
         if position >= self.max_positions:
             raise ValueError(f"The decoder was set up for {self.max_positions} positions; it cannot take more.")
+        self.row_beams = 1 if position == 0 and tokens.shape[0] == self.slot_count else self.beams
         every_slot_decodes = self.slots.shape[0] == self.slot_count
         if not every_slot_decodes:  # inputs that are over keep their slots until they are freed: give them any token
             all_tokens = tokens.new_zeros(self.slot_count * self.beams)
@@ -398,7 +405,7 @@ class CpuDecoder:
         if self.relative or span > position + 1:
             bias = self.position_bias[:, :, start : start + span].reshape(-1, 1, self.position_bias.shape[1], 1, seen)
         if beams > 1:
-            mask = self.beam_mask(position, span)  # (slots, 1, beams, seen)
+            mask = self.beam_mask(position, span)[:, :, : self.row_beams]  # (slots, 1, row_beams, seen)
             bias = mask.expand(layers, *mask.shape) if bias is None else bias + mask  # (layers, slots, heads, ...)
         new = self.cache[:, :, :, :, position]  # (layers, 2, slots, heads, beams, head_dim)
         return new, window[:, 0].transpose(-1, -2), window[:, 1], bias
@@ -407,9 +414,9 @@ class CpuDecoder:
         """Self-attention of the new rows: their query, key and value in one product, the key and value written to
         the cache in one copy, then two batched products and a softmax over the keys so far."""
         new, keys, values, bias = attention
-        slots, beams, heads, head_dim = self.slot_count, self.beams, self.heads, self.head_dim
+        slots, beams, heads, head_dim = self.slot_count, self.row_beams, self.heads, self.head_dim
         projected = torch.addmm(layer.qkv_bias, hidden, layer.qkv_weight).view(slots, beams, 3, heads, head_dim)
-        new[index].copy_(projected[:, :, 1:].permute(2, 0, 3, 1, 4))
+        new[index, :, :, :, :beams].copy_(projected[:, :, 1:].permute(2, 0, 3, 1, 4))
         query = projected[:, :, 0].transpose(1, 2).reshape(slots * heads, beams, head_dim)
         scores = torch.bmm(query, keys[index])  # (slots * heads, beams, seen)
         if bias is not None:
@@ -418,9 +425,9 @@ class CpuDecoder:
         return torch.addmm(layer.self_out[1], self.merge_heads(output), layer.self_out[0])
 
     def merge_heads(self, states: torch.Tensor) -> torch.Tensor:
-        """(slots * heads, beams, head_dim) -> (slots * beams, heads * head_dim)"""
-        return states.view(self.slot_count, self.heads, self.beams, self.head_dim).transpose(1, 2).reshape(
-            self.slot_count * self.beams, -1)
+        """(slots * heads, row_beams, head_dim) -> (slots * row_beams, heads * head_dim)"""
+        return states.view(self.slot_count, self.heads, self.row_beams, self.head_dim).transpose(1, 2).reshape(
+            self.slot_count * self.row_beams, -1)
 
     def beam_mask(self, position: int, span: int) -> torch.Tensor:
         """(slots, 1, beams, span * beams): 0 where a beam's query may see a key (the key of its own history at that
@@ -431,7 +438,7 @@ class CpuDecoder:
         return mask.view(self.slot_count, 1, self.beams, -1)
 
     def cross_attention(self, index: int, layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
-        slots, beams, heads, head_dim = self.slot_count, self.beams, self.heads, self.head_dim
+        slots, beams, heads, head_dim = self.slot_count, self.row_beams, self.heads, self.head_dim
         query = torch.addmm(layer.cross_query[1], hidden, layer.cross_query[0]).view(slots, beams, heads, head_dim)
         query = query.transpose(1, 2).reshape(slots * heads, beams, head_dim)
         keys, values = self.cross_keys[index], self.cross_values[index]

@@ -28,7 +28,9 @@ on its own rows only, so the others' tokens do not change.
 A decoder is anything with two methods:
 
     step(tokens)        the last token of each row (rows,) -> the next token's logits (rows, vocab), float32;
-                        the decoder remembers what it was fed before (its cache)
+                        the decoder remembers what it was fed before (its cache). A decoder whose
+                        `first_step_per_input` is True is fed one row per input at beam search's first step (the
+                        beams are all alike then; their logits would be the same)
     keep(rows, inputs)  go on with these rows: `rows` are indices into the current rows, in their new order (beam
                         search picks and reorders beams; an input that is over is left out); `inputs`, where the set
                         of inputs changes, the indices of the inputs kept (each input's rows stay together, in
@@ -248,13 +250,15 @@ def beam_search(decoder, batch_size: int, start_token_id: int, settings: SearchS
     length = 1
     while True:
         inputs = state.items.shape[0]
+        # the beams are alike at the first step: a decoder that can gives that step one row per input
+        fed = 1 if length == 1 and getattr(decoder, "first_step_per_input", False) else beams
         rule_out = None
         if settings.min_length > length or settings.no_repeat_ngram_size:
-            history = state.running[:, :, :length].reshape(inputs * beams, length)
+            history = state.running[:, :fed, :length].reshape(inputs * fed, length)
             rule_out = lambda scores: rule_out_tokens(scores, history, settings)  # noqa: E731
-        logits = decoder.step(state.running[:, :, length - 1].reshape(-1))
+        logits = decoder.step(state.running[:, :fed, length - 1].reshape(-1))
         # the best `keep_count` continuations of each input over its beams
-        top_scores, top_indices = beam_candidates(logits, state.running_scores, keep_count, rule_out)
+        top_scores, top_indices = beam_candidates(logits, state.running_scores[:, :fed], keep_count, rule_out)
         vocab = logits.shape[1]
         origins, tokens = top_indices // vocab, top_indices % vocab
         candidates = _along_beams(state.running, origins)
