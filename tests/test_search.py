@@ -1,10 +1,11 @@
-"""vaswani.serving.search, the pieces of a search step against the plain computation they replace: the candidates of
-beam search against `topk(log_softmax(logits) + beam scores)` over each input's beams, as transformers computes it."""
+"""vaswani.serving.search, the pieces of a search step against the plain computation they replace: greedy's token
+against `argmax`, the candidates of beam search against `topk(log_softmax(logits) + beam scores)` over each input's
+beams, as transformers computes it."""
 
 import pytest
 import torch
 
-from vaswani.serving.search import BLOCK, beam_candidates, rule_out_tokens, SearchSettings
+from vaswani.serving.search import BLOCK, beam_candidates, first_argmax, rule_out_tokens, SearchSettings
 
 
 def plain_candidates(logits, beam_scores, count, rule_out=None):
@@ -53,3 +54,16 @@ def test_beam_candidates_with_beams_ruled_out_and_tokens_ruled_out():
     assert bool((indices < vocab).all())  # the first beam's continuations only
     assert not bool((indices % vocab == best[::beams, None]).any())  # the ruled-out best tokens are not candidates
     assert vocab % BLOCK == 0  # the block path, not the plain one
+
+
+@pytest.mark.parametrize("vocab", [8000, 8032, 1000, 100])  # blocks of 64, of 32 only, neither, too small
+def test_first_argmax_is_argmax_with_ties_to_the_first(vocab):
+    generator = torch.Generator().manual_seed(vocab)
+    scores = torch.randn(9, vocab, generator=generator)
+    top = scores.max() + 1
+    scores[0, [7, vocab - 1]] = top  # a tie across blocks
+    scores[1, [vocab // 2, vocab // 2 + 1]] = top  # within a block
+    scores[2] = -float("inf")  # every token ruled out
+    scores[2, vocab - 3] = 0.0
+    assert torch.equal(first_argmax(scores), scores.argmax(-1))
+    assert first_argmax(scores)[:3].tolist() == [7, vocab // 2, vocab - 3]

@@ -100,26 +100,30 @@ BLOCK = 32  # the vocabulary is scanned in blocks of this many logits: one vecto
 SUM_BLOCK_ELEMENTS = 2**17  # `_log_sums` works on this many logits at a time (512 KB of float32: within a core's cache)
 
 
-def _block_maxima(scores: torch.Tensor) -> torch.Tensor | None:
-    """The maximum of each block of `BLOCK` scores along the last dimension (rows, vocab // BLOCK), or None where the
+def _block_maxima(scores: torch.Tensor, block: int = BLOCK) -> torch.Tensor | None:
+    """The maximum of each block of `block` scores along the last dimension (rows, vocab // block), or None where the
     vocabulary is not a whole number of blocks or too small for blocks to pay."""
     vocab = scores.shape[-1]
-    if vocab % BLOCK or vocab < 16 * BLOCK:
+    if vocab % block or vocab < 16 * block:
         return None
-    return scores.view(scores.shape[0], vocab // BLOCK, BLOCK).amax(-1)
+    return scores.view(scores.shape[0], vocab // block, block).amax(-1)
 
 
 def first_argmax(scores: torch.Tensor) -> torch.Tensor:
     """`scores.argmax(-1)`: the first of equal maxima. torch's CPU argmax compares the vocabulary one element at a
     time (2.7 ms for 64 rows of 8,000 logits, one thread); here one vectorized pass finds each block's maximum, then
-    the first block holding the row's maximum, then the first maximum in that block (0.6 ms)."""
-    maxima = _block_maxima(scores)
-    if maxima is None:
+    the first block holding the row's maximum, then the first maximum in that block (blocks of 64: 0.16 ms; of 32,
+    where the vocabulary is not a whole number of 64s: 0.22 ms)."""
+    for block in (2 * BLOCK, BLOCK):
+        maxima = _block_maxima(scores, block)
+        if maxima is not None:
+            break
+    else:
         return scores.argmax(-1)
     rows = torch.arange(scores.shape[0])
-    block = maxima.argmax(-1)  # the first block holding the maximum (a short row: cheap)
-    within = scores.view(scores.shape[0], -1, BLOCK)[rows, block].argmax(-1)
-    return block * BLOCK + within
+    chosen = maxima.argmax(-1)  # the first block holding the maximum (a short row: cheap)
+    within = scores.view(scores.shape[0], -1, block)[rows, chosen].argmax(-1)
+    return chosen * block + within
 
 
 def _log_sums(logits: torch.Tensor, maxima: torch.Tensor) -> torch.Tensor:
