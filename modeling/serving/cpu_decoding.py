@@ -228,7 +228,14 @@ def encode(weights: ModelWeights, input_ids: torch.Tensor, attention_mask: torch
         mask = padding
         if layer.relative_bias is not None:
             bias = _relative_biases(layer, key_positions, key_positions)[None]  # (1, heads, length, length)
-            mask = bias if mask is None else bias + mask
+            if mask is not None:
+                # written with rows of a multiple of 16 floats: PyTorch's attention copies a mask whose rows are not
+                # (0.36 ms a layer for 64 x 4 x 33 x 33)
+                aligned = (workspace or Workspace()).take("mask", (batch, layer.heads, length, -(-length // 16) * 16),
+                                                          hidden)
+                mask = torch.add(bias, mask, out=aligned[..., :length])
+            else:
+                mask = bias
         packed = _residual(weights, packed, layer.self_norm,
                            lambda x: _encoder_self_attention(layer, x, real, padded, batch, length, mask))
         packed = _residual(weights, packed, layer.feed_forward_norm, lambda x: _feed_forward(layer, x))
