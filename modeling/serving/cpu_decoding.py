@@ -187,10 +187,26 @@ def _residual(weights: ModelWeights, hidden: torch.Tensor, norm, sublayer) -> to
     return _layer_norm(hidden + sublayer(hidden), norm)
 
 
+# the feed-forward network takes at most this many inner activations at a time (512 KB of float32), so that its inner
+# layer stays in the core's cache between its two products: the SAMSum encoder's 9,226 tokens x 512 would be 19 MB
+FEED_FORWARD_BLOCK = 2**17
+
+
 def _feed_forward(layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
+    rows = hidden.shape[0]
+    block = max(1, FEED_FORWARD_BLOCK // layer.fc1[0].shape[1])
+    if rows <= block:
+        return torch.addmm(layer.fc2[1], _inner_activations(layer, hidden), layer.fc2[0])
+    output = hidden.new_empty(rows, layer.fc2[0].shape[1])
+    for start in range(0, rows, block):
+        torch.addmm(layer.fc2[1], _inner_activations(layer, hidden[start : start + block]), layer.fc2[0],
+                    out=output[start : start + block])
+    return output
+
+
+def _inner_activations(layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
     inner = torch.addmm(layer.fc1[1], hidden, layer.fc1[0])
-    inner = inner.relu_() if layer.relu else layer.activation(inner)
-    return torch.addmm(layer.fc2[1], inner, layer.fc2[0])
+    return inner.relu_() if layer.relu else layer.activation(inner)
 
 
 def _padding_bias(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
