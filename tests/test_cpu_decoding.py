@@ -242,11 +242,15 @@ def test_other_calls_run_transformers_loop(en_de, searches):
     plain, tokenizer = en_de
     fast = for_cpu_inference(copy.deepcopy(plain))
     batch = tokenizer(SENTENCES[:4], return_tensors="pt", padding=True)
-    sampled = []
+    sampled, fed = [], []
+    hook = fast.get_decoder().register_forward_pre_hook(
+        lambda module, args, kwargs: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
     for model in (plain, fast):
         torch.manual_seed(0)
         sampled.append(generated(model, batch, do_sample=True, top_k=20, max_new_tokens=20))
+    hook.remove()
     assert torch.equal(sampled[0], sampled[1])
+    assert len(fed) > 1 and set(fed) == {1}  # with a cache (the decoder's own): one new token a step
     scored = generated(fast, batch, num_beams=2, output_scores=True, return_dict_in_generate=True, max_new_tokens=10)
     assert scored.sequences_scores is not None
 
