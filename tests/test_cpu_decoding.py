@@ -282,7 +282,18 @@ def test_weights_changed_after_setup_are_decoded_with(en_de):
         layer = model.model.decoder.layers[1].encoder_attn.v_proj
         layer.weight = torch.nn.Parameter(layer.weight.detach().flip(0))
     assert_same_tokens(plain, fast, batch, num_beams=1, max_new_tokens=20)
-    assert not torch.equal(generated(fast, batch, num_beams=1, max_new_tokens=20), changed)
+    replaced = generated(fast, batch, num_beams=1, max_new_tokens=20)
+    assert not torch.equal(replaced, changed)
+    # a module replaced by another
+    for model in (plain, fast):
+        old = model.model.decoder.layers[2].feed_forward.fc1
+        new = torch.nn.Linear(old.in_features, old.out_features)
+        with torch.no_grad():
+            new.weight.copy_(old.weight.flip(1))
+            new.bias.copy_(old.bias)
+        model.model.decoder.layers[2].feed_forward.fc1 = new
+    assert_same_tokens(plain, fast, batch, num_beams=1, max_new_tokens=20)
+    assert not torch.equal(generated(fast, batch, num_beams=1, max_new_tokens=20), replaced)
 
 
 def test_set_up_twice_or_for_int8_keeps_one_path(en_de):

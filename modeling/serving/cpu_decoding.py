@@ -127,16 +127,8 @@ class ModelWeights:
             self.final_norm = _norm_weights(decoder.layer_norm) if decoder.layer_norm is not None else None
             self.vocab_weight = model.lm_head.weight.t().contiguous()
             self.encoder = EncoderWeights(model.get_encoder())
-        # where each parameter is held, read directly at each call (walking the modules took 1.5 ms a call)
-        self.parameter_places = [(module._parameters, name) for module in model.modules()
-                                 for name, parameter in module._parameters.items() if parameter is not None]
-        self.versions = self.parameter_versions()
+        self.versions = _parameter_versions(model)
         self.sinusoids = torch.empty(0, self.d_model)
-
-    def parameter_versions(self) -> list[tuple[int, int]]:
-        """Where each parameter's values live and how often they were changed in place: a change in either (a
-        parameter replaced, loaded or trained) means new weights."""
-        return [(place[name].data_ptr(), place[name]._version) for place, name in self.parameter_places]
 
     def sinusoid_rows(self, count: int) -> torch.Tensor:
         """The first `count` rows of the sinusoidal position table (the model's `sinusoidal_positions`, element for
@@ -171,6 +163,19 @@ def _absolute_positions(weights: ModelWeights, learned: torch.Tensor | None, pos
     if weights.position_type == "learned":
         return learned[positions]
     return None
+
+
+def _parameter_versions(model: nn.Module) -> list[tuple[int, int]]:
+    """Where each parameter's values live and how often they were changed in place: a change in either (a parameter
+    or module replaced, weights loaded or trained) means new weights. The modules are walked through their
+    `_modules` directly: `model.parameters()` took 0.6 ms a call, a quarter of it this walk."""
+    versions, modules = [], [model]
+    while modules:
+        module = modules.pop()
+        versions.extend((parameter.data_ptr(), parameter._version)
+                        for parameter in module._parameters.values() if parameter is not None)
+        modules.extend(child for child in module._modules.values() if child is not None)
+    return versions
 
 
 def _relative_biases(layer: LayerWeights, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
@@ -582,7 +587,7 @@ class CpuGenerate:
         return inputs if _model_runs_here(self.model) else None
 
     def current_weights(self) -> ModelWeights:
-        if self.weights is None or self.weights.versions != self.weights.parameter_versions():
+        if self.weights is None or self.weights.versions != _parameter_versions(self.model):
             self.weights = ModelWeights(self.model)
         return self.weights
 
