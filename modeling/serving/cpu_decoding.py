@@ -224,6 +224,14 @@ def _padding_bias(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor
     return torch.where(mask.bool(), 0.0, torch.finfo(dtype).min)[:, None, None, :].to(dtype)
 
 
+def _real_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The rows of the real tokens of a (batch, length) padding mask in (batch * length), or None where nothing is
+    padding (the layers then run on every row as they are)."""
+    if mask is None or bool(mask.all()):
+        return None
+    return mask.reshape(-1).nonzero().squeeze(1)
+
+
 def encode(weights: ModelWeights, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
            workspace: "Workspace | None" = None) -> torch.Tensor:
     """The model's encoder output, (batch, length, d_model), with every position-wise product (the projections,
@@ -237,15 +245,14 @@ def encode(weights: ModelWeights, input_ids: torch.Tensor, attention_mask: torch
     terms = _absolute_positions(weights, encoder.positions, positions)
     if terms is not None:
         hidden = hidden + terms
-    padding, real = _padding_bias(attention_mask, hidden.dtype), None
-    if padding is not None:
-        real = attention_mask.reshape(-1).nonzero().squeeze(1)  # the rows of the real tokens in (batch * length)
+    workspace = workspace if workspace is not None else Workspace()
+    padding, real = _padding_bias(attention_mask, hidden.dtype), _real_rows(attention_mask)
     packed = hidden.reshape(batch * length, d_model)
     packed = packed.index_select(0, real) if real is not None else packed
     # the padded layout of the three projections, its padding rows zeros: every layer writes the real rows only
     padded = None
     if real is not None:
-        padded = (workspace or Workspace()).take("padded", (batch * length, 3 * d_model), packed).zero_()
+        padded = workspace.take("padded", (batch * length, 3 * d_model), packed).zero_()
     key_positions = torch.arange(length)
     for layer in encoder.layers:
         mask = padding
@@ -254,8 +261,7 @@ def encode(weights: ModelWeights, input_ids: torch.Tensor, attention_mask: torch
             if mask is not None:
                 # written with rows of a multiple of 16 floats: PyTorch's attention copies a mask whose rows are not
                 # (0.36 ms a layer for 64 x 4 x 33 x 33)
-                aligned = (workspace or Workspace()).take("mask", (batch, layer.heads, length, -(-length // 16) * 16),
-                                                          hidden)
+                aligned = workspace.take("mask", (batch, layer.heads, length, -(-length // 16) * 16), hidden)
                 mask = torch.add(bias, mask, out=aligned[..., :length])
             else:
                 mask = bias
@@ -354,9 +360,7 @@ class CpuDecoder:
         # longer). The products are computed on the real tokens only, as the encoder's: the padding's keys and
         # values are zeros, hidden by `source_bias`.
         states = encoder_states.reshape(-1, d_model)
-        real = None
-        if source_mask is not None and not bool(source_mask.all()):
-            real = source_mask.reshape(-1).nonzero().squeeze(1)
+        real = _real_rows(source_mask)
         packed = states.index_select(0, real) if real is not None else states
         padded = states.new_zeros(states.shape) if real is not None else None
 

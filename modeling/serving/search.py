@@ -167,9 +167,10 @@ def beam_candidates(logits: torch.Tensor, beam_scores: torch.Tensor, count: int,
     per_row = blocks.shape[1]  # vocab = per_row * BLOCK: block b of beam j starts at index (j * per_row + b) * BLOCK
     block_scores = ((blocks - maxima) - log_sums) + offsets
     chosen = block_scores.view(inputs, beams * per_row).topk(count).indices.sort(-1).values  # in row order, as ties
-    chosen_rows = (chosen // per_row + torch.arange(0, rows, beams)[:, None]).view(-1)
-    values = logits.view(rows * per_row, BLOCK).index_select(0, chosen_rows * per_row + (chosen % per_row).view(-1))
-    terms = torch.cat((maxima, log_sums, offsets), 1).index_select(0, chosen_rows)  # each block's row's terms
+    # the chosen blocks among all the rows' blocks (each input's first block is at input * beams * per_row)
+    chosen_blocks = (chosen + torch.arange(0, rows * per_row, beams * per_row)[:, None]).view(-1)
+    values = logits.view(rows * per_row, BLOCK).index_select(0, chosen_blocks)
+    terms = torch.cat((maxima, log_sums, offsets), 1).index_select(0, chosen_blocks // per_row)  # their rows' terms
     scores = ((values - terms[:, 0:1]) - terms[:, 1:2]) + terms[:, 2:3]
     top_scores, within = scores.view(inputs, count * BLOCK).topk(count)
     return top_scores, chosen.gather(1, within // BLOCK) * BLOCK + within % BLOCK
