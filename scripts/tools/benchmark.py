@@ -33,8 +33,8 @@ with its length penalty (and n-gram rule). Each row gives the milliseconds per b
 tokens, and the load average before and after (a loaded machine's numbers are noise). The table of
 results/benchmark/README.md comes from:
 
-    python scripts/tools/benchmark.py --engines --threads 1 2 --rounds 7 \\
-        --workloads base multi30k_en_de multi30k_de_en samsum --json results/benchmark/engines.json
+    python scripts/tools/benchmark.py --engines --threads 1 2 --rounds 5 --alone_pairs 5 \\
+        --workloads base multi30k_en_de multi30k_de_en samsum --json results/benchmark/engines_cpu_xeon_amx.json
 """
 
 import argparse
