@@ -150,11 +150,32 @@ def test_the_encoder_on_real_tokens_only_gives_the_models_encoder_output(layout,
         monkeypatch.setattr(cpu_decoding, "FEED_FORWARD_BLOCK", 5 * model.config.encoder_ffn_dim)
         assert torch.allclose(cpu_decoding.encode(weights, input_ids, attention_mask), got, rtol=0, atol=1e-6)
         monkeypatch.undo()
+        # the attention in groups of inputs of about the same length, each on its own columns (groups of one: each
+        # input on its own tokens, padded on the right or the left; the whole batch as one group) gives the same, to
+        # the rounding of attention over other lengths
+        for size in (1, 2, len(input_ids)):
+            monkeypatch.setattr(cpu_decoding, "ATTENTION_GROUP", size)
+            assert torch.allclose(cpu_decoding.encode(weights, input_ids, attention_mask), got, rtol=0, atol=1e-5)
+        monkeypatch.undo()
         full = attention_mask[:, :1].bool().all(-1) & attention_mask.bool().all(-1)  # the rows without padding
         unpadded = input_ids[full.nonzero().squeeze(1)] if full.any() else input_ids[:1, :1]
         alone = model.get_encoder()(input_ids=unpadded).last_hidden_state
         assert torch.allclose(cpu_decoding.encode(weights, unpadded, None), alone, atol=1e-5)
         assert torch.allclose(cpu_decoding.encode(weights, unpadded, torch.ones_like(unpadded)), alone, atol=1e-5)
+
+
+def test_the_encoders_attention_groups_inputs_of_about_the_same_length(monkeypatch):
+    """`_length_order`: the inputs sorted by the span of their real tokens (stable), in groups of ATTENTION_GROUP,
+    each on the columns where one of its inputs has a token; an input without tokens takes every column."""
+    monkeypatch.setattr(cpu_decoding, "ATTENTION_GROUP", 2)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0]])
+    order, groups = cpu_decoding._length_order(mask)
+    assert order.tolist() == [3, 0, 1, 2, 4]
+    assert [(g.first, g.last, g.start, g.end) for g in groups] == [(0, 2, 0, 3), (2, 4, 0, 5), (4, 5, 0, 5)]
+    mask = torch.tensor([[1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1]])
+    order, groups = cpu_decoding._length_order(mask)
+    assert order.tolist() == [0, 3, 2, 1]
+    assert [(g.first, g.last, g.start, g.end) for g in groups] == [(0, 2, 0, 6), (2, 4, 0, 6)]
 
 
 def test_a_call_asking_for_attentions_gets_the_models_own_encoder(en_de, monkeypatch):
