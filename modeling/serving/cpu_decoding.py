@@ -608,7 +608,13 @@ def _layer_norm(hidden: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor, fl
 
 class CpuGenerate:
     """What `model.generate` is after `for_cpu_inference(model)`: `generate` itself, handing its decoding loop to
-    `decoding_loop` (this path where it applies, transformers' own elsewhere). Holds the laid-out weights."""
+    `decoding_loop` (this path where it applies, transformers' own elsewhere). Holds the laid-out weights.
+
+    The encoder and the search run in `torch.inference_mode()`, where each operation skips the version counting and
+    view tracking that `no_grad` keeps (which `generate` runs in): a decoding step is about 200 small operations, and
+    paired calls on 64 captions (one thread, 2-core EPYC) were 1.04x (de->en greedy and beam 4) and 1.05x (en->de
+    greedy) faster. Their tensors (the workspace's buffers, the laid-out weights) are inference tensors, written only
+    here; the output is copied into an ordinary tensor."""
 
     def __init__(self, model: nn.Module):
         self.model = model
@@ -621,7 +627,7 @@ class CpuGenerate:
         if kwargs.get("custom_generate") is None and not any(kwargs.get(name) is not None for name in LOOP_ARGUMENTS):
             kwargs["custom_generate"] = self.decoding_loop
             if (input_ids := self.encodable_inputs(args, kwargs)) is not None:
-                with torch.no_grad():
+                with torch.inference_mode():
                     states = encode(self.current_weights(), input_ids, kwargs.get("attention_mask"), self.workspace)
                 kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=states)
         return type(model).generate(model, *args, **kwargs)
@@ -673,9 +679,11 @@ class CpuGenerate:
         encoder_states = kwargs["encoder_outputs"].last_hidden_state[::beams]
         source_mask = kwargs.get("attention_mask")
         source_mask = source_mask[::beams] if source_mask is not None else None
-        decoder = CpuDecoder(self.current_weights(), encoder_states, source_mask, beams, settings.max_length,
-                             self.workspace)
-        return search(decoder, encoder_states.shape[0], int(input_ids[0, 0]), settings)
+        with torch.inference_mode():  # (see the class docstring)
+            decoder = CpuDecoder(self.current_weights(), encoder_states, source_mask, beams, settings.max_length,
+                                 self.workspace)
+            output = search(decoder, encoder_states.shape[0], int(input_ids[0, 0]), settings)
+        return output.clone()  # an ordinary tensor, which the caller may change in place
 
 
 def _model_runs_here(model: nn.Module) -> bool:
