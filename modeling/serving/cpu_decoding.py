@@ -426,17 +426,17 @@ class CpuDecoder:
             return (padded.index_copy_(0, real, projected) if real is not None else projected).view(split)
 
         split = (inputs, source_length, self.heads, self.head_dim)
-        self.cross_keys = [project(*pair).permute(0, 2, 3, 1).contiguous() for pair in weights.cross_keys]
-        self.cross_values = [project(*pair).permute(0, 2, 1, 3).contiguous() for pair in weights.cross_values]
+        keys = [project(*pair).permute(0, 2, 3, 1).contiguous() for pair in weights.cross_keys]
+        values = [project(*pair).permute(0, 2, 1, 3).contiguous() for pair in weights.cross_values]
         self.source_bias = _padding_bias(source_mask, encoder_states.dtype)  # (slots, 1, 1, source) or None
         if source_length < MIN_KEYS:  # a short source: zero keys and values after it, masked (MIN_KEYS)
             extra = MIN_KEYS - source_length
-            self.cross_keys = [F.pad(keys, (0, extra)) for keys in self.cross_keys]
-            self.cross_values = [F.pad(values, (0, 0, 0, extra)) for values in self.cross_values]
+            keys = [F.pad(layer_keys, (0, extra)) for layer_keys in keys]
+            values = [F.pad(layer_values, (0, 0, 0, extra)) for layer_values in values]
             bias = self.source_bias
             bias = bias if bias is not None else encoder_states.new_zeros(inputs, 1, 1, source_length)
             self.source_bias = F.pad(bias, (0, extra), value=-float("inf"))
-        self.cross_bias = self.cross_attention_bias()
+        self.set_cross_attention(keys, values)
         self.position_terms = _absolute_positions(weights, weights.positions, torch.arange(self.max_positions))
         self.relative = first.relative_bias is not None
         self.position_bias = self.position_bias_table()
@@ -491,13 +491,16 @@ class CpuDecoder:
         self.position += 1
         return torch.mm(hidden, weights.vocab_weight, out=self.logits[: hidden.shape[0]])
 
-    def cross_attention_bias(self) -> torch.Tensor | None:
-        """The source padding's bias as `baddbmm` adds it to the cross-attention scores, (slots * heads, 1, source),
-        or None (no padding)."""
-        if self.source_bias is None:
-            return None
-        slots, _, _, source = self.source_bias.shape
-        return self.source_bias.expand(slots, self.heads, 1, source).reshape(slots * self.heads, 1, source)
+    def set_cross_attention(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        """Each layer's cross-attention keys (slots, heads, head_dim, source) and values (slots, heads, source,
+        head_dim) as the attention's batched products read them, (slots * heads, ...), and the source padding's bias
+        as `baddbmm` adds it to the scores, (slots * heads, 1, source), or None (no padding)."""
+        slots, heads, head_dim, source = keys[0].shape
+        self.cross_keys = [layer_keys.view(slots * heads, head_dim, source) for layer_keys in keys]
+        self.cross_values = [layer_values.view(slots * heads, source, head_dim) for layer_values in values]
+        self.cross_bias = None
+        if self.source_bias is not None:
+            self.cross_bias = self.source_bias.expand(slots, heads, 1, source).reshape(slots * heads, 1, source)
 
     def self_attention_inputs(self, position: int):
         """What every layer's self-attention reads at this step: the new key and value's place in the cache, the
@@ -523,7 +526,11 @@ class CpuDecoder:
             else:
                 bias = bias.expand(layers, slots, self.heads, -1, seen).reshape(layers, slots * self.heads, -1, seen)
         new = self.cache[:, :, :, :, position]  # (layers, 2, slots, heads, beams, head_dim)
-        return new, window[:, 0].transpose(-1, -2), window[:, 1], bias
+        if self.row_beams < beams:
+            new = new[..., : self.row_beams, :]
+        # each layer's part, in one operation for all the layers
+        return new.unbind(), window[:, 0].transpose(-1, -2).unbind(), window[:, 1].unbind(), \
+            bias.unbind() if bias is not None else [None] * layers
 
     def self_attention(self, index: int, layer: LayerWeights, hidden: torch.Tensor, attention) -> torch.Tensor:
         """Self-attention of the new rows: their query, key and value in one product, the key and value written to
@@ -531,9 +538,9 @@ class CpuDecoder:
         new, keys, values, bias = attention
         slots, beams, heads, head_dim = self.slot_count, self.row_beams, self.heads, self.head_dim
         projected = torch.addmm(layer.qkv_bias, hidden, layer.qkv_weight).view(slots, beams, 3, heads, head_dim)
-        new[index, :, :, :, :beams].copy_(projected[:, :, 1:].permute(2, 0, 3, 1, 4))
+        new[index].copy_(projected[:, :, 1:].permute(2, 0, 3, 1, 4))
         query = projected[:, :, 0].transpose(1, 2).reshape(slots * heads, beams, head_dim)
-        if bias is not None:
+        if bias[index] is not None:
             scores = torch.baddbmm(bias[index], query, keys[index])  # (slots * heads, beams, seen)
         else:
             scores = torch.bmm(query, keys[index])
@@ -542,6 +549,8 @@ class CpuDecoder:
 
     def merge_heads(self, states: torch.Tensor) -> torch.Tensor:
         """(slots * heads, row_beams, head_dim) -> (slots * row_beams, heads * head_dim)"""
+        if self.row_beams == 1:
+            return states.view(self.slot_count, -1)
         return states.view(self.slot_count, self.heads, self.row_beams, self.head_dim).transpose(1, 2).reshape(
             self.slot_count * self.row_beams, -1)
 
@@ -555,14 +564,17 @@ class CpuDecoder:
 
     def cross_attention(self, index: int, layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
         slots, beams, heads, head_dim = self.slot_count, self.row_beams, self.heads, self.head_dim
-        query = torch.addmm(layer.cross_query[1], hidden, layer.cross_query[0]).view(slots, beams, heads, head_dim)
-        query = query.transpose(1, 2).reshape(slots * heads, beams, head_dim)
+        query = torch.addmm(layer.cross_query[1], hidden, layer.cross_query[0])
+        if beams == 1:
+            query = query.view(slots * heads, 1, head_dim)
+        else:
+            query = query.view(slots, beams, heads, head_dim).transpose(1, 2).reshape(slots * heads, beams, head_dim)
         keys, values = self.cross_keys[index], self.cross_values[index]
         if self.cross_bias is not None:
-            scores = torch.baddbmm(self.cross_bias, query, keys.view(slots * heads, head_dim, -1))
+            scores = torch.baddbmm(self.cross_bias, query, keys)
         else:
-            scores = torch.bmm(query, keys.view(slots * heads, head_dim, -1))
-        output = torch.bmm(torch.softmax(scores, dim=-1), values.view(slots * heads, -1, head_dim))
+            scores = torch.bmm(query, keys)
+        output = torch.bmm(torch.softmax(scores, dim=-1), values)
         return torch.addmm(layer.cross_out[1], self.merge_heads(output), layer.cross_out[0])
 
     def keep(self, rows: torch.Tensor, inputs: torch.Tensor | None) -> None:
@@ -586,11 +598,12 @@ class CpuDecoder:
         cache[:, :, :, :, :written] = self.cache[:, :, :, :, :written].index_select(2, slots)
         cache[:, :, :, :, written : self.min_span].zero_()  # read before they are written (see __init__)
         self.cache = cache
-        self.cross_keys = [keys.index_select(0, slots) for keys in self.cross_keys]
-        self.cross_values = [values.index_select(0, slots) for values in self.cross_values]
+        heads = self.heads
+        keys = [keys.view(-1, heads, *keys.shape[1:]).index_select(0, slots) for keys in self.cross_keys]
+        values = [values.view(-1, heads, *values.shape[1:]).index_select(0, slots) for values in self.cross_values]
         if self.source_bias is not None:
             self.source_bias = self.source_bias.index_select(0, slots)
-            self.cross_bias = self.cross_attention_bias()
+        self.set_cross_attention(keys, values)
         self.history = self.history.index_select(0, slots)
         self.slots = torch.arange(slots.shape[0])
         self.slot_count = slots.shape[0]
