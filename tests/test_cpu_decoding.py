@@ -316,6 +316,15 @@ def test_weights_changed_after_setup_are_decoded_with(en_de):
         model.model.decoder.layers[2].feed_forward.fc1 = new
     assert_same_tokens(plain, fast, batch, num_beams=1, max_new_tokens=20)
     assert not torch.equal(generated(fast, batch, num_beams=1, max_new_tokens=20), replaced)
+    # a call given the encoder's output (the path's encoder does not run, nor check the weights): its decoder checks
+    # them, not reusing the last call's
+
+    with torch.no_grad():
+        for model in (plain, fast):
+            model.model.decoder.layers[3].self_attn.out_proj.weight.mul_(-0.5)
+        encoded = plain.get_encoder()(**batch)
+    given = {"encoder_outputs": encoded, "attention_mask": batch["attention_mask"]}
+    assert_same_tokens(plain, fast, given, num_beams=1, max_new_tokens=20)
 
 
 def test_set_up_twice_or_for_int8_keeps_one_path(en_de):

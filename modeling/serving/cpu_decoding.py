@@ -619,6 +619,16 @@ def _layer_norm(hidden: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor, fl
 # ---------------------------------------------------------------------------------------------------------------
 
 
+class CallWeights(threading.local):
+    """The weights the thread's current `generate` call checked (`CpuGenerate.current_weights`), so that its encoder
+    and its decoder check them once (0.3-0.6 ms a check)."""
+
+    weights: ModelWeights | None = None
+
+    def __reduce__(self):  # a copy of a model set up for this path (deepcopy, pickle) starts with none
+        return CallWeights, ()
+
+
 class CpuGenerate:
     """What `model.generate` is after `for_cpu_inference(model)`: `generate` itself, handing its decoding loop to
     `decoding_loop` (this path where it applies, transformers' own elsewhere). Holds the laid-out weights.
@@ -633,6 +643,7 @@ class CpuGenerate:
         self.model = model
         self.weights: ModelWeights | None = None
         self.workspace = Workspace()
+        self.call = CallWeights()
 
     def __call__(self, *args, **kwargs):
         model = self.model
@@ -640,10 +651,14 @@ class CpuGenerate:
         if kwargs.get("custom_generate") is None and not any(kwargs.get(name) is not None for name in LOOP_ARGUMENTS):
             kwargs["custom_generate"] = self.decoding_loop
             if (input_ids := self.encodable_inputs(args, kwargs)) is not None:
+                self.call.weights = self.current_weights()
                 with torch.inference_mode():
-                    states = encode(self.current_weights(), input_ids, kwargs.get("attention_mask"), self.workspace)
+                    states = encode(self.call.weights, input_ids, kwargs.get("attention_mask"), self.workspace)
                 kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=states)
-        return type(model).generate(model, *args, **kwargs)
+        try:
+            return type(model).generate(model, *args, **kwargs)
+        finally:
+            self.call.weights = None
 
     def encodable_inputs(self, args, kwargs) -> torch.Tensor | None:
         """The call's input ids where `encode` gives generate its encoder output: token ids with no encoder output
@@ -692,9 +707,9 @@ class CpuGenerate:
         encoder_states = kwargs["encoder_outputs"].last_hidden_state[::beams]
         source_mask = kwargs.get("attention_mask")
         source_mask = source_mask[::beams] if source_mask is not None else None
+        weights = self.call.weights or self.current_weights()
         with torch.inference_mode():  # (see the class docstring)
-            decoder = CpuDecoder(self.current_weights(), encoder_states, source_mask, beams, settings.max_length,
-                                 self.workspace)
+            decoder = CpuDecoder(weights, encoder_states, source_mask, beams, settings.max_length, self.workspace)
             output = search(decoder, encoder_states.shape[0], int(input_ids[0, 0]), settings)
         return output.clone()  # an ordinary tensor, which the caller may change in place
 
