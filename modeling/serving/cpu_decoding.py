@@ -27,8 +27,11 @@ function for one new token per row, with the model's weights laid out for it (`M
   * the encoder (`encode`, which `generate` is handed as the encoder output) computes its position-wise layers on
     the real tokens only, packed without their padding (a batch of captions is about half padding), its
     self-attention's three projections as one product, its feed-forward network a few hundred rows at a time (the
-    inner layer stays in the core's cache), and its attention mask with rows of a multiple of 16 floats (PyTorch's
-    attention copies any other: on SAMSum's 64 x 256 tokens the encoder took 716 ms with that copy, 394 without).
+    inner layer stays in the core's cache), its attention on the inputs sorted by length, eight at a time, each
+    group padded to its own longest (`ATTENTION_GROUP`), and its attention mask with rows of a multiple of 16 floats
+    (PyTorch's attention copies any other: on SAMSum's 64 x 256 tokens the encoder took 716 ms with that copy, 394
+    without);
+  * the encoder and the search run in `torch.inference_mode()` (see `CpuGenerate`).
 
 The search itself (greedy, beam search with its length penalty, early stopping, `no_repeat_ngram_size`,
 `min_length` / `min_new_tokens`) is `vaswani.serving.search`, which follows transformers' step for step. `generate`
