@@ -72,6 +72,26 @@ def test_en_de_decodes_generates_tokens(en_de, searches, settings):
     assert len(searches) == 1  # the CPU path ran, not transformers' loop
 
 
+@pytest.mark.parametrize("through_onednn", [True, False])
+def test_the_output_projection_through_either_library_gives_generates_tokens(en_de, searches, monkeypatch,
+                                                                              through_onednn):
+    """The output projection of many rows goes through oneDNN on CPUs other than Intel's (ONEDNN_VOCAB), through
+    MKL elsewhere: forced either way at every row count, the tokens are generate's."""
+    monkeypatch.setattr(cpu_decoding, "ONEDNN_VOCAB", through_onednn)
+    monkeypatch.setattr(cpu_decoding, "ONEDNN_VOCAB_ROWS", 1)
+    projections = []
+    linear = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(cpu_decoding.torch.ops.mkldnn, "_linear_pointwise",
+                        lambda *args: projections.append(args[0].shape) or linear(*args), raising=False)
+    plain, tokenizer = en_de
+    fast = for_cpu_inference(copy.deepcopy(plain))
+    batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    for settings in ({"num_beams": 1}, {"num_beams": 4}):
+        assert_same_tokens(plain, fast, batch, max_new_tokens=25, **settings)
+    assert bool(projections) == through_onednn
+    assert len(searches) == 2
+
+
 def test_beam_search_computes_one_row_per_input_at_its_first_step(en_de, monkeypatch):
     """The beams are alike at the first step: the decoder computes one row per input then, num_beams after."""
     plain, tokenizer = en_de
