@@ -151,7 +151,7 @@ class ModelWeights:
             self.cross_values = [_linear_weights(layer.encoder_attn.v_proj) for layer in decoder.layers]
             self.final_norm = _norm_weights(decoder.layer_norm) if decoder.layer_norm is not None else None
             self.vocab_weight = model.lm_head.weight.t().contiguous()
-            self.vocab_rows = model.lm_head.weight.detach()  # (vocab, d_model), as oneDNN's product reads it
+            self.vocab_rows = model.lm_head.weight.detach().contiguous()  # (vocab, d_model), as oneDNN reads it
             self.encoder = EncoderWeights(model.get_encoder())
         self.versions = _parameter_versions(model)
         self.sinusoids = torch.empty(0, self.d_model)
