@@ -338,7 +338,7 @@ def test_weights_changed_after_setup_are_decoded_with(en_de):
     assert not torch.equal(generated(fast, batch, num_beams=1, max_new_tokens=20), replaced)
     # a call given the encoder's output (the path's encoder does not run, nor check the weights): its decoder checks
     # them, not reusing the last call's
-
+    assert fast.generate.call.weights is None  # a call's checked weights do not outlive it
     with torch.no_grad():
         for model in (plain, fast):
             model.model.decoder.layers[3].self_attn.out_proj.weight.mul_(-0.5)
