@@ -9,4 +9,5 @@
     ctranslate2_generation  a CTranslate2 export called as the project's pipelines are
     onnx_export             the export to ONNX and decoding with onnxruntime
     benchmarking            the speed measurements: setups, the Marian twin, FLOPs, the matmul peak; benchmark.py's runs
+    proc_files              reading /proc (the processor's name and vendor, the process's memory)
 """

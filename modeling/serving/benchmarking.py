@@ -27,6 +27,7 @@ from ..modeling_vaswani import VaswaniForConditionalGeneration
 from ..output_paths import write_text_atomically
 from ..tokenization_vaswani import VaswaniTokenizer
 from .cpu_inference import for_cpu_inference
+from .proc_files import proc_field
 
 
 @dataclass
@@ -123,19 +124,6 @@ def matmul_peak(setup: Setup, dtype: torch.dtype, size: int = 2048, repeats: int
         synchronize(setup)
         best = min(best, (time.perf_counter() - start) / per_round)
     return 2 * size**3 / best
-
-
-def proc_field(path: str, name: str) -> str | None:
-    """The value of the `name: value` line of a /proc file (/proc/self/status, /proc/cpuinfo), or None."""
-    try:
-        with open(path) as lines:
-            for line in lines:
-                key, _, value = line.partition(":")
-                if key.strip() == name:
-                    return value.strip()
-    except OSError:
-        pass
-    return None
 
 
 def cpu_name() -> str:

@@ -63,19 +63,8 @@ from transformers.generation.utils import GENERATION_MODES_MAPPING, GenerationMo
 from transformers.modeling_outputs import BaseModelOutput
 
 from ..modeling_vaswani import padding_aware_positions, sinusoidal_positions
+from .proc_files import proc_field
 from .search import SearchSettings, search
-
-
-def _cpu_vendor() -> str:
-    """The processor's vendor from /proc/cpuinfo ("GenuineIntel", "AuthenticAMD"), or "" where there is none."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
 
 
 # the model_kwargs `generate` passes to its decoding loop that this path reads or can ignore
@@ -87,7 +76,7 @@ LOOP_ARGUMENTS = ("streamer", "synced_gpus", "assistant_model", "tokenizer", "as
 # is slower at it: 256 x 128 x 8,000 took 7.6-8.3 ms through MKL, 6.3-6.4 through oneDNN (2-core AMD EPYC, one
 # thread), 128 rows 3.3-4.6 against 3.1-3.6, 64 rows the same (1.6). Not measured on an Intel CPU, where MKL stays.
 ONEDNN_VOCAB_ROWS = 128
-ONEDNN_VOCAB = torch.backends.mkldnn.is_available() and "GenuineIntel" not in _cpu_vendor()
+ONEDNN_VOCAB = torch.backends.mkldnn.is_available() and proc_field("/proc/cpuinfo", "vendor_id") != "GenuineIntel"
 
 # torch's CPU softmax over fewer than 16 elements per row takes a scalar path: 78 us for 64 x 4 rows of 15 against
 # 6 us for rows of 16 (one thread). Attention here always spans at least this many keys, the ones not yet there
