@@ -3,6 +3,7 @@
 would make agreement meaningless), and transformers' own loop for whatever the path does not do."""
 
 import copy
+import pickle
 import threading
 
 import pytest
@@ -75,7 +76,7 @@ def test_en_de_decodes_generates_tokens(en_de, searches, settings):
 @pytest.mark.parametrize("through_onednn", [True, False])
 def test_the_output_projection_through_either_library_gives_generates_tokens(en_de, searches, monkeypatch,
                                                                               through_onednn):
-    """The output projection of many rows goes through oneDNN on CPUs other than Intel's (ONEDNN_VOCAB), through
+    """The output projection of two rows or more goes through oneDNN on CPUs other than Intel's (ONEDNN_VOCAB), through
     MKL elsewhere: forced either way at every row count, the tokens are generate's."""
     monkeypatch.setattr(cpu_decoding, "ONEDNN_VOCAB", through_onednn)
     monkeypatch.setattr(cpu_decoding, "ONEDNN_VOCAB_ROWS", 1)
@@ -345,6 +346,23 @@ def test_weights_changed_after_setup_are_decoded_with(en_de):
         encoded = plain.get_encoder()(**batch)
     given = {"encoder_outputs": encoded, "attention_mask": batch["attention_mask"]}
     assert_same_tokens(plain, fast, given, num_beams=1, max_new_tokens=20)
+
+
+@pytest.mark.parametrize("through_onednn", [True, False])
+def test_a_copy_of_a_model_that_decoded_lays_its_own_weights_out(en_de, monkeypatch, through_onednn):
+    """deepcopy and pickle of a model set up for this path after a call (its laid-out weights hold oneDNN's reordered
+    output projection on CPUs other than Intel's, which cannot be copied): the copy lays its weights out from its own
+    parameters at its first call and decodes generate's tokens."""
+    monkeypatch.setattr(cpu_decoding, "ONEDNN_VOCAB", through_onednn)
+    plain, tokenizer = en_de
+    fast = for_cpu_inference(copy.deepcopy(plain))
+    batch = tokenizer(SENTENCES[:4], return_tensors="pt", padding=True)
+    assert_same_tokens(plain, fast, batch, num_beams=2, max_new_tokens=15)
+    assert (fast.generate.weights.vocab_packed is not None) == through_onednn
+    for duplicate in (copy.deepcopy(fast), pickle.loads(pickle.dumps(fast))):
+        assert duplicate.generate.weights is None and duplicate.generate.model is duplicate
+        assert_same_tokens(plain, duplicate, batch, num_beams=2, max_new_tokens=15)
+        assert duplicate.generate.weights is not fast.generate.weights
 
 
 def test_set_up_twice_or_for_int8_keeps_one_path(en_de):

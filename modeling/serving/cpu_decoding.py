@@ -24,6 +24,9 @@ function for one new token per row, with the model's weights laid out for it (`M
   * an input whose search is over leaves the batch (`vaswani.serving.search`): its rows are no longer computed (its
     cache slot is freed once half of the slots are, with one copy);
   * the next token is picked with vectorized reductions (`vaswani.serving.search.first_argmax`, `beam_candidates`);
+  * on CPUs other than Intel's, the output projection (the largest product of a step: 8,000 x 128 on the shipped
+    models) runs through oneDNN with its weights reordered once for oneDNN's kernel (`ONEDNN_VOCAB`), where MKL
+    repacks them at every call;
   * the encoder (`encode`, which `generate` is handed as the encoder output) computes its position-wise layers on
     the real tokens only, packed without their padding (a batch of captions is about half padding), its
     self-attention's three projections as one product, its feed-forward network a few hundred rows at a time (the
@@ -72,11 +75,18 @@ HANDLED_MODEL_KWARGS = {"encoder_outputs", "attention_mask", "use_cache", "cache
 OUTPUT_OPTIONS = ("output_attentions", "output_hidden_states", "output_scores", "output_logits")
 # the arguments of `generate` meant for its decoding loop
 LOOP_ARGUMENTS = ("streamer", "synced_gpus", "assistant_model", "tokenizer", "assistant_tokenizer")
-# The output projection of this many rows or more goes through oneDNN on CPUs other than Intel's, where PyTorch's MKL
-# is slower at it: 256 x 128 x 8,000 took 7.6-8.3 ms through MKL, 6.3-6.4 through oneDNN (2-core AMD EPYC, one
-# thread), 128 rows 3.3-4.6 against 3.1-3.6, 64 rows the same (1.6). Not measured on an Intel CPU, where MKL stays.
-ONEDNN_VOCAB_ROWS = 128
+# On CPUs other than Intel's, the output projection of two rows or more goes through oneDNN, its weights reordered
+# once into the layout oneDNN's kernel reads (`ModelWeights.vocab_packed`): PyTorch's MKL product repacks the 4 MB
+# matrix at every call, which costs most at the few rows of a search's last steps. x 128 x 8,000 on a 2-core AMD EPYC,
+# one thread, caches warm / flushed: 4 rows 111 / 216 us against 211 / 430 through MKL, 8 rows 193 / 349 against
+# 301 / 480, 64 rows 1.46 / 1.54 ms against 1.93 / 1.89, 256 rows 5.9 / 5.5 against 7.4 / 7.0 (oneDNN without the
+# reordered weights: 6.4 at 256 rows flushed, no faster than MKL below 128). One row stays with MKL, whose
+# matrix-vector product is faster (73 / 101 us against 87 / 147). Not measured on an Intel CPU, where MKL stays.
+ONEDNN_VOCAB_ROWS = 2
 ONEDNN_VOCAB = torch.backends.mkldnn.is_available() and proc_field("/proc/cpuinfo", "vendor_id") != "GenuineIntel"
+# the row count oneDNN is told to expect when it reorders the weights (any count is computed; measured with 16, 64 and
+# 256: within 5% of each other at 2 to 256 rows)
+ONEDNN_VOCAB_HINT = 64
 
 # torch's CPU softmax over fewer than 16 elements per row takes a scalar path: 78 us for 64 x 4 rows of 15 against
 # 6 us for rows of 16 (one thread). Attention here always spans at least this many keys, the ones not yet there
@@ -123,8 +133,8 @@ def _norm_weights(norm: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor, float
 
 class ModelWeights:
     """A `VaswaniForConditionalGeneration` laid out for this path (see the module docstring): the decoder's layers,
-    scaled embedding, cross-attention key and value projections and the output projection, all transposed; the
-    encoder (`EncoderWeights`)."""
+    scaled embedding, cross-attention key and value projections and the output projection, all transposed (the output
+    projection also reordered for oneDNN where `ONEDNN_VOCAB`); the encoder (`EncoderWeights`)."""
 
     def __init__(self, model: nn.Module):
         config = model.config
@@ -140,7 +150,10 @@ class ModelWeights:
             self.cross_values = [_linear_weights(layer.encoder_attn.v_proj) for layer in decoder.layers]
             self.final_norm = _norm_weights(decoder.layer_norm) if decoder.layer_norm is not None else None
             self.vocab_weight = model.lm_head.weight.t().contiguous()
-            self.vocab_rows = model.lm_head.weight.detach().contiguous()  # (vocab, d_model), as oneDNN reads it
+            self.vocab_packed = None  # (an opaque oneDNN tensor: it cannot be copied, see CpuGenerate.__getstate__)
+            if ONEDNN_VOCAB:
+                self.vocab_packed = torch.ops.mkldnn._reorder_linear_weight(
+                    model.lm_head.weight.detach().contiguous(), ONEDNN_VOCAB_HINT)
             self.encoder = EncoderWeights(model.get_encoder())
         self.versions = _parameter_versions(model)
         self.sinusoids = torch.empty(0, self.d_model)
@@ -454,7 +467,9 @@ class CpuDecoder:
         # beam j's history: the beam slot holding its key at each position (before any choice, its own)
         self.history = torch.arange(beams).view(1, beams, 1).repeat(inputs, 1, cache_positions)
         self.beam_ids = torch.arange(beams)
-        self.logits = self.workspace.take("logits", (inputs * beams, weights.vocab_weight.shape[1]), encoder_states)
+        # the logits of the steps MKL computes (all of them, or those of one row: ONEDNN_VOCAB)
+        logit_rows = inputs * beams if weights.vocab_packed is None else min(inputs * beams, ONEDNN_VOCAB_ROWS - 1)
+        self.logits = self.workspace.take("logits", (logit_rows, weights.vocab_weight.shape[1]), encoder_states)
 
     def position_bias_table(self) -> torch.Tensor:
         """Every layer's additive bias of a query at the last position over every key position, repeated for every
@@ -500,8 +515,8 @@ class CpuDecoder:
         if not every_slot_decodes:
             hidden = hidden[self.rows]
         self.position += 1
-        if hidden.shape[0] >= ONEDNN_VOCAB_ROWS and ONEDNN_VOCAB:
-            return torch.ops.mkldnn._linear_pointwise(hidden, weights.vocab_rows, None, "none", [], "")
+        if hidden.shape[0] >= ONEDNN_VOCAB_ROWS and weights.vocab_packed is not None:
+            return torch.ops.mkldnn._linear_pointwise(hidden, weights.vocab_packed, None, "none", [], "")
         return torch.mm(hidden, weights.vocab_weight, out=self.logits[: hidden.shape[0]])
 
     def set_cross_attention(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
@@ -657,6 +672,11 @@ class CpuGenerate:
         self.weights: ModelWeights | None = None
         self.workspace = Workspace()
         self.call = CallWeights()
+
+    def __getstate__(self):
+        """A copy (deepcopy, pickle) lays its weights out anew at its first call, from its own model's parameters
+        (oneDNN's reordered output projection cannot be copied)."""
+        return {**self.__dict__, "weights": None}
 
     def __call__(self, *args, **kwargs):
         model = self.model
