@@ -333,10 +333,10 @@ def _shipped_workload(name: str, args, scratch: Path) -> Workload:
     return Workload(name, setup, models, exports, inputs, sources, settings, forced_length=False, folder=folder)
 
 
-def _generate_function(model, workload: Workload, num_beams: int):
+def _generate_function(model, workload: Workload, num_beams: int, early_stopping: bool = True):
     """One `generate` call of `model` on the workload's batch (returns the output ids)."""
 
-    settings = _decoding_settings(workload, num_beams)
+    settings = _decoding_settings(workload, num_beams, early_stopping)
 
     @torch.no_grad()
     def generate():
@@ -348,11 +348,20 @@ def _generate_function(model, workload: Workload, num_beams: int):
     return generate
 
 
-def _decoding_settings(workload: Workload, num_beams: int) -> dict:
-    """The workload's `generate` settings with `num_beams` (a length penalty only for beam search)."""
+def _decoding_settings(workload: Workload, num_beams: int, early_stopping: bool = True) -> dict:
+    """The workload's `generate` settings with `num_beams` (a length penalty only for beam search).
+
+    Beam search stops as CTranslate2's does, which has no other rule: an input is over once `num_beams` hypotheses
+    have finished, transformers' `early_stopping=True`. So every engine of a row searches alike and computes the same
+    tokens (the row checks CTranslate2 fp32's against `generate`'s). transformers' default, `early_stopping=False`
+    (the shipped generation configs'), goes on while a running beam might still beat the worst finished one: more
+    steps for the same inputs, which only this project's engines can run (`early_stopping=False` here: the row's
+    `vaswani_cpu_early_stopping_false`)."""
     settings = {**workload.settings, "num_beams": num_beams}
     if num_beams == 1:
         settings.pop("length_penalty", None)
+    else:
+        settings["early_stopping"] = early_stopping
     return settings
 
 
@@ -373,6 +382,22 @@ def _ctranslate2_function(folder: Path, sources: list, options: dict, threads: i
         return translator.translate_batch(sources, max_batch_size=len(sources), **options)
 
     return generate
+
+
+def generated_tokens(output: torch.Tensor, eos_token_id: int) -> list[list[int]]:
+    """The new tokens of each row of `generate`'s output, up to its first end token (excluded), as CTranslate2
+    returns a hypothesis."""
+    rows = []
+    for row in output[:, 1:].tolist():
+        rows.append(row[: row.index(eos_token_id)] if eos_token_id in row else row)
+    return rows
+
+
+def _ctranslate2_tokens(results, workload: Workload) -> list[list[int]]:
+    """The best hypothesis of each of CTranslate2's results as token ids of the workload's vocabulary."""
+    vocabulary = json.loads((workload.exports["ct2_fp32"] / "shared_vocabulary.json").read_text(encoding="utf-8"))
+    ids = {token: index for index, token in enumerate(vocabulary)}
+    return [[ids[token] for token in result.hypotheses[0]] for result in results]
 
 
 def _ctranslate2_alone(folder: Path, sources: list, options: dict, threads: int, rounds: int, scratch: Path) -> float:
@@ -446,19 +471,28 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
     CTranslate2 alone, in `--alone_pairs` pairs of fresh processes."""
     options = _ctranslate2_options(workload, beams)
     calls = {name: _generate_function(model, workload, beams) for name, model in workload.models.items()}
+    if beams > 1:  # the shipped configs' stopping rule, which CTranslate2 cannot run (see _decoding_settings)
+        calls["vaswani_cpu_early_stopping_false"] = _generate_function(
+            workload.models["vaswani_cpu"], workload, beams, early_stopping=False)
     calls.update({name: _ctranslate2_function(folder, workload.sources, options, threads)
                   for name, folder in workload.exports.items()})
     load_before = _load_average()
     seconds = _alternate(calls, args.rounds, 1, 1, workload.setup)
     plain, ours = calls["vaswani"](), calls["vaswani_cpu"]()
-    pad = workload.models["vaswani"].config.pad_token_id
-    tokens = new_tokens(plain, pad)  # what the plain model generates: the work every engine does
+    config = workload.models["vaswani"].config
+    tokens = new_tokens(plain, config.pad_token_id)  # what the plain model generates: the work every engine does
     row = {"workload": workload.name, "threads": threads, "num_beams": beams, "batch": workload.setup.batch_size,
            "source_length": workload.setup.source_length, "new_tokens": tokens,
-           "vaswani_cpu_same_tokens": plain.tolist() == ours.tolist(), "load_average": [load_before, _load_average()]}
+           "vaswani_cpu_same_tokens": plain.tolist() == ours.tolist(),
+           "ct2_fp32_same_tokens": _ctranslate2_tokens(calls["ct2_fp32"](), workload)
+           == generated_tokens(plain, config.eos_token_id),
+           "load_average": [load_before, _load_average()]}
+    if beams > 1:  # a longer search: its own tokens
+        row["vaswani_cpu_early_stopping_false_new_tokens"] = new_tokens(
+            calls["vaswani_cpu_early_stopping_false"](), config.pad_token_id)
     for name, value in seconds.items():
         row[f"{name}_ms"] = 1000 * value
-        row[f"{name}_tokens_per_s"] = tokens / value
+        row[f"{name}_tokens_per_s"] = row.get(f"{name}_new_tokens", tokens) / value
     # this model and CTranslate2 fp32 each in fresh processes, in pairs (the first of a pair alternating): the ratio
     # is the median of the pairs' ratios, so that the machine's drift between processes cancels
     timers = {
@@ -478,7 +512,7 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
     for name, value in alone.items():
         row[f"{name}_ms"] = 1000 * value
         row[f"{name}_tokens_per_s"] = tokens / value
-    for name in ("vaswani", "vaswani_cpu", "marian"):
+    for name in ("vaswani", "vaswani_cpu", "vaswani_cpu_early_stopping_false", "marian"):
         if name in seconds:
             row[f"{name}_vs_ct2_fp32"] = seconds["ct2_fp32"] / seconds[name]
             row[f"{name}_vs_ct2_fp32_alone"] = alone["ct2_fp32_alone"] / seconds[name]
@@ -510,7 +544,8 @@ def _compare_engines(args) -> dict:
                         f"x{row['vaswani_vs_ct2_fp32_alone']:.2f}, vaswani_cpu x{row['vaswani_cpu_vs_ct2_fp32']:.2f} / "
                         f"x{row['vaswani_cpu_vs_ct2_fp32_alone']:.2f}, both alone "
                         f"x{row['vaswani_cpu_alone_vs_ct2_fp32_alone']:.2f} (same tokens as generate: "
-                        f"{row['vaswani_cpu_same_tokens']}); int8 vs CTranslate2 int8 "
+                        f"{row['vaswani_cpu_same_tokens']}, CTranslate2 fp32 {row['ct2_fp32_same_tokens']}); "
+                        "int8 vs CTranslate2 int8 "
                         f"x{row['vaswani_int8_vs_ct2_int8']:.2f} / x{row['vaswani_int8_vs_ct2_int8_alone']:.2f}"
                     )
     return report

@@ -100,6 +100,13 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
         assert row["vaswani_cpu_vs_ct2_fp32_alone"] == pytest.approx(
             row["vaswani_cpu_tokens_per_s"] / row["ct2_fp32_alone_tokens_per_s"])
         assert row["vaswani_cpu_same_tokens"] is True
+        # beam search stops as CTranslate2's does (early_stopping=True): every engine computes the same tokens
+        assert row["ct2_fp32_same_tokens"] is True
+        if row["num_beams"] > 1:  # and the shipped configs' own rule (early_stopping=False), timed beside
+            assert row["vaswani_cpu_early_stopping_false_ms"] > 0
+            assert row["vaswani_cpu_early_stopping_false_new_tokens"] > 0
+        else:
+            assert "vaswani_cpu_early_stopping_false_ms" not in row
         assert len(row["load_average"]) == 2
     shipped = rows[2]
     assert "marian_ms" not in shipped and shipped["batch"] == 2
@@ -108,6 +115,14 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
         benchmark.main(["--engines", "--threads", "0"])
     with pytest.raises(SystemExit):
         benchmark.main(["--engines", "--alone_pairs", "0"])
+
+
+def test_generated_tokens_are_the_new_tokens_up_to_the_first_end_token():
+    eos, pad = 2, 0
+    output = torch.tensor([[1, 5, 6, 2, 0, 0], [1, 7, 2, 8, 2, 0], [1, 9, 9, 9, 9, 9]])
+    assert benchmarking.generated_tokens(output, eos) == [[5, 6], [7], [9, 9, 9, 9, 9]]
+    assert benchmarking.generated_tokens(output[:, :1], eos) == [[], [], []]
+    assert pad not in sum(benchmarking.generated_tokens(output, eos), [])
 
 
 def test_kernel_groups_name_forward_and_backward_kernels():
