@@ -377,8 +377,10 @@ def translate_options(generation_config) -> dict:
     Multi30k sentences it ends on a longer, better-scored translation. With `length_penalty=0`, CTranslate2 stops when
     its best beam finishes. Greedy search (beam size 1) is identical either way.
 
-    N-gram blocking, the repetition penalty and the number of hypotheses are carried over too (not checked token for
-    token). Sampling settings are left out: sampled outputs are not reproducible across two implementations."""
+    N-gram blocking, the repetition penalty and the number of hypotheses are carried over too. CTranslate2's n-gram
+    blocking is not transformers' in beam search: on SAMSum (no_repeat_ngram_size 3, beam 4) its summaries differ from
+    `generate`'s (the benchmark's `ct2_fp32_same_tokens`, results/benchmark/README.md); greedy they were the same. The
+    other two are not checked token for token. Sampling settings are left out: sampled outputs are not reproducible across two implementations."""
     beams = generation_config.num_beams or 1
     options = {"beam_size": beams}
     if beams > 1:

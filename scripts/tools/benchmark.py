@@ -28,13 +28,16 @@ fresh process (`*_alone`: CTranslate2, and `vaswani_cpu` so that the headline ra
 after round, at each thread count, greedy and beam-4, on each of `--workloads`: a preset with random weights (every
 engine forced to `--new-tokens` new tokens), or a shipped model, results/NAME/model, on the first `--batch-size`
 (default 64) inputs of its held-out data in one padded batch, decoded up to its generation config's max_new_tokens
-with its length penalty (and n-gram rule). Each row gives the milliseconds per batch, the generated tokens per second
-(the tokens the plain model generates), the ratios to CTranslate2 fp32, whether `vaswani_cpu` gave `generate`'s
-tokens, and the load average before and after (a loaded machine's numbers are noise). The table of
+with its length penalty (and n-gram rule). Beam search stops as CTranslate2's does (`early_stopping=True`: an input is
+over once num_beams hypotheses have finished), so that every engine computes the same tokens; the shipped configs'
+rule (`early_stopping=False`, a longer search CTranslate2 cannot run) is timed beside, in process
+(`vaswani_cpu_early_stopping_false`). Each row gives the milliseconds per batch, the generated tokens per second
+(the tokens the plain model generates), the ratios to CTranslate2 fp32, whether `vaswani_cpu` and CTranslate2 fp32
+gave `generate`'s tokens, and the load average before and after (a loaded machine's numbers are noise). The table of
 results/benchmark/README.md comes from:
 
     python scripts/tools/benchmark.py --engines --threads 1 2 --rounds 5 --alone_pairs 5 \\
-        --workloads base multi30k_en_de multi30k_de_en samsum --json results/benchmark/engines_cpu_xeon_amx.json
+        --workloads base multi30k_en_de multi30k_de_en samsum --json results/benchmark/engines_cpu_amd_epyc_workloads.json
 """
 
 import argparse
