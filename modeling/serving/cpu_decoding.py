@@ -77,15 +77,16 @@ OUTPUT_OPTIONS = ("output_attentions", "output_hidden_states", "output_scores", 
 LOOP_ARGUMENTS = ("streamer", "synced_gpus", "assistant_model", "tokenizer", "assistant_tokenizer")
 # On CPUs other than Intel's, the output projection of two rows or more goes through oneDNN, its weights reordered
 # once into the layout oneDNN's kernel reads (`ModelWeights.vocab_packed`): PyTorch's MKL product repacks the 4 MB
-# matrix at every call, which costs most at the few rows of a search's last steps. x 128 x 8,000 on a 2-core AMD EPYC,
-# one thread, caches warm / flushed: 4 rows 111 / 216 us against 211 / 430 through MKL, 8 rows 193 / 349 against
-# 301 / 480, 64 rows 1.46 / 1.54 ms against 1.93 / 1.89, 256 rows 5.9 / 5.5 against 7.4 / 7.0 (oneDNN without the
-# reordered weights: 6.4 at 256 rows flushed, no faster than MKL below 128). One row stays with MKL, whose
-# matrix-vector product is faster (73 / 101 us against 87 / 147). Not measured on an Intel CPU, where MKL stays.
+# matrix at every call, which costs most at the few rows of a search's last steps. Rows x 128 times 128 x 8,000 on a
+# 2-core AMD EPYC, one thread, caches warm / flushed: 4 rows 111 / 216 us against 211 / 430 through MKL, 8 rows
+# 193 / 349 against 301 / 480, 64 rows 1.46 / 1.54 ms against 1.93 / 1.89, 256 rows 5.9 / 5.5 against 7.4 / 7.0
+# (oneDNN without the reordered weights: 6.4 at 256 rows flushed; from 16 rows up, whole de->en calls were no faster
+# with it than with MKL). One row stays with MKL, whose matrix-vector product is faster (73 / 101 us against
+# 87 / 147). Not measured on an Intel CPU, where MKL stays.
 ONEDNN_VOCAB_ROWS = 2
 ONEDNN_VOCAB = torch.backends.mkldnn.is_available() and proc_field("/proc/cpuinfo", "vendor_id") != "GenuineIntel"
 # the row count oneDNN is told to expect when it reorders the weights (any count is computed; measured with 16, 64 and
-# 256: within 5% of each other at 2 to 256 rows)
+# 256: within about 10% of each other at 2 to 256 rows)
 ONEDNN_VOCAB_HINT = 64
 
 # torch's CPU softmax over fewer than 16 elements per row takes a scalar path: 78 us for 64 x 4 rows of 15 against
