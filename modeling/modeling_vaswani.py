@@ -47,6 +47,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani import MAX_SIZES, VaswaniConfig, check_json_file
+from .pipeline_tasks import register_pipeline_tasks
 
 
 logger = logging.get_logger(__name__)
@@ -406,6 +407,13 @@ class VaswaniPreTrainedModel(PreTrainedModel):
                     "the attention scores; use 'sdpa' or 'eager' with position_embedding_type='relative'."
                 )
         return super()._check_and_adjust_attn_implementation(attn_implementation, *args, **kwargs)
+
+    def post_init(self):
+        """As in transformers, then the pipeline tasks the model's config declares are registered with
+        `transformers.pipeline`, so that it serves them from this model object as from its folder
+        (pipeline_tasks.py)."""
+        super().post_init()
+        register_pipeline_tasks(self.config)
 
     def _init_weights(self, module: nn.Module):
         """Xavier-uniform projections (as in tensor2tensor and fairseq), zero biases, and token embeddings drawn

@@ -1,4 +1,4 @@
-"""vaswani.serving.cpu_decoding, the decoding loop `generate` runs after `for_cpu_inference(model)`: the tokens of plain
+"""vaswani.cpu_decoding, the decoding loop `generate` runs after `for_cpu_inference(model)`: the tokens of plain
 `generate` for greedy and beam search, on the trained models the project ships and real sentences (random weights
 would make agreement meaningless), and transformers' own loop for whatever the path does not do."""
 
@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TextStreamer
 
 from helpers import REPO, english_sentences, load_script, spread_weights, tiny_config
-import vaswani.serving.cpu_decoding as cpu_decoding
+import vaswani.cpu_decoding as cpu_decoding
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.serving.cpu_inference import for_cpu_inference
 

@@ -113,7 +113,7 @@ def test_int8_weights_are_used_and_recorded(seq2seq, tmp_path):
 
 
 def test_translation_decodes_through_the_cpu_decoding_loop_unless_told_not_to(seq2seq, tmp_path, monkeypatch):
-    import vaswani.serving.cpu_decoding as cpu_decoding
+    import vaswani.cpu_decoding as cpu_decoding
 
     searches = []
     search = cpu_decoding.search

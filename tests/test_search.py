@@ -1,11 +1,11 @@
-"""vaswani.serving.search, the pieces of a search step against the plain computation they replace: greedy's token
+"""vaswani.search, the pieces of a search step against the plain computation they replace: greedy's token
 against `argmax`, the candidates of beam search against `topk(log_softmax(logits) + beam scores)` over each input's
 beams, as transformers computes it."""
 
 import pytest
 import torch
 
-from vaswani.serving.search import BLOCK, beam_candidates, first_argmax, rule_out_tokens, SearchSettings
+from vaswani.search import BLOCK, beam_candidates, first_argmax, rule_out_tokens, SearchSettings
 
 
 def plain_candidates(logits, beam_scores, count, rule_out=None):

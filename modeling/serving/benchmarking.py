@@ -27,7 +27,7 @@ from ..modeling_vaswani import VaswaniForConditionalGeneration
 from ..output_paths import write_text_atomically
 from ..tokenization_vaswani import VaswaniTokenizer
 from .cpu_inference import for_cpu_inference
-from .proc_files import proc_field
+from ..proc_files import proc_field
 
 
 @dataclass

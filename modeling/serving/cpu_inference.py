@@ -15,7 +15,7 @@ only (no gradients, nothing to save):
 `"fp32"` changes only how the products are summed: logits agree with the plain model to float32 rounding (about
 1e-5) and decoding gives the same tokens (tests/test_cpu_inference.py checks both on the shipped en->de model). A
 translation or summarization model (`VaswaniForConditionalGeneration`) also decodes through
-`vaswani.serving.cpu_decoding`: `model.generate` then runs greedy and beam search with a decoder written for one new
+`vaswani.cpu_decoding`: `model.generate` then runs greedy and beam search with a decoder written for one new
 token per row (a cache written in place, attention of one row as two products, no copy of the cache when beams are
 chosen) and an encoder whose position-wise layers skip the padding, 2 to 4 times faster than the model's own
 forward at the shipped models' size, with the same tokens (tests/test_cpu_decoding.py); any other call of
@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .cpu_decoding import CpuGenerate
+from ..cpu_decoding import CpuGenerate
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 
 
@@ -83,7 +83,7 @@ class OneDNNLinear(nn.Linear):
 
 def for_cpu_inference(model: nn.Module, quantization: str = "fp32", release_freed_memory: bool = False) -> nn.Module:
     """`model` set up for fast CPU inference: `"fp32"` routes its Linear layers through oneDNN and its `generate`
-    through `vaswani.serving.cpu_decoding` (in place, same weights); `"int8"` returns a copy whose Linear layers hold
+    through `vaswani.cpu_decoding` (in place, same weights); `"int8"` returns a copy whose Linear layers hold
     int8 weights. The model is put in eval mode. Unless `release_freed_memory`, the process keeps the memory it frees
     (`keep_freed_memory`, see the module docstring)."""
     if quantization not in QUANTIZATIONS:

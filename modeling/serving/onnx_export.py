@@ -47,7 +47,7 @@ fails ("Cannot view a tensor with shape [batch, sequence, heads, head_dim] ... a
 the eager path computes the same function and exports for every position type. Then each graph is run with onnxruntime on inputs of other shapes than the traced ones (a past of length 0 included) and compared with
 PyTorch, and an export that fails or disagrees is reported with the name of the graph.
 
-Decoding: `OnnxGenerator` runs greedy or beam search (`vaswani.serving.search`, transformers' search step for step:
+Decoding: `OnnxGenerator` runs greedy or beam search (`vaswani.search`, transformers' search step for step:
 length penalty, early stopping, `no_repeat_ngram_size`, `min_length` / `min_new_tokens`) over decoder.onnx and its
 cache, and gives the tokens of `model.generate(..., do_sample=False)` with the same settings; settings not given are
 read from the folder's generation config, as `generate` reads them (the shipped translation models decode with 5 beams).
@@ -74,7 +74,7 @@ import torch
 from torch import nn
 
 from .exporting import check_output_dir, load_seq2seq_checkpoint
-from .search import SearchSettings, search
+from ..search import SearchSettings, search
 
 
 INSTALL_HINT = "pip install 'vaswani-transformer[onnx]'"
@@ -416,7 +416,7 @@ class OnnxGenerator:
         generator(texts, num_beams=4, length_penalty=0.6)      # other settings, as generate takes them
         generator.generate(input_ids, attention_mask)          # token ids -> token ids, starting with the decoder start
 
-    The search is `vaswani.serving.search` (transformers' greedy and beam search, step for step) over decoder.onnx and
+    The search is `vaswani.search` (transformers' greedy and beam search, step for step) over decoder.onnx and
     its cache (`OnnxDecoder`). The settings default to the folder's generation config, as `generate`'s do: the shipped
     translation models decode with 5 beams. Needs onnxruntime, numpy and torch; the tokenizer (for texts) needs
     transformers.
@@ -573,7 +573,7 @@ class OnnxGenerator:
 
 
 class OnnxDecoder:
-    """decoder.onnx and its cache as `vaswani.serving.search` drives a decoder (`step`, `keep`): `num_beams` rows per
+    """decoder.onnx and its cache as `vaswani.search` drives a decoder (`step`, `keep`): `num_beams` rows per
     input, the cross-attention keys and values and the encoder's mask repeated for each. Choosing beams gathers the
     self-attention cache by row, as `generate` reorders its cache; an input whose search is over leaves the batch.
 

@@ -163,8 +163,11 @@ def test_a_classifier_serves_text_classification_only(checkpoints, classifier, t
     for model in (folder, classifier):
         with pytest.raises(ValueError, match=r"does not serve the 'translation' pipeline: it declares none"):
             pipeline("translation", model=model, tokenizer=tokenizer)
-    with pytest.raises(KeyError):  # transformers itself finds no translation pipeline for it either
+    # transformers itself: the folder declares no translation pipeline, and a classifier object serves none either
+    with pytest.raises(ValueError, match=r"\(VaswaniForSequenceClassification\) does not serve the 'translation'"):
         transformers.pipeline("translation", model=folder, trust_remote_code=True)
+    with pytest.raises(ValueError, match=r"\(VaswaniForSequenceClassification\) does not serve the 'translation'"):
+        transformers.pipeline("translation", model=classifier, tokenizer=tokenizer)
 
 
 def test_pipeline_file_imports_only_the_standard_library_torch_transformers_and_tokenizers():
@@ -210,10 +213,35 @@ def fresh_process(checkpoints) -> tuple[dict, dict]:
             "warnings": [str(w.message) for w in caught if "fallback" in str(w.message)],
             "module": type(tag).__module__,
         }}))
+
+        # the notebook pattern: objects loaded through the Auto classes, then transformers.pipeline on them
+        from transformers import (AutoModelForSeq2SeqLM, AutoModelForSequenceClassification,
+                                  AutoModelForTokenClassification, AutoTokenizer)
+        tagger_folder = {str(checkpoints["tagger"])!r}
+        model = AutoModelForSeq2SeqLM.from_pretrained(seq2seq, trust_remote_code=True)
+        tokenizer = AutoTokenizer.from_pretrained(seq2seq, trust_remote_code=True)
+        built = {{task: pipeline(task, model=model, tokenizer=tokenizer)
+                 for task in ("translation", "translation_en_to_de", "summarization", "text2text-generation")}}
+        labeller = pipeline("text-classification", tokenizer=tokenizer,
+                            model=AutoModelForSequenceClassification.from_pretrained(classifier, trust_remote_code=True))
+        with warnings.catch_warnings(record=True) as caught:
+            tag = pipeline("ner", aggregation_strategy="first",
+                           model=AutoModelForTokenClassification.from_pretrained(tagger_folder, trust_remote_code=True),
+                           tokenizer=AutoTokenizer.from_pretrained(tagger_folder, trust_remote_code=True))
+            entities = tag({SENTENCE!r})
+        print(json.dumps({{
+            "outputs": {{task: built[task](texts, batch_size=2, num_beams=3, max_new_tokens=20) for task in built}},
+            "labels": labeller({SOURCES[0]!r}, top_k=None),
+            "entities": [[e["entity_group"], e["word"], e["start"], e["end"]] for e in entities],
+            "warnings": [str(w.message) for w in caught if "fallback" in str(w.message)],
+            "modules": {{task: type(built[task]).__module__ + "." + type(built[task]).__name__ for task in built}},
+            "tag_module": type(tag).__module__,
+            "label_module": type(labeller).__module__,
+        }}))
         """
     )
-    standard, tagging = (json.loads(line) for line in stdout.strip().splitlines()[-2:])
-    return standard, tagging
+    standard, tagging, from_objects = (json.loads(line) for line in stdout.strip().splitlines()[-3:])
+    return standard, tagging, from_objects
 
 
 def test_standard_pipeline_calls_work_in_a_fresh_process_without_the_package(
@@ -303,10 +331,29 @@ def test_tokens_that_stand_for_spaces_belong_to_no_entity(table_tagger, strategy
     assert entity_spans(tag_without_warnings(tag, spaced)) == [("PER", "John  Smith", 2, 13), ("LOC", "Berlin", 25, 31)]
 
 
-def test_transformers_own_token_classification_pipeline_gets_the_spans_from_the_offsets(tagger, tagger_tokenizer):
-    tag = transformers.pipeline("token-classification", model=tagger, tokenizer=tagger_tokenizer,
-                                aggregation_strategy="simple")
+@pytest.mark.parametrize("task", ["token-classification", "ner"])
+def test_transformers_pipeline_on_a_tagger_object_is_this_projects_pipeline(tagger, tagger_tokenizer, task):
+    tag = transformers.pipeline(task, model=tagger, tokenizer=tagger_tokenizer, aggregation_strategy="first")
+    assert type(tag) is TokenClassificationPipeline
     assert entity_spans(tag_without_warnings(tag, SENTENCE)) == ENTITIES
+
+
+def test_other_projects_models_get_what_transformers_gives_them(tagger, tagger_tokenizer):
+    """The tasks registered for this project's models leave every other model as transformers serves it: its own
+    token-classification pipeline, and its KeyError for the tasks transformers 5 removed."""
+    bert_config = transformers.BertConfig(vocab_size=len(tagger_tokenizer), hidden_size=16, num_hidden_layers=1,
+                                          num_attention_heads=2, intermediate_size=32, num_labels=len(TAG_NAMES))
+    bert = transformers.BertForTokenClassification(bert_config).eval()
+    assert type(tagger).__name__ == "VaswaniForTokenClassification"  # (built: the tasks are registered)
+    tag = transformers.pipeline("token-classification", model=bert, tokenizer=tagger_tokenizer)
+    assert type(tag) is transformers.TokenClassificationPipeline
+    bart_config = transformers.BartConfig(vocab_size=len(tagger_tokenizer), d_model=16, encoder_layers=1,
+                                          decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                                          encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64)
+    bart = transformers.BartForConditionalGeneration(bart_config).eval()
+    for task in ("translation", "summarization", "text2text-generation"):
+        with pytest.raises(KeyError, match=f"The task {task} has been removed from transformers"):
+            transformers.pipeline(task, model=bart, tokenizer=tagger_tokenizer)
 
 
 def test_token_classification_works_in_a_fresh_process_without_the_package(fresh_process):
@@ -315,17 +362,46 @@ def test_token_classification_works_in_a_fresh_process_without_the_package(fresh
     assert result["warnings"] == [] and result["module"].startswith("transformers_modules.")
 
 
+def test_transformers_pipeline_from_model_objects_in_a_fresh_process_without_the_package(
+    fresh_process, translator, tokenizer
+):
+    """`transformers.pipeline(task, model=<object>, tokenizer=<object>)` on objects loaded with trust_remote_code, where
+    only the checkpoints' code exists: the checkpoint's own pipeline classes, the outputs of generate."""
+    result = fresh_process[2]
+    expected = [{"translation_text": text}
+                for text in generate_texts(translator, tokenizer, SOURCES[:3], num_beams=3, max_new_tokens=20)]
+    keys = {"translation": "translation_text", "translation_en_to_de": "translation_text",
+            "summarization": "summary_text", "text2text-generation": "generated_text"}
+    classes = {"translation": "TranslationPipeline", "translation_en_to_de": "TranslationPipeline",
+               "summarization": "SummarizationPipeline", "text2text-generation": "Text2TextGenerationPipeline"}
+    for task, key in keys.items():
+        assert result["outputs"][task] == [{key: entry["translation_text"]} for entry in expected], task
+        assert result["modules"][task].startswith("transformers_modules.")
+        assert result["modules"][task].endswith(f".pipeline_vaswani.{classes[task]}")
+    assert [tuple(entity) for entity in result["entities"]] == ENTITIES  # "ner", the alias, with exact words
+    assert result["warnings"] == [] and result["tag_module"].startswith("transformers_modules.")
+    assert result["label_module"] == "transformers.pipelines.text_classification"
+    assert {entry["label"] for entry in result["labels"]} == set(LABELS.values())
+
+
 # --- in-process use -------------------------------------------------------------------------------------------------
 
 
-def test_in_process_pipeline_with_a_model_object(translator, classifier, tokenizer, tmp_path):
+@pytest.mark.parametrize("make_pipeline", [pipeline, transformers.pipeline], ids=["vaswani", "transformers"])
+def test_in_process_pipeline_with_a_model_object(translator, classifier, tokenizer, tmp_path, make_pipeline):
     expected = generate_texts(translator, tokenizer, SOURCES[:2], num_beams=2, max_new_tokens=20)
     saved_entries = json.dumps(translator.config.custom_pipelines, sort_keys=True)
 
-    translate = pipeline("translation", model=translator, tokenizer=tokenizer)
+    translate = make_pipeline("translation", model=translator, tokenizer=tokenizer)
     assert type(translate) is TranslationPipeline
     assert translate(SOURCES[:2], num_beams=2, max_new_tokens=20) == [{"translation_text": t} for t in expected]
-    again = pipeline("translation", model=translator, tokenizer=tokenizer, num_beams=2, max_new_tokens=20)
+    for task, pipeline_class, key in (("summarization", SummarizationPipeline, "summary_text"),
+                                      ("text2text-generation", Text2TextGenerationPipeline, "generated_text"),
+                                      ("translation_en_to_de", TranslationPipeline, "translation_text")):
+        built = make_pipeline(task, model=translator, tokenizer=tokenizer, num_beams=2, max_new_tokens=20)
+        assert type(built) is pipeline_class
+        assert built(SOURCES[0]) == [{key: expected[0]}]
+    again = make_pipeline("translation", model=translator, tokenizer=tokenizer, num_beams=2, max_new_tokens=20)
     assert again(SOURCES[:2]) == [{"translation_text": t} for t in expected]  # generation settings given at init
     direct = TranslationPipeline(model=translator, tokenizer=tokenizer)
     assert direct(SOURCES[0], num_beams=2, max_new_tokens=20) == [{"translation_text": expected[0]}]
@@ -334,7 +410,7 @@ def test_in_process_pipeline_with_a_model_object(translator, classifier, tokeniz
     assert json.dumps(translator.config.custom_pipelines, sort_keys=True) == saved_entries
     translator.save_pretrained(tmp_path)
 
-    labeller = pipeline("text-classification", model=classifier, tokenizer=tokenizer)
+    labeller = make_pipeline("text-classification", model=classifier, tokenizer=tokenizer)
     assert type(labeller) is transformers.TextClassificationPipeline
     assert labeller(SOURCES[0])[0]["label"] in LABELS.values()
 

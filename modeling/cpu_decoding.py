@@ -21,9 +21,9 @@ function for one new token per row, with the model's weights laid out for it (`M
     `num_beams` times wider, cheap at these sizes) through a mask that keeps, at each position, the keys of the
     beam's own history, so choosing beams moves a small table of indices (the history's slot at each position), not
     the keys and values; and the first step, where the beams are all alike, computes one row per input;
-  * an input whose search is over leaves the batch (`vaswani.serving.search`): its rows are no longer computed (its
+  * an input whose search is over leaves the batch (`vaswani.search`): its rows are no longer computed (its
     cache slot is freed once half of the slots are, with one copy);
-  * the next token is picked with vectorized reductions (`vaswani.serving.search.first_argmax`, `beam_candidates`);
+  * the next token is picked with vectorized reductions (`vaswani.search.first_argmax`, `beam_candidates`);
   * on CPUs other than Intel's, the output projection (the largest product of a step: 8,000 x 128 on the shipped
     models) runs through oneDNN with its weights reordered once for oneDNN's kernel (`ONEDNN_VOCAB`), where MKL
     repacks them at every call;
@@ -37,7 +37,7 @@ function for one new token per row, with the model's weights laid out for it (`M
   * the encoder and the search run in `torch.inference_mode()` (see `CpuGenerate`).
 
 The search itself (greedy, beam search with its length penalty, early stopping, `no_repeat_ngram_size`,
-`min_length` / `min_new_tokens`) is `vaswani.serving.search`, which follows transformers' step for step. `generate`
+`min_length` / `min_new_tokens`) is `vaswani.search`, which follows transformers' step for step. `generate`
 still prepares everything (its settings, the encoder's output, the logits processors and stopping criteria) and hands
 the loop to `CpuGenerate.decoding_loop` through its `custom_generate` argument; where the call asks for what this path
 does not do (sampling, scores or attentions in the output, a streamer, other logits processors, a prompt for the
@@ -65,7 +65,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from transformers.generation.utils import GENERATION_MODES_MAPPING, GenerationMode
 from transformers.modeling_outputs import BaseModelOutput
 
-from ..modeling_vaswani import padding_aware_positions, sinusoidal_positions
+from .modeling_vaswani import padding_aware_positions, sinusoidal_positions
 from .proc_files import proc_field
 from .search import SearchSettings, search
 
@@ -404,7 +404,7 @@ class Workspace(threading.local):
 
 
 class CpuDecoder:
-    """The decoder's state during one search: `step` and `keep`, as `vaswani.serving.search` drives them.
+    """The decoder's state during one search: `step` and `keep`, as `vaswani.search` drives them.
 
     The inputs' rows sit in slots, `beams` rows each. Every layer's self-attention keys and values are one tensor,
     `cache` (layers, 2 (keys, values), slots, heads, positions, beams, head_dim), so that one copy writes a layer's
@@ -608,7 +608,7 @@ class CpuDecoder:
 
     def keep(self, rows: torch.Tensor, inputs: torch.Tensor | None) -> None:
         """Go on with these rows (indices into the rows still decoding) of these inputs (see
-        `vaswani.serving.search`)."""
+        `vaswani.search`)."""
         if inputs is not None:
             self.slots = self.slots[inputs]
         if self.beams > 1:

@@ -1,6 +1,6 @@
 """Greedy and beam search as transformers' `generate` runs them, over any decoder that gives the next token's logits.
 
-Two decoders use it: `vaswani.serving.cpu_decoding` (the CPU path of `for_cpu_inference`, on the model's weights) and
+Two decoders use it: `vaswani.cpu_decoding` (the CPU path of `for_cpu_inference`, on the model's weights) and
 `vaswani.serving.onnx_export.OnnxGenerator` (the exported graphs in onnxruntime). Both give the tokens of `generate`
 with the same settings, because the search is the one transformers 5 runs (`GenerationMixin._sample` without sampling,
 and the vectorized `GenerationMixin._beam_search`), step for step:
