@@ -51,6 +51,7 @@ its version counter): a model fine-tuned after `for_cpu_inference` decodes with 
 import functools
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -659,8 +660,9 @@ class CallWeights(threading.local):
 
 
 class CpuGenerate:
-    """What `model.generate` is after `for_cpu_inference(model)`: `generate` itself, handing its decoding loop to
-    `decoding_loop` (this path where it applies, transformers' own elsewhere). Holds the laid-out weights.
+    """`generate` on a CPU (what `VaswaniForConditionalGeneration.generate` calls there by default): transformers'
+    `generate` itself, `generate` below, handing its decoding loop to `decoding_loop` (this path where it applies,
+    transformers' own elsewhere). Holds the laid-out weights and the threads' buffers.
 
     The encoder and the search run in `torch.inference_mode()`, where each operation skips the version counting and
     view tracking that `no_grad` keeps (which `generate` runs in): a decoding step is 140-190 small operations, and
@@ -668,8 +670,10 @@ class CpuGenerate:
     greedy) faster. Their tensors (the workspace's buffers, the laid-out weights) are inference tensors, written only
     here; the output is copied into an ordinary tensor."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, generate: Callable | None = None):
         self.model = model
+        # the `generate` that prepares the call and runs the loop it is handed (default: the model class's own)
+        self.generate = generate or type(model).generate
         self.weights: ModelWeights | None = None
         self.workspace = Workspace()
         self.call = CallWeights()
@@ -690,7 +694,7 @@ class CpuGenerate:
                     states = encode(self.call.weights, input_ids, kwargs.get("attention_mask"), self.workspace)
                 kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=states)
         try:
-            return type(model).generate(model, *args, **kwargs)
+            return self.generate(model, *args, **kwargs)
         finally:
             self.call.weights = None
 
@@ -749,9 +753,12 @@ class CpuGenerate:
 
 
 def _model_runs_here(model: nn.Module) -> bool:
-    """This path computes a model in eval mode with float32 weights on the CPU."""
+    """This path computes a model in eval mode with float32 weights on the CPU, whose linear layers hold their
+    weights as tensors (torch.ao's int8 layers, `for_cpu_inference(model, "int8")`, do not)."""
     parameter = next(model.parameters())
-    return not model.training and parameter.device.type == "cpu" and parameter.dtype == torch.float32
+    if model.training or parameter.device.type != "cpu" or parameter.dtype != torch.float32:
+        return False
+    return all(isinstance(module.weight, torch.Tensor) for module in model.modules() if "Linear" in type(module).__name__)
 
 
 def search_settings(model, input_ids, logits_processor, stopping_criteria, generation_config, kwargs):

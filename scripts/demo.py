@@ -3,7 +3,7 @@ draw where the model looks while it translates the first one.
 
     python scripts/demo.py                                   # four sentences; writes attention.png and .json
     python scripts/demo.py --text "A dog runs on the beach." "Two girls are reading." --output_file dog.png
-    python scripts/demo.py --no-cpu_decoding                 # the model's own generate loop (same translations)
+    python scripts/demo.py --no-cpu_decoding                 # transformers' generate loop (same translations)
 
 The model (results/multi30k_en_de/model, 2.35M parameters) was trained from scratch on Multi30k's 29,000 image
 captions by the en->de recipe of scripts/configs/recipes.yaml; it translates sentences like those: short descriptions
@@ -20,7 +20,6 @@ from vaswani import pipelines as vaswani_pipelines
 from vaswani.cli import run_command
 from vaswani.evaluation.attention_map import PICTURE_FORMATS, cross_attention_map, save_heatmap
 from vaswani.output_paths import check_output_file
-from vaswani.serving.cpu_inference import for_cpu_inference
 
 
 MODEL = Path(__file__).resolve().parents[1] / "results" / "multi30k_en_de" / "model"
@@ -37,8 +36,9 @@ MAX_NEW_TOKENS = 80
 def load_translator(model_dir: Path, cpu_decoding: bool = True):
     """The translation pipeline of a checkpoint of this project, built from the installed package's classes: the
     code files the folder carries (its own `pipeline_vaswani.py`, `modeling_vaswani.py`, ...) are never run, so a
-    folder from elsewhere can hold weights and a tokenizer, not code. With `cpu_decoding`, the model decodes through
-    `vaswani.serving.cpu_inference.for_cpu_inference` (the same tokens as its own `generate`, faster)."""
+    folder from elsewhere can hold weights and a tokenizer, not code. On a CPU the model decodes through the project's
+    CPU decoder, as every model of this project does by default (the same tokens as transformers' loop, faster);
+    without `cpu_decoding`, through transformers' loop (`generation_config.cpu_decoding = False`)."""
     model_type = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
     if model_type != VaswaniConfig.model_type:
         raise ValueError(
@@ -46,8 +46,8 @@ def load_translator(model_dir: Path, cpu_decoding: bool = True):
             f"(model_type {VaswaniConfig.model_type!r})."
         )
     model = VaswaniForConditionalGeneration.from_pretrained(model_dir)
-    if cpu_decoding:
-        model = for_cpu_inference(model)
+    if not cpu_decoding:
+        model.generation_config.cpu_decoding = False
     tokenizer = VaswaniTokenizer.from_pretrained(model_dir)
     return vaswani_pipelines.pipeline("translation", model=model, tokenizer=tokenizer)
 
@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> list[str]:
         "--cpu_decoding",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="Decode with the package's CPU decoding loop (vaswani.serving.cpu_inference.for_cpu_inference: the same "
-        "translations as the model's own generate, faster); --no-cpu_decoding runs generate's own loop.",
+        help="On a CPU, decode with the project's CPU decoder (the default of every model of this project: the same "
+        "translations as transformers' generate loop, faster); --no-cpu_decoding runs transformers' loop.",
     )
     args = parser.parse_args(argv)
     if Path(args.output_file).suffix.lower() not in PICTURE_FORMATS:

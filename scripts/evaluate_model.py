@@ -26,8 +26,8 @@ local copy of a Hub dataset is named as the dataset.
 
 The results go to `--output_file` (default: `evaluation_results.json` in the checkpoint folder). The checkpoint must
 be fine-tuned for the task: one whose task head would be new (random) is refused. Translation and summarization
-decode on the CPU through the package's own decoding loop (vaswani.serving.cpu_inference.for_cpu_inference: generate's
-tokens, faster; `--cpu_decoding False` runs generate's own loop). `--quantization int8` runs the model with int8 Linear
+decode on a CPU through the project's CPU decoder, every model's default (the tokens of transformers' generate loop,
+faster; `--cpu_decoding False` runs transformers' loop). `--quantization int8` runs the model with int8 Linear
 layers (vaswani.serving.cpu_inference); `--engine ctranslate2` exports the checkpoint to CTranslate2
 (vaswani.serving.ctranslate2_export, into a temporary folder) and decodes there, with the same decoding settings.
 """

@@ -1,6 +1,7 @@
-"""vaswani.cpu_decoding, the decoding loop `generate` runs after `for_cpu_inference(model)`: the tokens of plain
-`generate` for greedy and beam search, on the trained models the project ships and real sentences (random weights
-would make agreement meaningless), and transformers' own loop for whatever the path does not do."""
+"""vaswani.cpu_decoding, the decoding loop `generate` runs on a CPU by default (and after `for_cpu_inference(model)`):
+the tokens of transformers' own loop (`cpu_decoding=False`) for greedy and beam search, on the trained models the
+project ships and real sentences (random weights would make agreement meaningless), and transformers' own loop for
+whatever the path does not do."""
 
 import copy
 import pickle
@@ -50,7 +51,8 @@ def generated(model, batch, **settings) -> torch.Tensor:
 
 
 def assert_same_tokens(plain, fast, batch, **settings):
-    expected, got = generated(plain, batch, **settings), generated(fast, batch, **settings)
+    """`fast` decodes as transformers' own loop does on `plain` (`cpu_decoding=False`)."""
+    expected, got = generated(plain, batch, cpu_decoding=False, **settings), generated(fast, batch, **settings)
     assert got.tolist() == expected.tolist(), settings
     assert not got.is_inference()  # (the search runs in inference mode): the caller may write into its output
 
@@ -66,9 +68,10 @@ def assert_same_tokens(plain, fast, batch, **settings):
     ],
 )
 def test_en_de_decodes_generates_tokens(en_de, searches, settings):
-    """The shipped en->de model (sinusoidal positions, post-LN) on Multi30k test sentences, padded in one batch."""
+    """The shipped en->de model (sinusoidal positions, post-LN) on Multi30k test sentences, padded in one batch, as
+    it decodes by default (no set-up)."""
     plain, tokenizer = en_de
-    fast = for_cpu_inference(copy.deepcopy(plain))
+    fast = copy.deepcopy(plain)
     assert_same_tokens(plain, fast, tokenizer(SENTENCES, return_tensors="pt", padding=True), **settings)
     assert len(searches) == 1  # the CPU path ran, not transformers' loop
 
@@ -245,7 +248,7 @@ def test_buffers_kept_between_calls_are_reused_and_never_read_unwritten(en_de, s
     big = tokenizer(SENTENCES, return_tensors="pt", padding=True)
     small = tokenizer(SENTENCES[:2], return_tensors="pt", padding=True)
     assert_same_tokens(plain, fast, big, num_beams=4, max_new_tokens=30)
-    buffers = fast.generate.workspace.buffers
+    buffers = fast._cpu_generate().workspace.buffers
     kept = {name: buffer.data_ptr() for name, buffer in buffers.items()}
     assert {"cache0", "cache1", "logits", "padded"} <= kept.keys()  # slots were freed: both caches used
     for batch, settings in ((None, None), (small, {"num_beams": 1}), (big, {"num_beams": 1}), (big, {"num_beams": 4})):
@@ -264,7 +267,8 @@ def test_calls_from_several_threads_decode_independently(en_de):
     fast = for_cpu_inference(copy.deepcopy(plain))
     batches = [tokenizer(SENTENCES[:6], return_tensors="pt", padding=True),
                tokenizer(SENTENCES[6:], return_tensors="pt", padding=True)]
-    expected = [generated(plain, batch, num_beams=2, max_new_tokens=30).tolist() for batch in batches]
+    expected = [generated(plain, batch, num_beams=2, max_new_tokens=30, cpu_decoding=False).tolist()
+                for batch in batches]
     start, results = threading.Barrier(2), [[], []]
 
     def decode(index):
@@ -339,7 +343,7 @@ def test_weights_changed_after_setup_are_decoded_with(en_de):
     assert not torch.equal(generated(fast, batch, num_beams=1, max_new_tokens=20), replaced)
     # a call given the encoder's output (the path's encoder does not run, nor check the weights): its decoder checks
     # them, not reusing the last call's
-    assert fast.generate.call.weights is None  # a call's checked weights do not outlive it
+    assert fast._cpu_generate().call.weights is None  # a call's checked weights do not outlive it
     with torch.no_grad():
         for model in (plain, fast):
             model.model.decoder.layers[3].self_attn.out_proj.weight.mul_(-0.5)
@@ -358,20 +362,24 @@ def test_a_copy_of_a_model_that_decoded_lays_its_own_weights_out(en_de, monkeypa
     fast = for_cpu_inference(copy.deepcopy(plain))
     batch = tokenizer(SENTENCES[:4], return_tensors="pt", padding=True)
     assert_same_tokens(plain, fast, batch, num_beams=2, max_new_tokens=15)
-    assert (fast.generate.weights.vocab_packed is not None) == through_onednn
+    assert (fast._cpu_generate().weights.vocab_packed is not None) == through_onednn
     for duplicate in (copy.deepcopy(fast), pickle.loads(pickle.dumps(fast))):
-        assert duplicate.generate.weights is None and duplicate.generate.model is duplicate
+        state = vars(duplicate)["_cpu_generate_state"]
+        assert state.weights is None and state.model is duplicate
         assert_same_tokens(plain, duplicate, batch, num_beams=2, max_new_tokens=15)
-        assert duplicate.generate.weights is not fast.generate.weights
+        assert state.weights is not fast._cpu_generate().weights
 
 
-def test_set_up_twice_or_for_int8_keeps_one_path(en_de):
-    plain, _ = en_de
+def test_set_up_twice_or_for_int8_keeps_one_path(en_de, searches):
+    plain, tokenizer = en_de
     fast = for_cpu_inference(copy.deepcopy(plain))
-    path = fast.generate
-    assert for_cpu_inference(fast).generate is path
+    path = fast._cpu_generate()
+    assert for_cpu_inference(fast)._cpu_generate() is path
+    assert "generate" not in vars(fast)  # the model's own generate takes the path: nothing replaced
     int8 = for_cpu_inference(fast, quantization="int8")
-    assert "generate" not in vars(int8)  # its Linear layers hold int8 weights: transformers' loop over the model
+    assert not {"generate", "_cpu_generate_state"} & set(vars(int8))
+    generated(int8, tokenizer(SENTENCES[:2], return_tensors="pt", padding=True), num_beams=2, max_new_tokens=5)
+    assert searches == []  # its Linear layers hold int8 weights: transformers' loop over the model
 
 
 def test_the_guide_pipeline_example_decodes_through_the_path(searches, capsys):
@@ -390,3 +398,47 @@ def test_the_demo_decodes_through_the_path_unless_told_not_to(searches, tmp_path
     assert len(searches) == 2  # the translations, then the first one again for its attention map
     plain = demo.main(["--text", *texts, "--output_file", str(tmp_path / "plain.png"), "--no-cpu_decoding"])
     assert len(searches) == 2 and fast == plain
+
+
+# --- the default, and the ways to turn it off ------------------------------------------------------------------------
+
+
+def test_the_path_is_the_default_and_can_be_turned_off(en_de, searches):
+    """On a CPU the model's own generate takes the path; `cpu_decoding=False`, or the generation config's
+    `cpu_decoding = False`, keeps transformers' loop; a value other than True or False is refused by name."""
+    plain, tokenizer = en_de
+    model = copy.deepcopy(plain)
+    batch = tokenizer(SENTENCES[:3], return_tensors="pt", padding=True)
+    by_default = generated(model, batch, num_beams=2, max_new_tokens=12)
+    assert len(searches) == 1
+    assert torch.equal(generated(model, batch, num_beams=2, max_new_tokens=12, cpu_decoding=False), by_default)
+    model.generation_config.cpu_decoding = False
+    assert torch.equal(generated(model, batch, num_beams=2, max_new_tokens=12), by_default)
+    assert len(searches) == 1
+    assert torch.equal(generated(model, batch, num_beams=2, max_new_tokens=12, cpu_decoding=True), by_default)
+    assert len(searches) == 2  # the call's argument wins over the config
+    with pytest.raises(ValueError, match=r"cpu_decoding must be True or False, got 'yes'"):
+        generated(model, batch, cpu_decoding="yes")
+
+
+def test_a_model_cast_or_in_training_mode_after_a_call_decodes_as_transformers_loop(en_de, searches):
+    """After a first call on the path: cast to bfloat16 (or put in training mode), the model runs transformers' loop
+    with what that loop gives; cast back to float32, the path again, with the new tensors' weights."""
+    plain, tokenizer = en_de
+    model = copy.deepcopy(plain)
+    batch = tokenizer(SENTENCES[:3], return_tensors="pt", padding=True)
+    first = generated(model, batch, num_beams=2, max_new_tokens=10)
+    assert len(searches) == 1
+    model.to(torch.bfloat16)
+    reference = copy.deepcopy(plain).to(torch.bfloat16)
+    expected = generated(reference, batch, num_beams=2, max_new_tokens=10, cpu_decoding=False)
+    assert torch.equal(generated(model, batch, num_beams=2, max_new_tokens=10), expected)
+    assert len(searches) == 1
+    model.to(torch.float32)  # (weights rounded through bfloat16: other values than the first call's)
+    assert_same_tokens(model, model, batch, num_beams=2, max_new_tokens=10)
+    assert len(searches) == 2
+    model.train()
+    torch.manual_seed(0)
+    trained_mode = generated(model, batch, num_beams=1, max_new_tokens=10)
+    assert len(searches) == 2 and trained_mode.shape[0] == 3
+    assert first.shape[0] == 3

@@ -9,10 +9,12 @@ import pytest
 import sacrebleu
 import torch
 from torch import nn
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+import transformers
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationMixin
 
 from helpers import PAIRS, REPO, SHARED_DATA, needs_shared_data, spread_weights, tiny_config
 from vaswani import VaswaniForConditionalGeneration
+from vaswani.cpu_decoding import CpuGenerate
 from vaswani.serving import cpu_inference
 from vaswani.serving.cpu_inference import OneDNNLinear, for_cpu_inference
 
@@ -123,3 +125,30 @@ def test_freed_memory_is_kept_for_reuse_unless_asked_not_to(plain, monkeypatch):
     for_cpu_inference(copy.deepcopy(plain))
     for_cpu_inference(copy.deepcopy(plain), quantization="int8")
     assert calls == [1, 1]
+
+
+def test_models_of_other_projects_are_refused_by_name():
+    bart = transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32))
+    with pytest.raises(ValueError, match=r"sets up this project's models .*got BartForConditionalGeneration "
+                                         r"\(model_type 'bart'\)"):
+        for_cpu_inference(bart)
+
+
+def test_a_model_class_without_the_default_path_gets_it_from_the_switch(plain, tokenizer):
+    """A model of a checkpoint saved by older code, whose class does not decode on the CPU path by itself (its
+    generate is transformers' loop, and it has no `_cpu_generate`): the switch puts the path in front of it."""
+
+    class Older(VaswaniForConditionalGeneration):
+        _cpu_generate = None
+
+        def generate(self, *args, **kwargs):
+            return GenerationMixin.generate(self, *args, **kwargs)
+
+    older = Older(plain.config).eval()
+    older.load_state_dict(plain.state_dict())
+    fast = for_cpu_inference(older)
+    assert isinstance(vars(fast).get("generate"), CpuGenerate)
+    expected = generated(plain, tokenizer, SENTENCES, max_new_tokens=20, num_beams=2, cpu_decoding=False)
+    assert generated(fast, tokenizer, SENTENCES, max_new_tokens=20, num_beams=2) == expected

@@ -110,9 +110,9 @@ class EvaluationArguments:
     )
     cpu_decoding: bool = field(
         default=True,
-        metadata={"help": "Translation / summarization with --engine transformers, fp32 weights: decode with the "
-                  "package's CPU decoding loop (vaswani.serving.cpu_inference.for_cpu_inference: generate's "
-                  "tokens, faster); False runs generate's own loop."},
+        metadata={"help": "Translation / summarization with --engine transformers, fp32 weights on a CPU: decode with "
+                  "the project's CPU decoder (every model's default: the tokens of transformers' generate loop, "
+                  "faster); False runs transformers' loop."},
     )
 
 
@@ -250,8 +250,8 @@ def _generation_pipeline(args: EvaluationArguments, model, tokenizer):
             return CTranslate2Pipeline(folder, args.task, tgt_lang=tgt_lang)
     if args.quantization == "int8":
         model = for_cpu_inference(model, quantization="int8")
-    elif args.cpu_decoding and model.device.type == "cpu" and torch.backends.mkldnn.is_available():
-        model = for_cpu_inference(model)
+    elif not args.cpu_decoding:
+        model.generation_config.cpu_decoding = False
     return vaswani_pipelines.pipeline(args.task, model=model, tokenizer=tokenizer)
 
 

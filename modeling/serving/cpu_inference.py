@@ -46,7 +46,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..cpu_decoding import CpuGenerate
-from ..modeling_vaswani import VaswaniForConditionalGeneration
 
 
 QUANTIZATIONS = ("fp32", "int8")
@@ -88,6 +87,12 @@ def for_cpu_inference(model: nn.Module, quantization: str = "fp32", release_free
     (`keep_freed_memory`, see the module docstring)."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization={quantization!r}: use one of {list(QUANTIZATIONS)}.")
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type != "vaswani":
+        raise ValueError(
+            f"for_cpu_inference sets up this project's models (config.model_type 'vaswani'); got "
+            f"{type(model).__name__} (model_type {model_type!r})."
+        )
     if quantization == "fp32" and not torch.backends.mkldnn.is_available():
         raise RuntimeError("This PyTorch build has no oneDNN (torch.backends.mkldnn.is_available() is False).")
     if next(model.parameters()).device.type != "cpu":
@@ -97,7 +102,10 @@ def for_cpu_inference(model: nn.Module, quantization: str = "fp32", release_free
         keep_freed_memory()
     if quantization == "int8":
         quantized = copy.deepcopy(model)
-        vars(quantized).pop("generate", None)  # (a model set up for fp32 before): its decoder reads float weights
+        # (a model set up or decoded on the CPU before): its decoder reads float weights; the copy's class runs
+        # transformers' loop for layers without them
+        for name in ("generate", "_cpu_generate_state"):
+            vars(quantized).pop(name, None)
         for module in quantized.modules():
             if type(module) is OneDNNLinear:  # (a model set up for fp32 before): torch.ao swaps plain Linears only
                 module.__class__ = nn.Linear
@@ -107,8 +115,12 @@ def for_cpu_inference(model: nn.Module, quantization: str = "fp32", release_free
     for module in model.modules():
         if type(module) is nn.Linear:
             module.__class__ = OneDNNLinear  # keeps the parameters (and tied weights) exactly as they are
-    if isinstance(model, VaswaniForConditionalGeneration) and not isinstance(vars(model).get("generate"), CpuGenerate):
+    generating = getattr(model.config, "is_encoder_decoder", False) and model.can_generate()
+    decodes_on_cpu = callable(getattr(type(model), "_cpu_generate", None))
+    if generating and not decodes_on_cpu and not isinstance(vars(model).get("generate"), CpuGenerate):
+        # a checkpoint saved by older code, whose model class does not decode on the CPU path by itself
         model.generate = CpuGenerate(model)
+    if generating:
         # generate would build a cache for every call (3.5 ms of a ~120 ms greedy call on the shipped en->de model,
         # most of it copying the config); the CPU path's loop needs none, and where transformers' loop runs, the
         # model's decoder creates the same cache at its first step (VaswaniDecoder.forward)
