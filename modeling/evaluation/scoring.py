@@ -191,7 +191,9 @@ def score_token_classification(pipe: Pipeline, sentences, tags, label_set: Label
                 for p, tag in enumerate(sentence_tags)]
 
     references = [names(row, sentence_tags) for row, sentence_tags in enumerate(tags)]
-    outputs = run_pipeline(pipe, [" ".join(words) for words in sentences], batch_size)
+    # the dataset's own words (`is_split_into_words`): each entity covers whole words of the row as written, so the
+    # tags compared are those of the row's words whatever the tokenizer does inside them ("U.S." stays one word)
+    outputs = run_pipeline(pipe, [list(words) for words in sentences], batch_size, is_split_into_words=True)
     predictions = [word_tags_from_entities(words, entities) for words, entities in zip(sentences, outputs)]
     scores = load_metric("seqeval", keep_in_memory=True).compute(predictions=predictions, references=references)
     return [

@@ -238,7 +238,8 @@ def _generation_function(model, setup: Setup, new_tokens: int, num_beams: int):
 
 # --- inference engines ---------------------------------------------------------------------------------------------
 
-ENGINES = ("vaswani", "vaswani_cpu", "vaswani_int8", "marian", "ct2_fp32", "ct2_int8")
+ENGINES = ("vaswani", "default_generate", "default_pipeline", "vaswani_cpu", "vaswani_int8", "marian", "ct2_fp32",
+           "ct2_int8")
 REPO = Path(__file__).resolve().parents[2]  # the checkout: modeling/serving/ is two folders down
 # the shipped models timed as they are used: a batch of the first held-out inputs, decoded as their generation
 # config says (beam count aside), up to its max_new_tokens; each is (data file under --data_dir, text column)
@@ -247,6 +248,8 @@ SHIPPED_WORKLOADS = {
     "multi30k_de_en": ("multi30k/test_2016_flickr.jsonl", "de"),
     "samsum": ("samsum/validation.jsonl", "document"),
 }
+# the pipeline task of each shipped workload (the `default_pipeline` engine)
+SHIPPED_TASKS = {"multi30k_en_de": "translation", "multi30k_de_en": "translation", "samsum": "summarization"}
 WORKLOADS = ("tiny", "small", "base", "big", *SHIPPED_WORKLOADS)
 
 
@@ -264,6 +267,8 @@ class Workload:
     settings: dict  # `generate` keyword arguments besides num_beams
     forced_length: bool  # every engine forced to the same number of new tokens (random weights)
     folder: Path  # the checkpoint of the models (saved to the scratch folder for a preset)
+    texts: list | None = None  # a shipped workload's inputs as text, and its pipeline task (`default_pipeline`)
+    task: str | None = None
 
 
 def _ctranslate2_export(model, folder: Path, quantization: str | None) -> Path:
@@ -285,6 +290,7 @@ def _preset_workload(preset: str, args, scratch: Path) -> Workload:
     ours = vaswani_model(setup).eval()
     models = {
         "vaswani": ours,
+        "default_generate": copy.deepcopy(ours),
         "vaswani_cpu": for_cpu_inference(copy.deepcopy(ours)),
         "vaswani_int8": for_cpu_inference(ours, quantization="int8"),
         "marian": marian_model(setup),
@@ -317,6 +323,7 @@ def _shipped_workload(name: str, args, scratch: Path) -> Workload:
     ours = VaswaniForConditionalGeneration.from_pretrained(folder).eval()
     models = {
         "vaswani": ours,
+        "default_generate": copy.deepcopy(ours),
         "vaswani_cpu": for_cpu_inference(copy.deepcopy(ours)),
         "vaswani_int8": for_cpu_inference(ours, quantization="int8"),
     }
@@ -330,13 +337,14 @@ def _shipped_workload(name: str, args, scratch: Path) -> Workload:
     if generation.no_repeat_ngram_size:
         settings["no_repeat_ngram_size"] = generation.no_repeat_ngram_size
     setup = Setup(name, "fp32", len(texts), inputs["input_ids"].shape[1], 0, ours.config.vocab_size, "cpu")
-    return Workload(name, setup, models, exports, inputs, sources, settings, forced_length=False, folder=folder)
+    return Workload(name, setup, models, exports, inputs, sources, settings, forced_length=False, folder=folder,
+                    texts=texts, task=SHIPPED_TASKS[name])
 
 
-def _generate_function(model, workload: Workload, num_beams: int, early_stopping: bool = True):
-    """One `generate` call of `model` on the workload's batch (returns the output ids)."""
+def _generate_function(model, workload: Workload, num_beams: int, early_stopping: bool = True, **options):
+    """One `generate` call of `model` on the workload's batch (returns the output ids); `options` go to generate."""
 
-    settings = _decoding_settings(workload, num_beams, early_stopping)
+    settings = {**_decoding_settings(workload, num_beams, early_stopping), **options}
 
     @torch.no_grad()
     def generate():
@@ -363,6 +371,26 @@ def _decoding_settings(workload: Workload, num_beams: int, early_stopping: bool 
     else:
         settings["early_stopping"] = early_stopping
     return settings
+
+
+def default_pipeline(workload: Workload):
+    """The pipeline a user builds from the shipped folder, as the README shows it: transformers' `pipeline(task,
+    model=FOLDER, trust_remote_code=True)`, which runs the checkpoint's own code."""
+    import transformers
+
+    return transformers.pipeline(workload.task, model=str(workload.folder), trust_remote_code=True)
+
+
+def _pipeline_function(pipe, workload: Workload, num_beams: int):
+    """One call of `pipe` on the workload's texts, as one batch, with the row's decoding settings (returns the
+    texts)."""
+    settings = _decoding_settings(workload, num_beams)
+    key = "translation_text" if workload.task == "translation" else "summary_text"
+
+    def call():
+        return [output[key] for output in pipe(workload.texts, batch_size=len(workload.texts), **settings)]
+
+    return call
 
 
 def _ctranslate2_options(workload: Workload, num_beams: int) -> dict:
@@ -456,6 +484,25 @@ def _vaswani_cpu_alone(workload: Workload, num_beams: int, threads: int, rounds:
     return _time_alone(setup, call, rounds)
 
 
+def _default_pipeline_alone(workload: Workload, num_beams: int, threads: int, rounds: int, scratch: Path) -> float:
+    """Median seconds of one `default_pipeline` call timed as `_ctranslate2_alone` times CTranslate2, in a fresh
+    process where this package is not imported: what a user of the folder alone gets."""
+    job = scratch / "default_pipeline_job.json"
+    job.write_text(json.dumps({"folder": str(workload.folder), "task": workload.task, "texts": workload.texts,
+                               "settings": _decoding_settings(workload, num_beams)}), encoding="utf-8")
+    setup = (
+        "import sys\n"
+        "sys.modules['vaswani'] = None  # the checkpoint's own code only\n"
+        "import torch\n"
+        f"torch.set_num_threads({threads})\n"
+        "from transformers import pipeline\n"
+        f"job = json.loads(open({str(job)!r}, encoding='utf-8').read())\n"
+        "pipe = pipeline(job['task'], model=job['folder'], trust_remote_code=True)\n"
+    )
+    call = "pipe(job['texts'], batch_size=len(job['texts']), **job['settings'])"
+    return _time_alone(setup, call, rounds)
+
+
 def new_tokens(output: torch.Tensor, pad_token_id: int) -> int:
     """The tokens `generate` produced (the end token counted, the padding after it and the start token not)."""
     return int((output[:, 1:] != pad_token_id).sum())
@@ -471,6 +518,9 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
     CTranslate2 alone, in `--alone_pairs` pairs of fresh processes."""
     options = _ctranslate2_options(workload, beams)
     calls = {name: _generate_function(model, workload, beams) for name, model in workload.models.items()}
+    calls["vaswani"] = _generate_function(workload.models["vaswani"], workload, beams, cpu_decoding=False)
+    if workload.task is not None:
+        calls["default_pipeline"] = _pipeline_function(default_pipeline(workload), workload, beams)
     if beams > 1:  # the shipped configs' stopping rule, which CTranslate2 cannot run (see _decoding_settings)
         calls["vaswani_cpu_early_stopping_false"] = _generate_function(
             workload.models["vaswani_cpu"], workload, beams, early_stopping=False)
@@ -484,9 +534,14 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
     row = {"workload": workload.name, "threads": threads, "num_beams": beams, "batch": workload.setup.batch_size,
            "source_length": workload.setup.source_length, "new_tokens": tokens,
            "vaswani_cpu_same_tokens": plain.tolist() == ours.tolist(),
+           "default_generate_same_tokens": plain.tolist() == calls["default_generate"]().tolist(),
            "ct2_fp32_same_tokens": _ctranslate2_tokens(calls["ct2_fp32"](), workload)
            == generated_tokens(plain, config.eos_token_id),
            "load_average": [load_before, _load_average()]}
+    if "default_pipeline" in calls:  # its texts against the plain model's tokens decoded
+        tokenizer = VaswaniTokenizer.from_pretrained(workload.folder)
+        row["default_pipeline_same_text"] = calls["default_pipeline"]() == tokenizer.batch_decode(
+            plain, skip_special_tokens=True)
     if beams > 1:  # a longer search: its own tokens
         row["vaswani_cpu_early_stopping_false_new_tokens"] = new_tokens(
             calls["vaswani_cpu_early_stopping_false"](), config.pad_token_id)
@@ -500,11 +555,20 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
         "ct2_fp32": lambda: _ctranslate2_alone(workload.exports["ct2_fp32"], workload.sources, options, threads,
                                                args.rounds, scratch),
     }
-    pairs = []
+    if workload.task is not None:  # the default pipeline, timed alike and paired with the same CTranslate2 runs
+        timers["default_pipeline"] = lambda: _default_pipeline_alone(workload, beams, threads, args.rounds, scratch)
+    pairs, pipeline_pairs = [], []
     for index in range(args.alone_pairs):
         timings = {name: timers[name]() for name in (list(timers) if index % 2 == 0 else list(timers)[::-1])}
         pairs.append((timings["vaswani_cpu"], timings["ct2_fp32"]))
+        if "default_pipeline" in timings:
+            pipeline_pairs.append((timings["default_pipeline"], timings["ct2_fp32"]))
     row["alone_pairs"] = [[1000 * ours, 1000 * theirs] for ours, theirs in pairs]  # milliseconds
+    if pipeline_pairs:
+        row["default_pipeline_alone_pairs"] = [[1000 * ours, 1000 * theirs] for ours, theirs in pipeline_pairs]
+        row["default_pipeline_alone_ms"] = 1000 * statistics.median(ours for ours, _ in pipeline_pairs)
+        row["default_pipeline_alone_vs_ct2_fp32_alone"] = statistics.median(
+            theirs / ours for ours, theirs in pipeline_pairs)
     alone = {"vaswani_cpu_alone": statistics.median(ours for ours, _ in pairs),
              "ct2_fp32_alone": statistics.median(theirs for _, theirs in pairs),
              "ct2_int8_alone": _ctranslate2_alone(workload.exports["ct2_int8"], workload.sources, options, threads,
@@ -512,7 +576,8 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
     for name, value in alone.items():
         row[f"{name}_ms"] = 1000 * value
         row[f"{name}_tokens_per_s"] = tokens / value
-    for name in ("vaswani", "vaswani_cpu", "vaswani_cpu_early_stopping_false", "marian"):
+    for name in ("vaswani", "default_generate", "default_pipeline", "vaswani_cpu", "vaswani_cpu_early_stopping_false",
+                 "marian"):
         if name in seconds:
             row[f"{name}_vs_ct2_fp32"] = seconds["ct2_fp32"] / seconds[name]
             row[f"{name}_vs_ct2_fp32_alone"] = alone["ct2_fp32_alone"] / seconds[name]
@@ -543,8 +608,11 @@ def _compare_engines(args) -> dict:
                         + f"; vs CTranslate2 fp32 (in process / alone): vaswani x{row['vaswani_vs_ct2_fp32']:.2f} / "
                         f"x{row['vaswani_vs_ct2_fp32_alone']:.2f}, vaswani_cpu x{row['vaswani_cpu_vs_ct2_fp32']:.2f} / "
                         f"x{row['vaswani_cpu_vs_ct2_fp32_alone']:.2f}, both alone "
-                        f"x{row['vaswani_cpu_alone_vs_ct2_fp32_alone']:.2f} (same tokens as generate: "
-                        f"{row['vaswani_cpu_same_tokens']}, CTranslate2 fp32 {row['ct2_fp32_same_tokens']}); "
+                        f"x{row['vaswani_cpu_alone_vs_ct2_fp32_alone']:.2f}"
+                        + (f", default pipeline alone x{row['default_pipeline_alone_vs_ct2_fp32_alone']:.2f}"
+                           if "default_pipeline_alone_vs_ct2_fp32_alone" in row else "")
+                        + f" (same tokens as generate: {row['vaswani_cpu_same_tokens']}, default generate "
+                        f"{row['default_generate_same_tokens']}, CTranslate2 fp32 {row['ct2_fp32_same_tokens']}); "
                         "int8 vs CTranslate2 int8 "
                         f"x{row['vaswani_int8_vs_ct2_int8']:.2f} / x{row['vaswani_int8_vs_ct2_int8_alone']:.2f}"
                     )

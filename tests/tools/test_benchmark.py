@@ -88,7 +88,9 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
     assert [(row["workload"], row["threads"], row["num_beams"]) for row in rows] == [
         ("tiny", 2, 1), ("tiny", 2, 4), ("multi30k_en_de", 2, 1), ("multi30k_en_de", 2, 4)]
     for row in rows:
-        engines = [name for name in benchmarking.ENGINES if name != "marian" or row["workload"] == "tiny"]
+        engines = [name for name in benchmarking.ENGINES
+                   if (name != "marian" or row["workload"] == "tiny")
+                   and (name != "default_pipeline" or row["workload"] != "tiny")]  # (a preset has no texts)
         assert all(row[f"{name}_tokens_per_s"] > 0 and row[f"{name}_ms"] > 0 for name in engines)
         assert row["ct2_fp32_alone_tokens_per_s"] > 0 and row["ct2_int8_alone_tokens_per_s"] > 0  # fresh processes
         assert row["vaswani_cpu_alone_tokens_per_s"] > 0  # the package's loop in a fresh process too
@@ -99,7 +101,9 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
         assert row["vaswani_vs_ct2_fp32"] == pytest.approx(row["vaswani_tokens_per_s"] / row["ct2_fp32_tokens_per_s"])
         assert row["vaswani_cpu_vs_ct2_fp32_alone"] == pytest.approx(
             row["vaswani_cpu_tokens_per_s"] / row["ct2_fp32_alone_tokens_per_s"])
-        assert row["vaswani_cpu_same_tokens"] is True
+        assert row["vaswani_cpu_same_tokens"] is True and row["default_generate_same_tokens"] is True
+        # the plain engine is transformers' loop; the defaults decode on the CPU path
+        assert row["vaswani_ms"] > 0 and row["default_generate_ms"] > 0
         # beam search stops as CTranslate2's does (early_stopping=True): every engine computes the same tokens
         assert row["ct2_fp32_same_tokens"] is True
         if row["num_beams"] > 1:  # and the shipped configs' own rule (early_stopping=False), timed beside
@@ -108,6 +112,12 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
         else:
             assert "vaswani_cpu_early_stopping_false_ms" not in row
         assert len(row["load_average"]) == 2
+    for shipped in rows[2:]:  # the pipeline a user builds from the folder, in process and alone, paired with CT2
+        assert shipped["default_pipeline_same_text"] is True
+        assert shipped["default_pipeline_alone_vs_ct2_fp32_alone"] == pytest.approx(
+            shipped["ct2_fp32_alone_ms"] / shipped["default_pipeline_alone_ms"])
+        assert len(shipped["default_pipeline_alone_pairs"]) == 1
+    assert all("default_pipeline_ms" not in row for row in rows[:2])
     shipped = rows[2]
     assert "marian_ms" not in shipped and shipped["batch"] == 2
     assert shipped["new_tokens"] > 2 * 5  # real translations of two sentences, ended by the model, not forced

@@ -121,9 +121,10 @@ class VaswaniConfig(PreTrainedConfig):
     """
 
     model_type = "vaswani"
-    # the decoder's cache among a model's outputs, by its name before and after transformers 5.24 (`cache`): not a
-    # prediction, so the Trainer leaves it out of what it gathers at evaluation
-    keys_to_ignore_at_inference = ["past_key_values", "cache"]
+    # What the Trainer leaves out of the predictions it gathers (`Trainer.predict`, evaluation), so that they are the
+    # logits alone, as run_glue's `np.argmax(predictions, axis=1)` expects: the decoder's cache (named `cache` from
+    # transformers 5.24 on) and the encoder's last states, which a seq2seq output carries beside its logits.
+    keys_to_ignore_at_inference = ["past_key_values", "cache", "encoder_last_hidden_state"]
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "encoder_attention_heads",

@@ -47,6 +47,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani import MAX_SIZES, VaswaniConfig, check_json_file
+from .pipeline_tasks import register_pipeline_tasks
 
 
 logger = logging.get_logger(__name__)
@@ -406,6 +407,13 @@ class VaswaniPreTrainedModel(PreTrainedModel):
                     "the attention scores; use 'sdpa' or 'eager' with position_embedding_type='relative'."
                 )
         return super()._check_and_adjust_attn_implementation(attn_implementation, *args, **kwargs)
+
+    def post_init(self):
+        """As in transformers, then the pipeline tasks the model's config declares are registered with
+        `transformers.pipeline`, so that it serves them from this model object as from its folder
+        (pipeline_tasks.py)."""
+        super().post_init()
+        register_pipeline_tasks(self.config)
 
     def _init_weights(self, module: nn.Module):
         """Xavier-uniform projections (as in tensor2tensor and fairseq), zero biases, and token embeddings drawn
@@ -895,17 +903,40 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             encoder_attentions=outputs.encoder_attentions,
         )
 
-    def generate(self, *args, streamer=None, **kwargs):
-        """`GenerationMixin.generate`, except that with a `streamer` and no beam count given, decoding is greedy.
+    def generate(self, *args, streamer=None, cpu_decoding: bool | None = None, **kwargs):
+        """`GenerationMixin.generate`, with two differences.
 
-        Checkpoints decode by default as they were scored (beam search, `num_beams` in their generation config, as
-        Marian's translation models do), but a streamer shows one hypothesis as it grows, which beam search does not
-        have: transformers would refuse the call. Greedy is what such a call means; pass `num_beams` to choose."""
+        On a CPU, greedy and beam search run through this project's decoder (`cpu_decoding.py`, carried by every
+        checkpoint): the tokens of transformers' loop, two to four times faster at the shipped models' size. Any call
+        it does not cover (sampling, a streamer, scores or attentions in the output, other logits processors, a model
+        in training mode or not in float32) runs transformers' loop, as every call on a GPU does.
+        `cpu_decoding=False`, or `model.generation_config.cpu_decoding = False`, keeps transformers' loop for all.
+
+        With a `streamer` and no beam count given, decoding is greedy. Checkpoints decode by default as they were
+        scored (beam search, `num_beams` in their generation config, as Marian's translation models do), but a
+        streamer shows one hypothesis as it grows, which beam search does not have: transformers would refuse the
+        call. Greedy is what such a call means; pass `num_beams` to choose."""
         config = kwargs.get("generation_config") or self.generation_config
         if streamer is not None and "num_beams" not in kwargs and (config.num_beams or 1) > 1:
             kwargs["num_beams"] = 1
             kwargs.setdefault("length_penalty", 1.0)  # (a beam setting: unused and warned about with greedy)
+        if cpu_decoding is None:
+            cpu_decoding = getattr(config, "cpu_decoding", True)
+        if not isinstance(cpu_decoding, bool):
+            raise ValueError(f"cpu_decoding must be True or False, got {cpu_decoding!r}.")
+        if cpu_decoding and kwargs.get("custom_generate") is None and self.device.type == "cpu":
+            return self._cpu_generate()(*args, streamer=streamer, **kwargs)
         return super().generate(*args, streamer=streamer, **kwargs)
+
+    def _cpu_generate(self):
+        """The model's CPU decoder (`cpu_decoding.CpuGenerate`, made at the first call): it holds the weights laid out
+        for it and each thread's buffers, and hands every call to `GenerationMixin.generate`."""
+        from .cpu_decoding import CpuGenerate
+
+        cpu_generate = self.__dict__.get("_cpu_generate_state")
+        if cpu_generate is None:
+            cpu_generate = self.__dict__["_cpu_generate_state"] = CpuGenerate(self, GenerationMixin.generate)
+        return cpu_generate
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -1132,6 +1163,9 @@ class VaswaniForTokenClassification(VaswaniPreTrainedModel):
 
 # The pipeline code files named in `config.custom_pipelines`; see `pipelines/`.
 SHIPPED_PIPELINE_FILES: list[str] = ["pipeline_vaswani.py"]
+# The modules this file imports (transformers copies them too, as it finds them in the source): the pipeline tasks'
+# registration, and the CPU decoder with its search.
+SHIPPED_MODEL_FILES: list[str] = ["pipeline_tasks.py", "cpu_decoding.py", "search.py", "proc_files.py"]
 
 
 def current_umask() -> int:
@@ -1308,7 +1342,7 @@ def code_files_to_ship(extra_folders: list[Path] = ()) -> list[Path]:
     except (ImportError, ValueError):
         pass
     folders += [folder for folder in extra_folders if folder.is_dir()]
-    wanted = ["tokenization_vaswani.py", *SHIPPED_PIPELINE_FILES]
+    wanted = ["tokenization_vaswani.py", *SHIPPED_PIPELINE_FILES, *SHIPPED_MODEL_FILES]
     found = {}
     for folder in folders:
         for name in wanted:
