@@ -4,6 +4,7 @@ project ships and real sentences (random weights would make agreement meaningles
 whatever the path does not do."""
 
 import copy
+import json
 import pickle
 import threading
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TextStreamer
 
-from helpers import REPO, english_sentences, load_script, spread_weights, tiny_config
+from helpers import REPO, english_sentences, load_script, run_isolated, spread_weights, tiny_config
 import vaswani.cpu_decoding as cpu_decoding
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.serving.cpu_inference import for_cpu_inference
@@ -442,3 +443,56 @@ def test_a_model_cast_or_in_training_mode_after_a_call_decodes_as_transformers_l
     trained_mode = generated(model, batch, num_beams=1, max_new_tokens=10)
     assert len(searches) == 2 and trained_mode.shape[0] == 3
     assert first.shape[0] == 3
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory, tokenizer):
+    """A tiny seq2seq checkpoint saved with this code: the folder carries the CPU decoder's files."""
+    torch.manual_seed(0)
+    model = spread_weights(VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer)))).eval()
+    folder = tmp_path_factory.mktemp("checkpoint")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_checkpoint_folder_alone_decodes_on_its_own_cpu_path(tiny_checkpoint):
+    """Where this package cannot be imported, a model loaded from the folder with trust_remote_code decodes on the
+    CPU path of the checkpoint's own copy of the decoder, with the tokens of transformers' loop."""
+    assert {"cpu_decoding.py", "search.py", "proc_files.py", "pipeline_tasks.py"} <= {
+        path.name for path in tiny_checkpoint.iterdir()}
+    stdout = run_isolated(f"""
+        import json, torch
+        from transformers import AutoModelForSeq2SeqLM
+        model = AutoModelForSeq2SeqLM.from_pretrained({str(tiny_checkpoint)!r}, trust_remote_code=True).eval()
+        import sys
+        decoder = sys.modules[type(model._cpu_generate()).__module__]  # (imported with the model's first call)
+        searches = []
+        search = decoder.search
+        decoder.search = lambda *args: searches.append(1) or search(*args)
+        batch = {{"input_ids": torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]]),
+                 "attention_mask": torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])}}
+        rows = {{}}
+        with torch.no_grad():
+            for beams in (1, 3):
+                rows[beams] = [model.generate(**batch, num_beams=beams, max_new_tokens=10).tolist(),
+                               model.generate(**batch, num_beams=beams, max_new_tokens=10, cpu_decoding=False).tolist()]
+        print(json.dumps({{"rows": rows, "searches": len(searches), "module": decoder.__name__}}))
+        """)
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result["module"].startswith("transformers_modules.") and result["searches"] == 2
+    for default, loop in result["rows"].values():
+        assert default == loop
+
+
+def test_for_cpu_inference_sets_up_a_model_of_the_checkpoints_own_class(tiny_checkpoint, tokenizer):
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    own_class = get_class_from_dynamic_module("modeling_vaswani.VaswaniForConditionalGeneration", str(tiny_checkpoint))
+    assert own_class is not VaswaniForConditionalGeneration and own_class.__module__.startswith("transformers_modules.")
+    model = own_class.from_pretrained(tiny_checkpoint).eval()
+    fast = for_cpu_inference(model)
+    assert fast is model and "generate" not in vars(fast)  # its own class decodes on the path by itself
+    assert type(fast._cpu_generate()).__module__.startswith("transformers_modules.")
+    batch = tokenizer(SENTENCES[:3], return_tensors="pt", padding=True)
+    assert_same_tokens(model, fast, batch, num_beams=2, max_new_tokens=10)

@@ -568,6 +568,48 @@ def test_threads_translating_into_different_languages_each_get_their_own_tag(one
         assert given[code] == [[tag] + ids for ids in untagged], code
 
 
+def test_eight_threads_sharing_a_pipeline_on_the_default_cpu_path_each_get_their_own_translations(
+    one_thread, monkeypatch
+):
+    """Eight threads share one pipeline whose model decodes on the CPU path (the default), each thread asking for
+    another target language in turn: every call gives what transformers' loop gives for its own language alone."""
+    import vaswani.cpu_decoding as cpu_decoding
+
+    codes = ["de", "fr", "es", "it"]
+    texts = [text for pair in PAIRS for text in pair]
+    tagged = VaswaniTokenizer.train_from_texts(texts, vocab_size=400, min_frequency=1, language_codes=codes)
+    torch.manual_seed(0)
+    model = spread_weights(VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tagged), source_lang="en")))
+    translate = transformers.pipeline("translation", model=model.eval(), tokenizer=tagged)
+    settings = {"num_beams": 2, "max_new_tokens": 8}
+    expected = {(code, source): translate(source, tgt_lang=code, cpu_decoding=False, **settings)
+                for code in codes for source in SOURCES[:3]}
+    searches = []
+    search = cpu_decoding.search
+    monkeypatch.setattr(cpu_decoding, "search", lambda *args: searches.append(1) or search(*args))
+    start, results, errors = threading.Barrier(8, timeout=60), {}, []
+
+    def translate_all(index):
+        try:
+            start.wait()
+            for round_ in range(3):
+                code = codes[(index + round_) % len(codes)]
+                for source in SOURCES[:3]:
+                    results[(index, round_, source)] = (code, translate(source, tgt_lang=code, **settings))
+        except Exception as error:  # reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=translate_all, args=(index,)) for index in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert len(results) == 8 * 3 * 3 and len(searches) == len(results)  # every call on the CPU path
+    for (_, _, source), (code, output) in results.items():
+        assert output == expected[(code, source)], (code, source)
+
+
 def test_a_tokenizer_larger_than_the_models_embedding_table_is_refused(translator, tokenizer):
     """Ids past the embedding table would end in an IndexError inside the model on the first text that uses one."""
     small = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer) - 1)).eval()
