@@ -1,5 +1,5 @@
-"""Decoding on a CPU at the speed of an inference engine, from the model's own weights: what `generate` runs after
-`vaswani.serving.cpu_inference.for_cpu_inference(model)`, with the same tokens.
+"""Decoding on a CPU at the speed of an inference engine, from the model's own weights: what
+`VaswaniForConditionalGeneration.generate` runs on a CPU by default, with the tokens of transformers' loop.
 
 `generate` runs the model's forward once per new token, which is written for training and for every attention
 backend: one token at a time it spends most of its time around the arithmetic (on the shipped en->de model, one
@@ -45,7 +45,11 @@ decoder, a model in training mode or not in float32 on the CPU), the loop is tra
 `generate` gives.
 
 The weights are laid out once (about the model's size again) and laid out anew when a parameter changes (tracked by
-its version counter): a model fine-tuned after `for_cpu_inference` decodes with its new weights.
+its version counter): a model fine-tuned after a call decodes with its new weights.
+
+This file is copied into every saved checkpoint (with search.py and proc_files.py, which it imports), so that a
+folder alone decodes this way; it imports from this project only with relative imports of those files and of
+modeling_vaswani.py.
 """
 
 import functools
@@ -76,6 +80,9 @@ HANDLED_MODEL_KWARGS = {"encoder_outputs", "attention_mask", "use_cache", "cache
 OUTPUT_OPTIONS = ("output_attentions", "output_hidden_states", "output_scores", "output_logits")
 # the arguments of `generate` meant for its decoding loop
 LOOP_ARGUMENTS = ("streamer", "synced_gpus", "assistant_model", "tokenizer", "assistant_tokenizer")
+# the settings that ask for a decoding method transformers loads from the Hub (constrained beam search, contrastive
+# search, DoLa, group beam search), which `generate` runs only where it is handed no loop of this path's
+HUB_METHOD_SETTINGS = ("constraints", "force_words_ids", "penalty_alpha", "dola_layers", "num_beam_groups")
 # On CPUs other than Intel's, the output projection of two rows or more goes through oneDNN, its weights reordered
 # once into the layout oneDNN's kernel reads (`ModelWeights.vocab_packed`): PyTorch's MKL product repacks the 4 MB
 # matrix at every call, which costs most at the few rows of a search's last steps. Rows x 128 times 128 x 8,000 on a
@@ -686,7 +693,8 @@ class CpuGenerate:
     def __call__(self, *args, **kwargs):
         model = self.model
         # transformers hands a callable `custom_generate` none of these: such a call keeps transformers' own loop
-        if kwargs.get("custom_generate") is None and not any(kwargs.get(name) is not None for name in LOOP_ARGUMENTS):
+        if (kwargs.get("custom_generate") is None and not any(kwargs.get(name) is not None for name in LOOP_ARGUMENTS)
+                and not _asks_for_a_hub_method(kwargs, kwargs.get("generation_config") or model.generation_config)):
             kwargs["custom_generate"] = self.decoding_loop
             if (input_ids := self.encodable_inputs(args, kwargs)) is not None:
                 self.call.weights = self.current_weights()
@@ -735,7 +743,7 @@ class CpuGenerate:
             if "/" in name:
                 raise ValueError(
                     f"{mode.name.lower()} is a decoding method transformers loads from the Hub ({name}); the CPU "
-                    "decoding path does not run it. Call generate on a model not set up by for_cpu_inference, or "
+                    "decoding path does not run it. Call generate with cpu_decoding=False, or "
                     "pass custom_generate yourself."
                 )
             method = getattr(type(model), name)
@@ -750,6 +758,16 @@ class CpuGenerate:
             decoder = CpuDecoder(weights, encoder_states, source_mask, beams, settings.max_length, self.workspace)
             output = search(decoder, encoder_states.shape[0], int(input_ids[0, 0]), settings)
         return output.clone()  # an ordinary tensor, which the caller may change in place
+
+
+def _asks_for_a_hub_method(kwargs: dict, config) -> bool:
+    """Whether a call's settings (its arguments, else the generation config's) choose a decoding method transformers
+    loads from the Hub (`HUB_METHOD_SETTINGS`)."""
+    for name in HUB_METHOD_SETTINGS:
+        value = kwargs[name] if name in kwargs else getattr(config, name, None)
+        if value is not None and (name != "num_beam_groups" or value > 1) and (name != "penalty_alpha" or value > 0):
+            return True
+    return False
 
 
 def _model_runs_here(model: nn.Module) -> bool:

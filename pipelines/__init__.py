@@ -1,14 +1,14 @@
 """The pipelines, for use in a process where this package is imported.
 
 A saved checkpoint needs nothing from here: it carries `pipeline_vaswani.py` and declares the tasks in its config, so
-`transformers.pipeline("translation", model=DIR, trust_remote_code=True)` works anywhere. With a model *object*,
-transformers 5's `pipeline()` does not look at the model's config for custom tasks, and raises `KeyError` for the
-three tasks it removed; its token-classification pipeline guesses the words of this project's tokenizer (see
-`TokenClassificationPipeline`). Two ways work in-process:
+`transformers.pipeline("translation", model=DIR, trust_remote_code=True)` works anywhere, and a model object of this
+project is served by `transformers.pipeline` as its folder is (its classes register the tasks: `pipeline_tasks.py`).
+Here, the same classes built directly, and `pipeline`, which also builds them from a folder without
+`trust_remote_code` (the installed package's code, not the folder's):
 
     from vaswani.pipelines import TranslationPipeline, pipeline
 
-    translator = pipeline("translation", model=model, tokenizer=tokenizer)   # transformers.pipeline, plus the tasks
+    translator = pipeline("translation", model="my-model")                   # transformers.pipeline, from the package
     translator = TranslationPipeline(model=model, tokenizer=tokenizer)        # a pipeline class built directly
 """
 

@@ -496,3 +496,25 @@ def test_for_cpu_inference_sets_up_a_model_of_the_checkpoints_own_class(tiny_che
     assert type(fast._cpu_generate()).__module__.startswith("transformers_modules.")
     batch = tokenizer(SENTENCES[:3], return_tensors="pt", padding=True)
     assert_same_tokens(model, fast, batch, num_beams=2, max_new_tokens=10)
+
+
+def test_a_call_for_a_decoding_method_from_the_hub_is_transformers_own(en_de, searches, monkeypatch):
+    """Contrastive search, DoLa, group and constrained beam search are methods transformers loads from the Hub: such
+    a call reaches transformers' generate as if the path were not there (which loads the method, or says why not)."""
+    plain, tokenizer = en_de
+    batch = tokenizer(SENTENCES[:2], return_tensors="pt", padding=True)
+    handed = []
+    import transformers.generation.utils as generation_utils
+    original = generation_utils.GenerationMixin.generate
+
+    def recording(self, *args, **kwargs):
+        handed.append(kwargs.get("custom_generate"))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(generation_utils.GenerationMixin, "generate", recording)
+    for settings in ({"penalty_alpha": 0.6, "top_k": 4}, {"num_beams": 4, "num_beam_groups": 2},
+                     {"num_beams": 2, "force_words_ids": [[5]]}, {"dola_layers": "low"}):
+        with pytest.raises(RuntimeError, match="stop here"):
+            plain.generate(**batch, max_new_tokens=3, **settings)
+    assert handed == [None] * 4 and searches == []
+    monkeypatch.setattr(generation_utils.GenerationMixin, "generate", original)

@@ -1,13 +1,12 @@
 """Serving a trained checkpoint fast: on CPUs from its own weights, or exported to another engine
-(`scripts/export_ctranslate2.py`, `scripts/export_onnx.py`, `scripts/tools/benchmark.py`), one module per job:
+(`scripts/export_ctranslate2.py`, `scripts/export_onnx.py`, `scripts/tools/benchmark.py`), one module per job
+(the CPU decoder every checkpoint carries, `cpu_decoding`, and its `search` are at the package's top, beside the
+model file that runs them):
 
-    cpu_inference           `for_cpu_inference(model)`: the decoding loop below with oneDNN matrix products, or int8
-    cpu_decoding            the decoding loop `generate` runs after it, with generate's tokens
-    search                  greedy and beam search as `generate` runs them, over any decoder (this loop's, ONNX's)
+    cpu_inference           `for_cpu_inference(model)`: the explicit CPU switch, oneDNN Linear layers or int8 ones
     exporting               what the exports share: the checks of the checkpoint read and the folder written
     ctranslate2_export      the export to CTranslate2 and the decoding options that match `generate`'s
     ctranslate2_generation  a CTranslate2 export called as the project's pipelines are
     onnx_export             the export to ONNX and decoding with onnxruntime
     benchmarking            the speed measurements: setups, the Marian twin, FLOPs, the matmul peak; benchmark.py's runs
-    proc_files              reading /proc (the processor's name and vendor, the process's memory)
 """

@@ -1,5 +1,5 @@
-"""Faster generation on CPUs from the same weights: a decoding loop of our own with oneDNN's fp32 matrix products, or
-int8 Linear layers.
+"""Faster inference on CPUs from the same weights, set up explicitly: oneDNN's fp32 matrix products, or int8 Linear
+layers. (Decoding itself needs no set-up: on a CPU `generate` runs the model's own decoder, `vaswani.cpu_decoding`.)
 
 On a CPU, `generate` spends about 70% of its time in the Linear layers' matrix products (the rest in attention,
 the cache and Python). PyTorch's CPU wheel runs fp32 matrix products through MKL, which on AMD CPUs takes a slow
@@ -14,12 +14,9 @@ only (no gradients, nothing to save):
 
 `"fp32"` changes only how the products are summed: logits agree with the plain model to float32 rounding (about
 1e-5) and decoding gives the same tokens (tests/test_cpu_inference.py checks both on the shipped en->de model). A
-translation or summarization model (`VaswaniForConditionalGeneration`) also decodes through
-`vaswani.cpu_decoding`: `model.generate` then runs greedy and beam search with a decoder written for one new
-token per row (a cache written in place, attention of one row as two products, no copy of the cache when beams are
-chosen) and an encoder whose position-wise layers skip the padding, 2 to 4 times faster than the model's own
-forward at the shipped models' size, with the same tokens (tests/test_cpu_decoding.py); any other call of
-`generate` (sampling, a streamer, scores in the output) runs as before.
+translation or summarization model (`VaswaniForConditionalGeneration`) decodes through `vaswani.cpu_decoding` with or
+without this set-up (its `generate` hands greedy and beam search to it on a CPU); a model whose class has no such
+decoder of its own (a checkpoint saved by older code) gets the package's put in front of its `generate` here.
 `"int8"` stores every Linear weight (the output projection included) as int8 with one scale per tensor and quantizes
 activations on the fly (`torch.ao.quantization.quantize_dynamic`, fbgemm kernels): outputs change a little; the
 BLEU it costs is measured in results/benchmark/README.md ("Serving paths on a CPU", results in
@@ -81,10 +78,11 @@ class OneDNNLinear(nn.Linear):
 
 
 def for_cpu_inference(model: nn.Module, quantization: str = "fp32", release_freed_memory: bool = False) -> nn.Module:
-    """`model` set up for fast CPU inference: `"fp32"` routes its Linear layers through oneDNN and its `generate`
-    through `vaswani.cpu_decoding` (in place, same weights); `"int8"` returns a copy whose Linear layers hold
-    int8 weights. The model is put in eval mode. Unless `release_freed_memory`, the process keeps the memory it frees
-    (`keep_freed_memory`, see the module docstring)."""
+    """`model` (of this project: any other is refused by name) set up for fast CPU inference: `"fp32"` routes its
+    Linear layers through oneDNN, in place, same weights (its `generate` decodes through `vaswani.cpu_decoding`, by
+    its own class or, for a class without it, put in front here); `"int8"` returns a copy whose Linear layers hold
+    int8 weights (decoded by transformers' loop). The model is put in eval mode. Unless `release_freed_memory`, the
+    process keeps the memory it frees (`keep_freed_memory`, see the module docstring)."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization={quantization!r}: use one of {list(QUANTIZATIONS)}.")
     model_type = getattr(getattr(model, "config", None), "model_type", None)
