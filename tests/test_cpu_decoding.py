@@ -502,6 +502,8 @@ def test_a_call_for_a_decoding_method_from_the_hub_is_transformers_own(en_de, se
     """Contrastive search, DoLa, group and constrained beam search are methods transformers loads from the Hub: such
     a call reaches transformers' generate as if the path were not there (which loads the method, or says why not)."""
     plain, tokenizer = en_de
+    model = copy.deepcopy(plain)
+    vars(model).pop("_cpu_generate_state", None)  # (made at its first call, holding the generate of that time)
     batch = tokenizer(SENTENCES[:2], return_tensors="pt", padding=True)
     handed = []
     import transformers.generation.utils as generation_utils
@@ -515,6 +517,6 @@ def test_a_call_for_a_decoding_method_from_the_hub_is_transformers_own(en_de, se
     for settings in ({"penalty_alpha": 0.6, "top_k": 4}, {"num_beams": 4, "num_beam_groups": 2},
                      {"num_beams": 2, "force_words_ids": [[5]]}, {"dola_layers": "low"}):
         with pytest.raises(RuntimeError, match="stop here"):
-            plain.generate(**batch, max_new_tokens=3, **settings)
+            model.generate(**batch, max_new_tokens=3, **settings)
     assert handed == [None] * 4 and searches == []
     monkeypatch.setattr(generation_utils.GenerationMixin, "generate", original)
