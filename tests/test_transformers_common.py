@@ -268,13 +268,6 @@ class VaswaniTokenizerTest(tokenization_common.TokenizerTesterMixin, unittest.Te
     test_rust_tokenizer = False
     test_sentencepiece = False
 
-    @unittest.skip(
-        "special tokens typed in text stay text here (a user's '</s>' is not an end of sequence); tokens added with "
-        "add_tokens are used, see tests/test_tokenization.py"
-    )
-    def test_tokenize_special_tokens(self):
-        pass
-
     @classmethod
     def setUpClass(cls):
         """A tokenizer learned from a few sentences, saved where the mixin's tests look for it. (The mixin's own
