@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
-from tokenizers import Tokenizer
+from tokenizers import AddedToken, Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from helpers import PAIRS, SHARED_DATA, as_saved_before_issue_41, load_script, needs_shared_data, tiny_config
+from helpers import PAIRS, REPO, SHARED_DATA, as_saved_before_issue_41, load_script, needs_shared_data, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniTokenizer
 from vaswani.tokenization_vaswani import update_tokenizer_file
 
@@ -292,6 +292,81 @@ def test_a_token_the_user_adds_is_used_where_it_stands_as_a_word(name, request):
     assert zzzq not in tokenizer("azzzqb")["input_ids"]  # inside another word it is that word's letters
     # special tokens typed in text stay text (split_special_tokens), added tokens or not
     assert tokenizer.bos_token_id not in tokenizer("a <s> zzzq")["input_ids"][:-1]
+
+
+SHIPPED_TOKENIZERS = ["multi30k_en_de", "conll2003"]  # a translator's joint vocabulary, a tagger's (punctuation split)
+
+
+def learned_or_shipped(name, request):
+    """A copy of a tokenizer learned in this module (a fixture's name) or of a shipped model's (its results/ folder)."""
+    if name in SHIPPED_TOKENIZERS:
+        return VaswaniTokenizer.from_pretrained(REPO / "results" / name / "model")
+    return copy.deepcopy(request.getfixturevalue(name))
+
+
+@pytest.mark.parametrize("name", LEARNED_TOKENIZERS + SHIPPED_TOKENIZERS)
+def test_an_added_token_s_offsets_cover_it_without_the_space_before_it(name, request):
+    tokenizer = learned_or_shipped(name, request)
+    tokenizer.add_tokens(["zzzq"])
+    zzzq = tokenizer.convert_tokens_to_ids("zzzq")
+    for text, span in [("a zzzq horse", (2, 6)), ("zzzq horse", (0, 4)), ("a  zzzq", (3, 7)), (" zzzq", (1, 5)),
+                       ("The new zzzq.", (8, 12))]:
+        encoding = tokenizer(text, return_offsets_mapping=True)
+        assert encoding["offset_mapping"][encoding["input_ids"].index(zzzq)] == span, text
+    batch = tokenizer(["a zzzq", "bb zzzq"], return_offsets_mapping=True, padding=True, return_tensors="pt")
+    assert batch["offset_mapping"][batch["input_ids"] == zzzq].tolist() == [[2, 6], [3, 7]]
+    words = tokenizer(["a", "zzzq"], is_split_into_words=True, return_offsets_mapping=True)
+    assert words["offset_mapping"][words["input_ids"].index(zzzq)] == (0, 4)  # offsets within its word
+
+
+@pytest.mark.parametrize("name", ["tokenizer", "punctuation_tokenizer", "newline_tokenizer"] + SHIPPED_TOKENIZERS)
+def test_a_special_token_the_user_adds_is_one_token_where_it_is_typed(name, request, tmp_path):
+    tokenizer = learned_or_shipped(name, request)
+    assert tokenizer.add_special_tokens({"additional_special_tokens": ["<sep2>"]}) == 1
+    sep2 = tokenizer.convert_tokens_to_ids("<sep2>")
+    assert "<sep2>" in tokenizer.all_special_tokens and sep2 in tokenizer.all_special_ids
+    tokenizer.save_pretrained(tmp_path)
+    for candidate in (tokenizer, VaswaniTokenizer.from_pretrained(tmp_path), AutoTokenizer.from_pretrained(tmp_path)):
+        assert candidate.convert_tokens_to_ids("<sep2>") == sep2 and "<sep2>" in candidate.all_special_tokens
+        # typed between words, glued to them, first or last: one token, the words around it as without it
+        for text, without in [("x <sep2> y", "x y"), ("x<sep2>y", "x y"), ("<sep2> A man.", "A man."),
+                              ("A man. <sep2>", "A man.")]:
+            ids = candidate(text)["input_ids"]
+            assert ids.count(sep2) == 1, (text, candidate.convert_ids_to_tokens(ids))
+            assert [i for i in ids if i != sep2] == candidate(without)["input_ids"], text
+            assert candidate.decode(ids, skip_special_tokens=True) == without
+            assert "<sep2>" in candidate.decode(ids)
+        # the control tokens typed in a text stay text, beside the one the user added
+        ids = candidate("<s> x </s> <sep2> <pad>")["input_ids"]
+        assert ids.count(sep2) == 1 and not set(ids[:-1]) & {candidate.bos_token_id, candidate.eos_token_id,
+                                                              candidate.pad_token_id}
+        assert candidate.decode(ids, skip_special_tokens=True) == "<s> x </s> <pad>"
+
+
+def test_a_folder_saved_with_a_user_s_special_token_the_backend_never_matched_gets_it_matched(tokenizer, tmp_path):
+    tokenizer.save_pretrained(tmp_path)
+    backend = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    backend.add_special_tokens([AddedToken("<sep2>", normalized=False, special=True)])  # as transformers adds it
+    backend.save(str(tmp_path / "tokenizer.json"))
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "extra_special_tokens": ["<sep2>"]}))
+    loaded = VaswaniTokenizer.from_pretrained(tmp_path)
+    ids = loaded("x <sep2> y")["input_ids"]
+    assert ids.count(loaded.convert_tokens_to_ids("<sep2>")) == 1
+    assert loaded.decode(ids, skip_special_tokens=True) == "x y"
+
+
+def test_adding_a_special_token_keeps_the_language_tags(tmp_path):
+    tagged = VaswaniTokenizer.train_from_texts(ORDINARY_TEXTS, vocab_size=400, min_frequency=1, language_codes=["de"])
+    tagged.add_special_tokens({"additional_special_tokens": ["<sep2>"]})  # (replaces transformers' list of extras)
+    tagged.save_pretrained(tmp_path)
+    for candidate in (tagged, VaswaniTokenizer.from_pretrained(tmp_path)):
+        assert candidate.language_tags == {"de": ">>de<<"}
+        candidate.tgt_lang = "de"
+        tag, sep2 = candidate.convert_tokens_to_ids([">>de<<", "<sep2>"])
+        ids = candidate("a >>de<< <sep2> b")["input_ids"]
+        assert ids[0] == tag and ids.count(tag) == 1 and ids.count(sep2) == 1  # the typed tag stays text
+        assert candidate.decode(ids, skip_special_tokens=True) == "a >>de<< b"
 
 
 def test_a_tokenizer_saved_before_word_offsets_gets_them_when_loaded_and_when_resaved(punctuation_tokenizer, tmp_path):
