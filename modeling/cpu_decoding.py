@@ -70,11 +70,14 @@ from transformers.generation.logits_process import (
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.utils import GENERATION_MODES_MAPPING, GenerationMode
 from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils import logging
 
-from .modeling_vaswani import CACHE_FIELD, padding_aware_positions, sinusoidal_positions
+from .modeling_vaswani import CACHE_FIELD, NON_FINITE_LOGITS, padding_aware_positions, sinusoidal_positions
 from .proc_files import proc_field
 from .search import SearchSettings, search
 
+
+logger = logging.get_logger(__name__)
 
 # the model_kwargs `generate` passes to its decoding loop that this path reads or can ignore
 HANDLED_MODEL_KWARGS = {"encoder_outputs", "attention_mask", "use_cache", "cache", "past_key_values"}
@@ -526,8 +529,12 @@ class CpuDecoder:
             hidden = hidden[self.rows]
         self.position += 1
         if hidden.shape[0] >= ONEDNN_VOCAB_ROWS and weights.vocab_packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(hidden, weights.vocab_packed, None, "none", [], "")
-        return torch.mm(hidden, weights.vocab_weight, out=self.logits[: hidden.shape[0]])
+            logits = torch.ops.mkldnn._linear_pointwise(hidden, weights.vocab_packed, None, "none", [], "")
+        else:
+            logits = torch.mm(hidden, weights.vocab_weight, out=self.logits[: hidden.shape[0]])
+        if position == 0 and not logits.sum(dtype=torch.float32).isfinite():  # (as the model's forward warns)
+            logger.warning_once(NON_FINITE_LOGITS)
+        return logits
 
     def set_cross_attention(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
         """Each layer's cross-attention keys (slots, heads, head_dim, source) and values (slots, heads, source,

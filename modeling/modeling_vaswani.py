@@ -52,6 +52,12 @@ from .pipeline_tasks import register_pipeline_tasks
 
 logger = logging.get_logger(__name__)
 
+# What a model says, once, when its logits hold nan or inf (its forward, and the CPU decoder's first step).
+NON_FINITE_LOGITS = (
+    "The model's logits hold nan or inf, so its outputs are meaningless (often empty). Its weights are damaged or it "
+    "diverged in training: check torch.isfinite on its parameters."
+)
+
 # transformers 5.24 renamed the outputs' `past_key_values` field to `cache` (the old name still works there, with a
 # warning); the outputs below use the name of the installed version
 CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
@@ -877,10 +883,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         # (one float32 sum: a single nan or inf makes it non-finite, at a fortieth of the cost of isfinite().all())
         if not self.training and not torch.compiler.is_compiling() and not logits.sum(dtype=torch.float32).isfinite():
             # the outputs of a model with a nan or inf inside are empty or garbage: say so, once
-            logger.warning_once(
-                "The model's logits hold nan or inf, so its outputs are meaningless (often empty). Its weights are "
-                "damaged or it diverged in training: check torch.isfinite on its parameters."
-            )
+            logger.warning_once(NON_FINITE_LOGITS)
 
         loss = None
         if labels is not None:

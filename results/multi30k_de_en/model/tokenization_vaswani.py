@@ -4,8 +4,8 @@ The paper encodes sentences with byte-pair encoding over a shared source-target 
 character the vocabulary lacks is spelled as its UTF-8 bytes (`<0xE2>`, `<0x82>`, ...), so no input ever maps to
 `<unk>`, and `decode(encode(text)) == text` for any text: nothing is normalized away. Text is only ever text: the
 strings `<s>`, `</s>`, `<pad>`, `<unk>` and `>>de<<` in an input are spelled as ordinary pieces, never read as the
-control tokens of the same name (transformers' `split_special_tokens`), and a literal `▁` (U+2581, the word-start
-mark) is escaped on the way in and restored on the way out.
+control tokens of the same name (transformers' `split_special_tokens`; a special token a user adds is matched, see
+below), and a literal `▁` (U+2581, the word-start mark) is escaped on the way in and restored on the way out.
 
 A token's offsets (`return_offsets_mapping=True`) cover its characters in the text and not the space before a word:
 the word-start mark of `▁Smith` takes the place of the word's first character, so in "John Smith" the token spans
@@ -13,9 +13,23 @@ the word-start mark of `▁Smith` takes the place of the word's first character,
 Word boundaries, and so the token-classification pipeline's words, come out exact (pipeline_vaswani.py).
 
 A token a user adds (`add_tokens(["zzzq"])`) is used where a word starts with it ("a zzzq horse"), not inside a word
-("azzzqb"). Decoding gives the text back where a space or the end of the text follows the added token; what follows
-it directly ("zzzq." or "zzzq\nb") starts a word of its own, so decoding puts a space before it ("zzzq ."). Special
-tokens typed in text stay text, as above.
+("azzzqb"), and its offsets, like a word's, start at its first character: (2, 6) in "a zzzq horse". (It is matched in
+the normalized text "▁a▁zzzq▁horse" with the mark of the word it is, the mark standing for the space before it; its
+offsets are moved past that space here, as the pre-tokenizer moves a word's.) Decoding gives the text back where a
+space or the end of the text follows the added token; what follows it directly ("zzzq." or "zzzq\nb") starts a word of
+its own, so decoding puts a space before it ("zzzq .").
+
+A special token a user adds (`add_special_tokens({"additional_special_tokens": ["<sep2>"]})`, a new `mask_token`,
+`add_tokens(..., special_tokens=True)`) is one token wherever it is typed, between words or glued to them ("x<sep2>y"),
+and takes the whitespace around it (its offsets cover that too, (1, 9) in "x <sep2> y"): the words on either side keep
+their own tokens, as without it. It is special everywhere else: listed in `all_special_tokens`, dropped by
+`decode(..., skip_special_tokens=True)` ("x <sep2> y" -> "x y"), saved and loaded as such. The built-in `<s>`, `</s>`,
+`<pad>`, `<unk>` and the language tags stay text when typed, as above: the tokenizer and the model place them (every
+sequence's end, the decoder's start, padding, the tag of `tgt_lang`), so a text that holds them as characters (an HTML
+`<s>`, a quoted `>>de<<`) must not end a sequence early or switch the target language; a token a user adds as special
+is there to be typed, in the data it marks. The backend's switch for special tokens in text (`encode_special_tokens`,
+set from `split_special_tokens`) is one for all of them, so a user's special token is given to the backend as an
+ordinary added token, always matched, and transformers' side treats it as special (`_add_tokens`).
 
 Every sequence ends with `</s>`; the decoder starts from `<s>`. Optional language tags (`>>de<<`) are special tokens
 that a multilingual model reads at the start of the source: set `tokenizer.tgt_lang = "de"` and every source it
@@ -36,7 +50,7 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import BPE
 from tokenizers.trainers import BpeTrainer
 from transformers import PreTrainedTokenizerFast
@@ -60,6 +74,16 @@ TOKENIZER_JSON_FILES = ("tokenizer_config.json", "tokenizer.json", "special_toke
 
 def language_tag(code: str) -> str:
     return f">>{code}<<"
+
+
+def is_language_tag(token: str) -> bool:
+    return token.startswith(">>") and token.endswith("<<") and len(token) > 4
+
+
+def is_control_token(token: str) -> bool:
+    """Whether a special token is one the tokenizer and model place themselves (the four of every vocabulary and the
+    language tags), which stays text when typed; any other special token a user adds is matched where typed."""
+    return token in SPECIAL_TOKENS or is_language_tag(token)
 
 
 class VaswaniTokenizer(PreTrainedTokenizerFast):
@@ -89,10 +113,79 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
     @classmethod
     def _from_pretrained(cls, *args, **kwargs):
         """As in transformers; a tokenizer saved before its word starts had exact offsets, or before added tokens were
-        found in text, gets both (`update_saved_tokenizer`: the same tokens and ids)."""
+        found in text, gets both (`update_saved_tokenizer`: the same tokens and ids), and one saved with a special token
+        its user added as a token the backend never matches gets it matched (see the module's docstring)."""
         tokenizer = super()._from_pretrained(*args, **kwargs)
         update_saved_tokenizer(tokenizer.backend_tokenizer)
+        user_special = [token for token in tokenizer.all_special_tokens if not is_control_token(token)]
+        if user_special:
+            tokenizer._add_tokens(user_special, special_tokens=True)
         return tokenizer
+
+    def _add_tokens(self, new_tokens, special_tokens=False) -> int:
+        """As in transformers, except for a special token the user adds: the backend gets it as a token matched
+        wherever it is typed, taking the spaces around it, and transformers lists it among the special tokens (see the
+        module's docstring). The built-in special tokens and the language tags stay special in the backend, so that
+        the tokenizer's `split_special_tokens` keeps them text when typed."""
+        control, typed, ordinary = [], [], []
+        for token in new_tokens:
+            content = str(token)
+            if not (special_tokens or getattr(token, "special", False)):
+                ordinary.append(token)
+            elif is_control_token(content):
+                control.append(token)
+            else:
+                single_word = getattr(token, "single_word", False)
+                typed.append(AddedToken(content, single_word=single_word, lstrip=True, rstrip=True, normalized=False,
+                                        special=False))
+                if content not in self.all_special_tokens:
+                    self._extra_special_tokens.append(content)
+        held = {token.content: token.__getstate__() for token in self.added_tokens_decoder.values()}
+        added = self._tokenizer.add_special_tokens(control) if control else 0
+        added += sum(self._tokenizer.add_tokens(tokens) for tokens in (typed, ordinary) if tokens)
+        if any(held.get(token.content, token.__getstate__()) != token.__getstate__() for token in typed):
+            # a token the backend held with other settings (special, never matched when typed): it updates the
+            # settings it lists but goes on matching as before until it is built again from them
+            self._tokenizer = Tokenizer.from_str(self._tokenizer.to_str())
+        return added
+
+    def _decode(self, token_ids, skip_special_tokens=False, **kwargs) -> str:
+        """As in transformers; with `skip_special_tokens`, the special tokens a user added are dropped too (the backend
+        holds them as ordinary tokens, see `_add_tokens`)."""
+        if skip_special_tokens:
+            token_ids = [token_ids] if isinstance(token_ids, int) else token_ids
+            special = set(self.all_special_ids)
+            token_ids = [token_id for token_id in token_ids if token_id not in special]
+        return super()._decode(token_ids, skip_special_tokens=skip_special_tokens, **kwargs)
+
+    def _convert_encoding(self, encoding, **kwargs):
+        """As in transformers, with the offsets of a token a user added moved past the space its word-start mark
+        stands for: (2, 6) for "zzzq" in "a zzzq horse", not (1, 6), as every other word's (see the module's
+        docstring)."""
+        encoding_dict, encodings = super()._convert_encoding(encoding, **kwargs)
+        lengths = self._word_marked_added_tokens() if "offset_mapping" in encoding_dict else {}
+
+        def past_the_space(token_id: int, start: int, end: int) -> tuple[int, int]:
+            return (start + 1, end) if token_id in lengths and end - start == lengths[token_id] + 1 else (start, end)
+
+        if lengths:
+            encoding_dict["offset_mapping"] = [
+                [past_the_space(token_id, start, end) for token_id, (start, end) in zip(each.ids, offsets)]
+                for each, offsets in zip(encodings, encoding_dict["offset_mapping"])
+            ]
+        return encoding_dict, encodings
+
+    def _word_marked_added_tokens(self) -> dict[int, int]:
+        """Id -> length of each added token the backend matches in the normalized text with the word-start mark before
+        it. Such a token's offsets cover the character the mark stands for: one more than the token where the mark
+        stands for a space, as many where it was put before the text (nothing to move then)."""
+        normalizer = self._tokenizer.normalizer
+        return {
+            token_id: len(token.content)
+            for token_id, token in self.added_tokens_decoder.items()
+            if token.normalized and normalizer is not None
+            and normalizer.normalize_str(token.content).startswith(WORD_START)
+        }
 
     def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
         """As in transformers, with tokenizer.json written without indentation: the same JSON in less than half the
@@ -232,12 +325,12 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
 
     @property
     def language_tags(self) -> dict[str, str]:
-        """Language code -> tag token, for the tags this vocabulary has."""
-        return {
-            token[2:-2]: token
-            for token in self.all_special_tokens
-            if token.startswith(">>") and token.endswith("<<") and len(token) > 4
-        }
+        """Language code -> tag token, for the tags this vocabulary has: its special tokens of the form `>>de<<`
+        (those the backend holds as special, so that a list of extra special tokens a user sets, which transformers'
+        `add_special_tokens` puts in place of the tags, does not take them away)."""
+        special = {token.content for token in self.added_tokens_decoder.values() if token.special}
+        tags = sorted(token for token in special | set(self.all_special_tokens) if is_language_tag(token))
+        return {token[2:-2]: token for token in tags}
 
 
 # A word's start mark ("▁" before "Smith") is taken off and put back before the word: put first, it takes the place
