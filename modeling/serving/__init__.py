@@ -10,4 +10,6 @@
     onnx_export             the export to ONNX and decoding with onnxruntime
     benchmarking            the speed measurements: setups, the Marian twin, FLOPs, the matmul peak; benchmark.py's runs
     proc_files              reading /proc (the processor's name and vendor, the process's memory)
+    app                     the web demo (scripts/app.py): a Gradio page with a tab per model
+    demo_tasks              what each tab runs: a checkpoint loaded safely, its task, its answers and messages
 """
