@@ -4,18 +4,11 @@ through gradio_client, and every answer is the package's pipeline's for the same
 page; a folder that is not a checkpoint of this project is refused in one line before anything loads."""
 
 import json
-import os
 import shutil
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
-import torch
 from transformers import (
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
@@ -23,7 +16,7 @@ from transformers import (
     AutoTokenizer,
 )
 
-from helpers import REPO, command_in_process, tiny_config
+from helpers import REPO, command_in_process, free_port, start_app, stop_app, tiny_config
 from vaswani import VaswaniModel, pipelines
 from vaswani.evaluation.attention_map import DPI, attention_of_translation, heatmap_size
 from vaswani.serving import demo_tasks
@@ -35,48 +28,9 @@ RESULTS = REPO / "results"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 INSTALL_DEMO = "install the demo extra: pip install -e '.[demo]'"
 INSTALL_BROWSER = "apt-get install chromium chromium-driver (Debian's headless browser and its WebDriver)"
-STARTUP_SECONDS = 180  # imports, five models and the server, on two busy cores
 ANSWER_SECONDS = 60  # one answer in the page
 
 SENTENCE = "A man in an orange hat is looking at a dog."  # typed into the en->de tab
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def start_app(command: list[str], cwd: Path, log: Path, env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    """Start a demo server (`command` ends with its --port) and wait until its page answers: (process, URL). The
-    test fails with the server's output if it exits or does not answer within STARTUP_SECONDS."""
-    port = int(command[command.index("--port") + 1])
-    url = f"http://127.0.0.1:{port}/"
-    environment = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})}
-    with log.open("wb") as output:
-        process = subprocess.Popen(command, cwd=cwd, env=environment, stdout=output, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"the demo exited with status {process.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                if response.status == 200:
-                    return process, url
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.5)
-    stop_app(process)
-    pytest.fail(f"the demo did not answer at {url} within {STARTUP_SECONDS} s:\n{log.read_text()[-4000:]}")
-
-
-def stop_app(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 # --- what the page must show: the pipelines' answers, computed here -----------------------------------------------------
