@@ -615,6 +615,25 @@ def test_a_space_replaces_a_folder_only_with_overwrite_and_then_whole(checkpoint
     assert sorted(path.name for path in tmp_path.iterdir()) == ["space"]
 
 
+def test_a_space_that_fails_half_way_leaves_the_old_folder_and_no_part(checkpoint, tmp_path, monkeypatch):
+    from vaswani.hub import space
+
+    pytest.importorskip("gradio", reason="--space needs gradio (the demo extra): pip install -e '.[demo]'")
+    output = tmp_path / "space"
+    output.mkdir()
+    (output / "app.py").write_text("the old Space")
+
+    def full_disk(folder, *arguments):
+        (folder / "app.py").write_text("half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(space, "write_space_files", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        run(space_arguments(checkpoint, output, "--overwrite_output_dir"))
+    assert files_of(output) == {"app.py": b"the old Space"}
+    assert [path.name for path in tmp_path.iterdir()] == ["space"]
+
+
 def test_space_mistakes_are_refused_before_any_work(checkpoint, tokenizer, tmp_path):
     import vaswani
 
