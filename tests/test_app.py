@@ -20,7 +20,7 @@ from helpers import REPO, command_in_process, free_port, start_app, stop_app, ti
 from vaswani import VaswaniModel, pipelines
 from vaswani.evaluation.attention_map import DPI, attention_of_translation, heatmap_size
 from vaswani.serving import demo_tasks
-from vaswani.serving.app import EXAMPLES
+from vaswani.serving.app import EXAMPLES, parse_arguments
 
 
 APP = REPO / "scripts" / "app.py"
@@ -33,7 +33,7 @@ ANSWER_SECONDS = 60  # one answer in the page
 SENTENCE = "A man in an orange hat is looking at a dog."  # typed into the en->de tab
 
 
-# --- what the page must show: the pipelines' answers, computed here -----------------------------------------------------
+# --- what the page must show: the pipelines' answers, computed here ---------------------------------------------------
 
 
 def reference(name: str, auto_class, task: str, **options):
@@ -72,7 +72,7 @@ def expected():
     }
 
 
-# --- the server, the browser, the API client ----------------------------------------------------------------------------
+# --- the server, the browser, the API client --------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +245,7 @@ def test_an_empty_text_and_a_long_one_get_a_message_in_the_page(browser, expecte
     close_toasts(browser)
 
 
-# --- through the API -----------------------------------------------------------------------------------------------------
+# --- through the API --------------------------------------------------------------------------------------------------
 
 
 def test_the_api_gives_the_pipelines_answers(client, expected):
@@ -280,7 +280,7 @@ def test_the_api_refuses_a_text_beyond_the_bounds_with_the_message(client):
         client.predict("A dog runs.\n" * 9, api_name="/translate_en_de")
 
 
-# --- the command line: a folder that is not a checkpoint of this project ------------------------------------------------
+# --- the command line: a folder that is not a checkpoint of this project ----------------------------------------------
 
 
 def bare_checkpoint(folder: Path, tokenizer) -> Path:
@@ -331,3 +331,18 @@ def test_the_task_comes_from_the_config(tmp_path):
     assert demo_tasks.task_of({"architectures": ["VaswaniForTokenClassification"]}, tmp_path) == "token-classification"
     with pytest.raises(ValueError, match="none of which the demo serves"):
         demo_tasks.task_of({**seq2seq, "custom_pipelines": {"text2text-generation": {}}}, tmp_path)
+
+
+def test_it_listens_on_this_machine_only_unless_told(monkeypatch):
+    """127.0.0.1 by default; --host, or Gradio's GRADIO_SERVER_NAME (which a Space sets to 0.0.0.0), say otherwise."""
+    monkeypatch.delenv("GRADIO_SERVER_NAME", raising=False)
+    monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
+    assert (parse_arguments([]).host, parse_arguments([]).port) == ("127.0.0.1", 7860)
+    assert parse_arguments(["--host", "0.0.0.0"]).host == "0.0.0.0"
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "7861")
+    assert (parse_arguments([]).host, parse_arguments([]).port) == ("0.0.0.0", 7861)
+    assert parse_arguments(["--host", "127.0.0.1"]).host == "127.0.0.1"
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "http")
+    with pytest.raises(ValueError, match="GRADIO_SERVER_PORT='http' is not a port number: set it to one, or give"):
+        parse_arguments([])

@@ -520,7 +520,7 @@ def test_a_huge_or_broken_run_record_is_named(checkpoint, tmp_path):
         push_to_hub.main(["--model_dir", str(folder), "--dry-run", "--output_dir", str(tmp_path / "o2")])
 
 
-# --- a Space (--space): the web demo serving the checkpoint ------------------------------------------------------------
+# --- a Space (--space): the web demo serving the checkpoint -----------------------------------------------------------
 
 
 SPACE_ID = "someone/vaswani-tiny-demo"
@@ -562,7 +562,8 @@ def test_a_space_holds_the_app_its_requirements_its_card_the_checkpoint_and_the_
     # the checkpoint as a model repository holds it, its card naming the model repository
     assert {name[len("model/"):] for name in files if name.startswith("model/")} == EXPECTED_FILES
     assert files["model/model.safetensors"] == files_of(dry_run_folder)["model.safetensors"]
-    assert f'pipeline("translation", model="{MODEL_REPO_ID}", trust_remote_code=True)' in files["model/README.md"].decode()
+    model_card = files["model/README.md"].decode()
+    assert f'pipeline("translation", model="{MODEL_REPO_ID}", trust_remote_code=True)' in model_card
     # the package's sources, laid out as they import
     package = Path(vaswani.__file__).parent
     for name in ("__init__.py", "serving/app.py", "serving/demo_tasks.py", "pipelines/pipeline_vaswani.py",
@@ -649,7 +650,7 @@ def test_space_mistakes_are_refused_before_any_work(checkpoint, tokenizer, tmp_p
     bare = tmp_path / "bare"
     VaswaniModel(tiny_config(vocab_size=len(tokenizer))).save_pretrained(bare)
     tokenizer.save_pretrained(bare)
-    with pytest.raises(ValueError, match="--model_dir .* names the model class 'VaswaniModel', which the demo does not serve"):
+    with pytest.raises(ValueError, match="--model_dir .* names the model class 'VaswaniModel', which the demo does not"):
         run(space_arguments(bare, tmp_path / "o"))
     assert not (tmp_path / "o").exists()
 

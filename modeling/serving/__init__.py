@@ -1,5 +1,6 @@
 """Serving a trained checkpoint fast: on CPUs from its own weights, or exported to another engine
-(`scripts/export_ctranslate2.py`, `scripts/export_onnx.py`, `scripts/tools/benchmark.py`), one module per job:
+(`scripts/export_ctranslate2.py`, `scripts/export_onnx.py`, `scripts/tools/benchmark.py`); and in a web page
+(`scripts/app.py`). One module per job:
 
     cpu_inference           `for_cpu_inference(model)`: the decoding loop below with oneDNN matrix products, or int8
     cpu_decoding            the decoding loop `generate` runs after it, with generate's tokens

@@ -1,9 +1,9 @@
 """The web demo of the models: a Gradio page with one tab per model (scripts/app.py is its command line, and a Space
 staged by `scripts/push_to_hub.py --space` runs it too).
 
-    python scripts/app.py                          # the five shipped models (results/*/model), http://127.0.0.1:7860
-    python scripts/app.py --model outputs/my-model/best --port 8000   # one checkpoint of your own, its task from its config
-    python scripts/app.py --host 0.0.0.0           # reachable from other machines (default: this machine only)
+    python scripts/app.py                           # the five shipped models (results/*/model), http://127.0.0.1:7860
+    python scripts/app.py --model outputs/my/best   # one checkpoint of your own, its task from its config
+    python scripts/app.py --host 0.0.0.0 --port 80  # reachable from other machines (default: this machine only)
 
 Each tab holds an example, so one click shows the model at work: a translation with the cross-attention heatmap beside
 it (target tokens in rows, source tokens in columns, as scripts/demo.py draws it), a dialogue's summary, a review's
@@ -50,8 +50,8 @@ SHIPPED = (
                               "descriptions of a scene."),
     Shipped("samsum", "Trained from scratch on SAMSum's chat dialogues: one turn a line, 'Name: what they say'. A "
                       "small model: it may mix up who did what."),
-    Shipped("sst2", "Pretrained on SST-2's sentences, then fine-tuned on its movie-review labels: positive or "
-                    "negative."),
+    Shipped("sst2", "Trained from scratch on SST-2's movie-review phrases (first to rebuild them, then on their "
+                    "labels): positive or negative."),
     Shipped("conll2003", "Trained from scratch on CoNLL-2003's news sentences: persons (PER), organizations (ORG), "
                          "locations (LOC) and other names (MISC). About one entity in five that it finds is wrong."),
 )
@@ -59,7 +59,8 @@ EXAMPLES = {
     "translation:en": ["A little girl in a pink dress is climbing the stairs.", "Two dogs are playing in the snow.",
                        "A man in a blue shirt is riding a bicycle down the street."],
     "translation:de": ["Ein Mann mit einem orangefarbenen Hut starrt auf etwas.",
-                       "Zwei junge Mädchen spielen im Sand am Strand.", "Ein schwarzer Hund rennt durch das hohe Gras."],
+                       "Zwei junge Mädchen spielen im Sand am Strand.",
+                       "Ein schwarzer Hund rennt durch das hohe Gras."],
     "summarization": [
         "Jeniffer: We're preparing ravioli\nAlois: how nice! nobody makes them better than your family\n"
         "Jeniffer: I got the recipe from my grandmother\nHildegard: it's a real treasure",
@@ -282,13 +283,21 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"The address to listen on (default: Gradio's GRADIO_SERVER_NAME, which a Space sets to 0.0.0.0, else "
         f"{DEFAULT_HOST}: this machine only; 0.0.0.0: every address).",
     )
-    parser.add_argument(
-        "--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT") or DEFAULT_PORT),
-        help=f"The port (default: GRADIO_SERVER_PORT, else {DEFAULT_PORT}).",
-    )
+    parser.add_argument("--port", type=int, default=None,
+                        help=f"The port (default: Gradio's GRADIO_SERVER_PORT, else {DEFAULT_PORT}).")
     args = parser.parse_args(argv)
+    if args.port is None:
+        args.port = _port_from_environment()
     check_option("port", args.port, PORT)
     return args
+
+
+def _port_from_environment() -> int:
+    value = os.environ.get("GRADIO_SERVER_PORT") or str(DEFAULT_PORT)
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"GRADIO_SERVER_PORT={value!r} is not a port number: set it to one, or give --port.") from None
 
 
 def shipped_folders() -> list[tuple[Path, Shipped]]:
