@@ -271,7 +271,10 @@ def build_app(tabs: list[Tab], title: str = "vaswani: the original Transformer")
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="Serve models of this project in a web page (Gradio), a tab per model: the five the repository "
+        "ships, or one checkpoint of your own."
+    )
     parser.add_argument(
         "--model", default=None,
         help="A checkpoint folder of this project to serve, its task read from its config (translation, "
