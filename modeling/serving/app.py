@@ -114,7 +114,7 @@ def describe(served: ServedModel, name: str) -> str:
         config = model.generation_config
         search = f"beam search with {config.num_beams} beams" if (config.num_beams or 1) > 1 else "greedy search"
         limit = f", at most {config.max_new_tokens} new tokens" if config.max_new_tokens else ""
-        line += f" Decoding: its generation config ({search}{limit}), as its card reports."
+        line += f" Decoding: its generation config ({search}{limit})."
     return line
 
 
