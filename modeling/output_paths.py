@@ -23,11 +23,16 @@ deletes only its own run files inside its folder; a link among them goes as a li
 file beside it, flushed to disk, renamed over it (a rename within a folder is atomic), as the checkpoints of
 `vaswani.training.checkpoints` are written folder by folder. Two writers of one file each publish a whole file; the
 last rename wins.
+
+`staging_folder` and `publish_folder` do the same for a folder written in several steps (a Space's folder): it is
+written beside its place under a temporary name and renamed into it once complete, so that a reader finds the old
+folder or the new one (for the instant between two renames, none), never a part; a failed write leaves the old one.
 """
 
 import json
 import os
 import secrets
+import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -142,11 +147,43 @@ def write_text_atomically(path: PathLike, text: str) -> Path:
     return path
 
 
+def staging_folder(destination: PathLike) -> Path:
+    """A new empty folder beside `destination` (same file system, so that a rename publishes it), under a name of
+    its own: where `publish_folder` takes it from."""
+    destination = Path(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staged = destination.with_name(f".{destination.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
+    staged.mkdir()
+    return staged
+
+
+def publish_folder(staged: PathLike, destination: PathLike) -> Path:
+    """Put the complete folder `staged` (from `staging_folder`) at `destination`, replacing the folder there, if any,
+    by renames (see the module's docstring); the replaced folder is deleted afterwards."""
+    staged, destination = Path(staged), Path(destination)
+    replaced = None
+    if os.path.lexists(destination):
+        replaced = destination.with_name(f".{destination.name}.{os.getpid()}-{secrets.token_hex(4)}.replaced")
+        os.rename(destination, replaced)
+    try:
+        os.rename(staged, destination)
+    except BaseException:
+        if replaced is not None:
+            os.rename(replaced, destination)
+        raise
+    fsync_directory(destination.parent)
+    if replaced is not None:
+        shutil.rmtree(replaced)
+    return destination
+
+
 __all__ = [
     "Inputs",
     "check_output_dir",
     "check_output_file",
     "is_results_file",
+    "publish_folder",
     "refuse_symbolic_link",
+    "staging_folder",
     "write_text_atomically",
 ]

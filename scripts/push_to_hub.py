@@ -12,6 +12,12 @@
     # upload it (token from --token, the HF_TOKEN variable, or `hf auth login`)
     python scripts/push_to_hub.py --model_dir runs/multi30k/best --repo_id me/vaswani-multi30k-en-de
 
+    # a Gradio Space serving it in the web demo (scripts/app.py): written locally, then uploaded
+    python scripts/push_to_hub.py --model_dir runs/multi30k/best --space --repo_id me/vaswani-en-de-demo \
+        --model_repo_id me/vaswani-multi30k-en-de --dry-run --output_dir hub/vaswani-en-de-demo
+    python scripts/push_to_hub.py --model_dir runs/multi30k/best --space --repo_id me/vaswani-en-de-demo \
+        --model_repo_id me/vaswani-multi30k-en-de
+
 The checkpoint is loaded and saved again into a fresh folder, so that the folder holds what a user needs and nothing
 else (no optimizer states, logs or older checkpoints), with the code files of this version of the project and the
 `custom_pipelines` entries that make `pipeline("translation", model=REPO, trust_remote_code=True)` work. The card
@@ -23,6 +29,10 @@ outputs the card reports.
 
 The upload is one commit of that folder; files in the repository that are not in the folder are deleted by the same
 commit, so that the repository holds exactly the folder.
+
+With --space the folder is a Gradio Space's (vaswani.hub.space): the web demo's app.py, requirements.txt, the Space's
+card with its configuration header, that same checkpoint folder in model/, and the package's sources in vaswani/
+(the package is not on PyPI). It is written beside --output_dir and renamed into place once complete.
 """
 
 from huggingface_hub.errors import HfHubHTTPError

@@ -1,6 +1,6 @@
 """What the tests share besides their fixtures (those are in the conftest.py files): the repository's paths, a
 small parallel corpus and NER corpus, tiny model configs and checkpoints, JSON Lines files, the scripts as modules,
-fresh-process runs and commands run in this process. A test file imports them with `from helpers import ...`
+fresh-process runs and commands run in this process, web servers started on a free port. A test file imports them with `from helpers import ...`
 (pytest's `pythonpath` option, in pyproject.toml, puts tests/ on sys.path).
 
 Imported after tests/conftest.py has set the offline Hugging Face environment: pytest loads that file first.
@@ -11,10 +11,14 @@ import io
 import json
 import os
 import runpy
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
+import urllib.error
+import urllib.request
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -227,3 +231,44 @@ def torch_threads(count: int):
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+SERVER_STARTUP_SECONDS = 180  # a web demo: imports, its models and the server, on two busy cores
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_app(command: list[str], cwd: Path, log: Path, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """Start a demo server (`command` ends with its --port) and wait until its page answers: (process, URL). The
+    test fails with the server's output if it exits or does not answer within SERVER_STARTUP_SECONDS."""
+    port = int(command[command.index("--port") + 1])
+    url = f"http://127.0.0.1:{port}/"
+    environment = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})}
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, cwd=cwd, env=environment, stdout=output, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + SERVER_STARTUP_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the demo exited with status {process.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return process, url
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.5)
+    stop_app(process)
+    pytest.fail(f"the demo did not answer at {url} within {SERVER_STARTUP_SECONDS} s:\n{log.read_text()[-4000:]}")
+
+
+def stop_app(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

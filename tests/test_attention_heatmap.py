@@ -9,6 +9,7 @@ import torch
 
 from helpers import PAIRS, REPO, command_in_process, load_script, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
+from vaswani import pipelines
 from vaswani.evaluation import attention_map as attention_maps
 
 
@@ -120,6 +121,26 @@ def test_the_matrix_is_the_models_cross_attention_of_the_last_layer_averaged_ove
     assert torch.allclose(torch.tensor(record["weights"]), expected, atol=1e-6)
     # the rows are different distributions: a transposed or repeated matrix would not pass the shape/sum tests alone
     assert not torch.allclose(expected[0], expected[-1], atol=1e-3)
+
+
+def test_the_attention_of_a_pipelines_translation_is_the_same_map_and_picture(heatmap, eager_model, tokenizer):
+    """The web demo's path: the translation pipeline's token ids, then one forward pass (no second beam search), and
+    the picture drawn in memory, the size of the one written to disk."""
+    picture, record = heatmap
+    translator = pipelines.pipeline("translation", model=eager_model, tokenizer=tokenizer)
+    (output,) = translator([SENTENCE], num_beams=NUM_BEAMS, max_new_tokens=24, return_tensors=True, return_text=True)
+    attention_map = attention_maps.attention_of_translation(
+        eager_model, tokenizer, SENTENCE, output["translation_token_ids"]
+    )
+    assert attention_map.translation == output["translation_text"] == record["translation"]
+    assert attention_map.target_ids == record["target_ids"] and attention_map.source_ids == record["source_ids"]
+    assert torch.allclose(torch.tensor(attention_map.weights), torch.tensor(record["weights"]), atol=1e-6)
+    png = attention_maps.heatmap_png(attention_map, eager_model)
+    in_memory = picture.with_name("in-memory.png")
+    in_memory.write_bytes(png)
+    assert png_size(in_memory) == png_size(picture)
+    width, height = attention_maps.heatmap_size(attention_map)
+    assert png_size(picture) == pytest.approx((width * attention_maps.DPI, height * attention_maps.DPI), abs=1)
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,11 @@ tokens (rows) against source tokens (columns).
 The sentence is translated with beam search (`model.generate`); then one forward pass with the translation as the
 decoder input and `output_attentions=True` gives the weights. Row i is the attention of the decoder while it produces
 target token i, so each row sums to 1 over the source tokens. `scripts/attention_heatmap.py` is the command line.
+`attention_of_translation` does the second step for a translation made elsewhere (a pipeline's token ids, as the web
+demo gets them), and `heatmap_png` draws the picture into memory.
 """
 
+import io
 import json
 import textwrap
 from dataclasses import asdict, dataclass
@@ -22,6 +25,7 @@ import torch
 WORD_START = "▁"  # the tokenizer's mark of a piece that begins a word
 CONTINUATION = "·"  # how the picture marks a piece that continues the word before it
 PICTURE_FORMATS = (".png", ".svg", ".pdf")  # what plot_heatmap can write
+DPI = 120  # pixels per inch of the pictures
 
 
 @dataclass
@@ -84,15 +88,34 @@ def cross_attention_map(
     length_penalty: float = 1.0, max_new_tokens: int = 64,
 ) -> CrossAttentionMap:
     config = model.config
+    max_positions = getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
+    _layer_index(layer, config.decoder_layers)  # a bad --layer or --head is refused before the translation is made
+    _head_index(head, config.decoder_attention_heads)
+    inputs = tokenizer([text], truncation=True, max_length=max_positions, return_tensors="pt").to(model.device)
+    generated = _translated_ids(model, inputs, num_beams, length_penalty, min(max_new_tokens, max_positions - 1))
+    return attention_of_translation(model, tokenizer, text, generated, layer, head, max_source_length=max_positions)
+
+
+@torch.inference_mode()
+def attention_of_translation(
+    model, tokenizer, text: str, generated_ids, layer: str = "-1", head: int | None = None,
+    max_source_length: int | None = None,
+) -> CrossAttentionMap:
+    """The cross-attention of `model` over `text` while it writes the translation `generated_ids` (the decoder start
+    token first, up to and with the end-of-sequence token, as `generate` and the pipelines' `return_tensors=True`
+    give them): one forward pass. The source is cut to `max_source_length` tokens (default: the model's
+    max_position_embeddings), as the translation's own input was."""
+    config = model.config
     layer = _layer_index(layer, config.decoder_layers)
     head = _head_index(head, config.decoder_attention_heads)
-    max_positions = getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
-    inputs = tokenizer([text], truncation=True, max_length=max_positions, return_tensors="pt")
-    generated = _translated_ids(model, inputs, num_beams, length_penalty, min(max_new_tokens, max_positions - 1))
+    if max_source_length is None:
+        max_source_length = getattr(config, "max_position_embeddings", None) or tokenizer.model_max_length
+    inputs = tokenizer([text], truncation=True, max_length=max_source_length, return_tensors="pt").to(model.device)
+    generated = [int(token) for token in generated_ids]
 
     # The decoder reads the translation shifted right (start token first) and predicts each next token: row i of the
     # cross-attention is what the decoder looked at while producing target token i.
-    decoder_input_ids = torch.tensor([generated[:-1]])
+    decoder_input_ids = torch.tensor([generated[:-1]], device=model.device)
     outputs = model(**inputs, decoder_input_ids=decoder_input_ids, output_attentions=True)
     attention = torch.stack(outputs.cross_attentions)[:, 0]  # (layers, heads, target, source)
     attention = attention.mean(0) if layer is None else attention[layer]
@@ -131,22 +154,20 @@ def describe_selection(attention_map: CrossAttentionMap, num_layers: int, num_he
     return f"cross-attention: {layer}, {head}"
 
 
-def _plot_heatmap(attention_map: CrossAttentionMap, path: Path, selection: str) -> Path:
+def _draw_heatmap(attention_map: CrossAttentionMap, selection: str):
+    """The picture as a matplotlib Figure. It is made without pyplot (no global state, no display), so that threads
+    (a web server's) may each draw one at the same time."""
     try:
-        import matplotlib
+        from matplotlib.figure import Figure
     except ImportError:
         raise ImportError(
             "Drawing the heatmap needs matplotlib, which is not installed: pip install 'vaswani-transformer[plot]'."
         ) from None
 
-    matplotlib.use("Agg")  # files only: no display needed
-    import matplotlib.pyplot as plt
-
     rows, columns = len(attention_map.target_tokens), len(attention_map.source_tokens)
-    # about a third of an inch per token, within limits that keep short sentences readable and long ones drawable
-    width = min(max(5.0, 2.5 + 0.36 * columns), 40.0)
-    height = min(max(4.0, 2.8 + 0.3 * rows), 40.0)
-    figure, axes = plt.subplots(figsize=(width, height), layout="constrained")
+    width, height = heatmap_size(attention_map)
+    figure = Figure(figsize=(width, height), layout="constrained")
+    axes = figure.subplots()
     image = axes.imshow(attention_map.weights, cmap="viridis", vmin=0.0, aspect="auto")
     axes.set_xticks(range(columns), [token_label(t) for t in attention_map.source_tokens], rotation=60,
                     ha="right", rotation_mode="anchor")
@@ -166,10 +187,29 @@ def _plot_heatmap(attention_map: CrossAttentionMap, path: Path, selection: str) 
         ha="left",
     )
     figure.colorbar(image, ax=axes, label="attention weight", shrink=0.8)
+    return figure
+
+
+def heatmap_size(attention_map: CrossAttentionMap) -> tuple[float, float]:
+    """The picture's width and height in inches (`DPI` pixels each): about a third of an inch per token, within
+    limits that keep short sentences readable and long ones drawable."""
+    rows, columns = len(attention_map.target_tokens), len(attention_map.source_tokens)
+    return min(max(5.0, 2.5 + 0.36 * columns), 40.0), min(max(4.0, 2.8 + 0.3 * rows), 40.0)
+
+
+def _plot_heatmap(attention_map: CrossAttentionMap, path: Path, selection: str) -> Path:
+    figure = _draw_heatmap(attention_map, selection)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    figure.savefig(path, dpi=DPI)
     return path
+
+
+def heatmap_png(attention_map: CrossAttentionMap, model) -> bytes:
+    """The picture `save_heatmap` draws, as PNG bytes (nothing written to disk)."""
+    selection = describe_selection(attention_map, model.config.decoder_layers, model.config.decoder_attention_heads)
+    buffer = io.BytesIO()
+    _draw_heatmap(attention_map, selection).savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()
 
 
 def save_heatmap(attention_map: CrossAttentionMap, path: Path, model, model_name: str) -> tuple[Path, Path]:
@@ -185,9 +225,13 @@ def save_heatmap(attention_map: CrossAttentionMap, path: Path, model, model_name
 
 __all__ = [
     "CrossAttentionMap",
+    "DPI",
     "PICTURE_FORMATS",
+    "attention_of_translation",
     "cross_attention_map",
     "describe_selection",
+    "heatmap_png",
+    "heatmap_size",
     "save_heatmap",
     "token_label",
 ]

@@ -4,4 +4,5 @@ job:
     model_card  the model card of a checkpoint, rendered from the repository's model_card.md template
     push        push_to_hub.py's options, the folder a Hub repository will hold, and its upload in one commit
     recipes     the project's recipes (scripts/configs/recipes.yaml): what each trains and evaluates, and how
+    space       a Space for a checkpoint (push_to_hub.py --space): the web demo, its requirements, its card
 """

@@ -2,6 +2,8 @@
 will hold (the checkpoint loaded and saved again, the code files of this version of the project, the card rendered from
 model_card.md with its results and, for a shipped model, its recipe and commit, the generation config set to the
 decoding the card reports) and its upload as one commit that leaves the repository holding exactly that folder.
+With --space, the folder of a Gradio Space serving the checkpoint in the web demo (`vaswani.hub.space`), staged
+beside its place and published by a rename (`vaswani.output_paths.publish_folder`).
 """
 
 import re
@@ -24,8 +26,10 @@ from .. import (
     VaswaniForTokenClassification,
     VaswaniModel,
 )
-from ..output_paths import check_output_dir, refuse_symbolic_link
+from ..output_paths import check_output_dir, publish_folder, refuse_symbolic_link, staging_folder
 from ..safe_loading import check_checkpoint_folder
+from ..serving.demo_tasks import read_task
+from . import space
 from .model_card import TEMPLATE, load_results, render_model_card, training_from_record
 from .recipes import Recipe, find_recipe, load_recipes
 
@@ -81,16 +85,30 @@ class PushArguments:
     training_data: str | None = field(default=None, metadata={"help": "The card's 'Training data' section (text)."})
     training_procedure: str | None = field(default=None, metadata={"help": "The card's 'Training procedure' section (text)."})
     template: str = field(default=str(TEMPLATE), metadata={"help": "The model card template (Jinja2 markdown)."})
+    space: bool = field(
+        default=False,
+        metadata={"help": "Stage a Gradio Space instead of a model repository: the web demo serving the checkpoint "
+                  "(app.py, requirements.txt, the Space's README, the checkpoint in model/, the package's sources in "
+                  "vaswani/); --repo_id then names the Space."},
+    )
+    model_repo_id: str | None = field(
+        default=None,
+        metadata={"help": "With --space: the checkpoint's model repository on the Hub (namespace/name), listed in the "
+                  "Space's card (models:) and named by the checkpoint's card."},
+    )
 
 
 def _check_arguments(args: PushArguments) -> None:
     if args.repo_id is None and not args.dry_run:
         raise ValueError("--repo_id is needed to upload: give the Hub repository as namespace/name (or use --dry-run).")
-    if args.repo_id is not None:
-        try:
-            validate_repo_id(args.repo_id)
-        except HFValidationError as error:
-            raise ValueError(f"--repo_id {args.repo_id!r} is not a valid Hub repository id: {error}") from None
+    for option, repo_id in (("--repo_id", args.repo_id), ("--model_repo_id", args.model_repo_id)):
+        if repo_id is not None:
+            try:
+                validate_repo_id(repo_id)
+            except HFValidationError as error:
+                raise ValueError(f"{option} {repo_id!r} is not a valid Hub repository id: {error}") from None
+    if args.model_repo_id is not None and not args.space:
+        raise ValueError("--model_repo_id names the model a Space serves: it goes with --space.")
     model_dir = Path(args.model_dir)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"--model_dir {model_dir}: no such folder; give a checkpoint folder.")
@@ -101,6 +119,8 @@ def _check_arguments(args: PushArguments) -> None:
             f"--model_dir {model_dir} has no tokenizer (tokenizer.json): save it beside the model with "
             "tokenizer.save_pretrained(model_dir)."
         )
+    if args.space:
+        read_task(model_dir, "--model_dir")  # a checkpoint of a task the web demo serves, before any work
     if args.dry_run and args.output_dir is None:
         raise ValueError("--dry-run writes the folder that would be uploaded: give it a place with --output_dir.")
     if args.output_dir is not None:
@@ -112,6 +132,7 @@ def _check_arguments(args: PushArguments) -> None:
             "--results": args.results,
             "--template": args.template,
             "--recipe (the recipes file)": RECIPES_FILE if args.recipe else None,
+            "--space (the package's sources)": space.package_folders() if args.space else None,
         })
         if output_dir.exists() and any(output_dir.iterdir()) and not args.overwrite_output_dir:
             raise ValueError(
@@ -202,8 +223,9 @@ def _decode_as_scored(model, results: list[dict]) -> dict:
     return settings
 
 
-def _stage(args: PushArguments, folder: Path) -> list[Path]:
-    """Write into `folder` everything the repository will hold; return the files."""
+def _stage(args: PushArguments, folder: Path, repo_id: str | None = None, model_name: str | None = None) -> list[Path]:
+    """Write into `folder` everything the repository will hold; return the files. The card names the checkpoint
+    `repo_id` and `model_name` (default: --repo_id, else the folder; the title from `_model_name`)."""
     model_dir = Path(args.model_dir)
     recipe = find_recipe(load_recipes(RECIPES_FILE), args.recipe, RECIPES_FILE) if args.recipe else None
     # read first: a bad file stops before any work
@@ -223,8 +245,8 @@ def _stage(args: PushArguments, folder: Path) -> list[Path]:
     card = render_model_card(
         model.config,
         num_parameters=model.num_parameters(),
-        repo_id=args.repo_id or folder.as_posix(),
-        model_name=_model_name(args),
+        repo_id=repo_id or args.repo_id or folder.as_posix(),
+        model_name=model_name or _model_name(args),
         results=results,
         license_id=args.license,
         languages=args.language,
@@ -255,13 +277,17 @@ def _model_name(args: PushArguments) -> str:
 
 
 def _upload(args: PushArguments, folder: Path):
-    """One commit of `folder` to the repository (created if needed); what the repository holds beyond the folder is
-    deleted in the same commit (`.gitattributes` excepted, which the Hub needs)."""
+    """One commit of `folder` to the repository (created if needed: a model's, or with --space a Gradio Space's);
+    what the repository holds beyond the folder is deleted in the same commit (`.gitattributes` excepted, which the
+    Hub needs)."""
     api = HfApi(token=args.token)
+    repo_type = "space" if args.space else None  # None: a model repository
     try:
-        api.create_repo(args.repo_id, private=args.private, exist_ok=True)
+        api.create_repo(args.repo_id, private=args.private, exist_ok=True, repo_type=repo_type,
+                        space_sdk="gradio" if args.space else None)
         return api.upload_folder(
             repo_id=args.repo_id,
+            repo_type=repo_type,
             folder_path=folder,
             revision=args.revision,
             commit_message=args.commit_message,
@@ -278,11 +304,53 @@ class HubUnreachable(ConnectionError):
     """The upload got no answer from the Hub (no network, a wrong endpoint): the user's to fix, in one line."""
 
 
+def _stage_space(args: PushArguments, folder: Path) -> list[Path]:
+    """Write into `folder` everything the Space will hold (see `vaswani.hub.space`); return the files."""
+    task = read_task(Path(args.model_dir), "--model_dir")
+    title = args.repo_id.split("/")[-1] if args.repo_id else _model_name(args)
+    _stage(args, folder / space.MODEL_FOLDER, repo_id=args.model_repo_id or space.MODEL_FOLDER,
+           model_name=(args.model_repo_id or title).split("/")[-1])
+    commit = _git("rev-parse", "HEAD")
+    if commit and _git("diff", "--name-only", "HEAD", "--", "modeling", "pipelines"):
+        commit += " with uncommitted changes"
+    space.write_space_files(folder, title, task, args.license, args.model_repo_id, commit)
+    required = (*space.SPACE_FILES, f"{space.PACKAGE_FOLDER}/__init__.py")
+    missing = [name for name in required if not (folder / name).is_file()]
+    if missing:
+        raise RuntimeError(f"The staged Space {folder} lacks {missing}; it would not start.")
+    return sorted(path for path in folder.rglob("*") if path.is_file())
+
+
+def _push_space(args: PushArguments) -> Path | str:
+    """--space: the Space's folder staged beside its place and renamed into it once complete (--output_dir, else a
+    temporary folder), then uploaded as one commit, or with --dry-run kept there."""
+    with tempfile.TemporaryDirectory(prefix="vaswani-space-") as temporary:
+        destination = Path(args.output_dir) if args.output_dir else Path(temporary) / "space"
+        staged = staging_folder(destination)
+        try:
+            files = [path.relative_to(staged) for path in _stage_space(args, staged)]
+            folder = publish_folder(staged, destination)
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+        listing = "\n".join(f"  {path}  ({(folder / path).stat().st_size:,} bytes)" for path in files)
+        if args.dry_run:
+            where = f"that would be uploaded to the Space {args.repo_id} " if args.repo_id else ""
+            print(f"Dry run: {len(files)} files {where}are in {folder}:\n{listing}\n"
+                  f"Try it: cd {folder} && python app.py")
+            return folder
+        commit = _upload(args, folder)
+        print(f"Uploaded {len(files)} files to the Space {args.repo_id}:\n{listing}\n{commit.commit_url}")
+        return commit.commit_url
+
+
 def push(args: PushArguments) -> Path | str:
     """Check the options, stage the folder the repository will hold (the checkpoint saved again, its code files,
-    the card), then upload it as one commit, or with --dry-run stop there. Returns the folder written (with
-    --dry-run) or the URL of the commit."""
+    the card; with --space, the Space serving it), then upload it as one commit, or with --dry-run stop there.
+    Returns the folder written (with --dry-run) or the URL of the commit."""
     _check_arguments(args)
+    if args.space:
+        return _push_space(args)
     with tempfile.TemporaryDirectory(prefix="vaswani-push-") as temporary:
         folder = Path(args.output_dir) if args.output_dir else Path(temporary) / "repo"
         files = _stage(args, folder)

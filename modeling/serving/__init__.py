@@ -1,7 +1,7 @@
 """Serving a trained checkpoint fast: on CPUs from its own weights, or exported to another engine
-(`scripts/export_ctranslate2.py`, `scripts/export_onnx.py`, `scripts/tools/benchmark.py`), one module per job
-(the CPU decoder every checkpoint carries, `cpu_decoding`, and its `search` are at the package's top, beside the
-model file that runs them):
+(`scripts/export_ctranslate2.py`, `scripts/export_onnx.py`, `scripts/tools/benchmark.py`); and in a web page
+(`scripts/app.py`). One module per job (the CPU decoder every checkpoint carries, `cpu_decoding`, and its `search` are
+at the package's top, beside the model file that runs them):
 
     cpu_inference           `for_cpu_inference(model)`: the explicit CPU switch, oneDNN Linear layers or int8 ones
     exporting               what the exports share: the checks of the checkpoint read and the folder written
@@ -9,4 +9,6 @@ model file that runs them):
     ctranslate2_generation  a CTranslate2 export called as the project's pipelines are
     onnx_export             the export to ONNX and decoding with onnxruntime
     benchmarking            the speed measurements: setups, the Marian twin, FLOPs, the matmul peak; benchmark.py's runs
+    app                     the web demo (scripts/app.py): a Gradio page with a tab per model
+    demo_tasks              what each tab runs: a checkpoint loaded safely, its task, its answers and messages
 """
