@@ -28,7 +28,8 @@ push_to_hub = load_script("push_to_hub")
 
 
 REPO_ID = "someone/vaswani-tiny-en-de"
-CODE_FILES = {"configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py"}
+CODE_FILES = {"configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py",
+              "pipeline_tasks.py", "cpu_decoding.py", "search.py", "proc_files.py"}
 EXPECTED_FILES = CODE_FILES | {
     "README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
 }
@@ -272,7 +273,7 @@ def test_upload_sends_exactly_the_dry_run_folder(fake_hub, checkpoint, dry_run_f
     assert lfs_file["oid"] == hashlib.sha256(received["model.safetensors"]).hexdigest()
     # what the repository held beyond the folder goes in the same commit; .gitattributes stays
     assert fake_hub.deleted_files() == ["pytorch_model.bin"]
-    assert "Uploaded 10 files" in capsys.readouterr().out
+    assert f"Uploaded {6 + len(CODE_FILES)} files" in capsys.readouterr().out
 
 
 def test_upload_errors_from_the_hub_reach_the_user(fake_hub, checkpoint):
