@@ -845,6 +845,8 @@ def search_settings(model, input_ids, logits_processor, stopping_criteria, gener
             return None
     if max_length is None or max_length < 2:
         return None
+    if max_length - 1 > model.config.max_position_embeddings:
+        return None  # transformers' loop, whose model says where the positions run out (if the search gets there)
     no_repeat, min_length = 0, 0
     for processor in logits_processor:
         if type(processor) is NoRepeatNGramLogitsProcessor and not no_repeat:
