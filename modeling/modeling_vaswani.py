@@ -30,7 +30,12 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.masking_utils import (
+    ALL_MASK_ATTENTION_FUNCTIONS,
+    create_bidirectional_mask,
+    create_causal_mask,
+    flash_attention_mask,
+)
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -160,6 +165,34 @@ def eager_attention_forward(
     return output, weights
 
 
+def eager_mask_from(
+    attention_mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor, is_causal: bool, implementation: str
+) -> torch.Tensor | None:
+    """The additive mask eager attention takes, from the mask built for another attention implementation, so that a
+    call asking for the attention weights can run eagerly (sdpa and flash attention return none).
+
+    sdpa's mask is boolean (True where a query may attend), or absent where sdpa hides the future by its `is_causal`
+    flag (counted from the first key). Flash attention's is a 2D padding mask over the keys, or absent, and its causal
+    mask is counted from the last key (the queries are the newest positions). A float mask is additive already.
+    """
+    if attention_mask is not None and attention_mask.is_floating_point():
+        return attention_mask
+    query_length, key_length = query.shape[2], key.shape[2]
+    allowed, known_keys = attention_mask, key_length
+    if allowed is not None and allowed.dim() == 2:  # (batch, keys): padding only
+        known_keys = allowed.shape[-1]  # a static cache's slots beyond them are empty
+        allowed = F.pad(allowed.bool(), (0, key_length - known_keys))[:, None, None, :]
+    if is_causal and query_length > 1 and (attention_mask is None or attention_mask.dim() == 2):
+        from_last_key = ALL_MASK_ATTENTION_FUNCTIONS.get(implementation) is flash_attention_mask
+        causal = torch.ones(query_length, key_length, dtype=torch.bool, device=query.device).tril(
+            known_keys - query_length if from_last_key else 0
+        )
+        allowed = causal if allowed is None else allowed & causal
+    if allowed is None:
+        return None
+    return torch.where(allowed, 0.0, torch.finfo(query.dtype).min).to(query.dtype)
+
+
 def repeated_rows(states: torch.Tensor) -> int:
     """k where `states` is each of batch / k rows repeated k times in a row (beam search's expanded encoder output),
     else 1. Two comparisons of the rows, far cheaper than the projections they save."""
@@ -261,9 +294,15 @@ class VaswaniAttention(nn.Module):
             position_bias = self.relative_position_bias(query.shape[2], key.shape[2], query.device, query_offset)
             kwargs["position_bias"] = position_bias.to(query.dtype)
 
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
+        implementation = self.config._attn_implementation
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        # Only eager attention computes the weights: a call that asks for them (as `capture_outputs` reads the
+        # request: the argument, else the config) runs eagerly whatever the implementation, so that
+        # `output_attentions=True` gives eager's weights. Calls that do not ask keep the chosen implementation.
+        if implementation != "eager" and kwargs.get("output_attentions", self.config.output_attentions):
+            attention_interface = eager_attention_forward
+            is_causal = kwargs.get("is_causal", self.is_causal)
+            attention_mask = eager_mask_from(attention_mask, query, key, is_causal, implementation)
         output, weights = attention_interface(
             self,
             query,
