@@ -61,6 +61,21 @@ logger = logging.get_logger(__name__)
 CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
 
 
+def register_cache_for_export() -> None:
+    """Let `torch.export.export` of the forward return the decoder's cache, as it does by default (use_cache=True):
+    torch.export flattens a program's outputs into tensors and refuses a type it does not know. The cache's type is
+    registered as a pytree node with transformers' own flattener, the one its Dynamo exporter registers for every
+    cache type (`register_cache_pytrees_for_model`)."""
+    try:
+        from transformers.exporters.exporter_dynamo import register_pytree_node
+    except ImportError:  # a transformers without its exporters: export the forward with use_cache=False
+        return
+    register_pytree_node(EncoderDecoderCache)
+
+
+register_cache_for_export()
+
+
 # Adapted from transformers.models.bart.modeling_bart.shift_tokens_right (same behaviour; errors that say which
 # config field is missing).
 def shift_tokens_right(input_ids: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:

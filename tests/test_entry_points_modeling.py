@@ -147,3 +147,25 @@ def two_steps(model, ids, mask, decoder_mask):
                        decoder_attention_mask=decoder_mask, past_key_values=first.past_key_values,
                        use_cache=True, output_attentions=True)
     return first, second
+
+
+# --- torch.export of the forward with the default config ----------------------------------------------------------
+
+
+def test_torch_export_of_the_forward_works_with_the_default_use_cache():
+    model = seq2seq(**VARIANTS["relative-pre"])
+    assert model.config.use_cache  # the default, under which the forward returns the decoder's cache
+    ids, mask = random_batch()
+    inputs = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :5])
+    with torch.no_grad():
+        program = torch.export.export(model, args=(), kwargs=inputs)
+        exported, reference = program.module()(**inputs), model(**inputs)
+    torch.testing.assert_close(exported.logits, reference.logits, rtol=0, atol=1e-5)
+    torch.testing.assert_close(exported.encoder_last_hidden_state, reference.encoder_last_hidden_state, rtol=0,
+                               atol=1e-5)
+    cache, reference_cache = exported.past_key_values, reference.past_key_values
+    assert type(cache) is type(reference_cache) and cache.get_seq_length() == reference_cache.get_seq_length() == 5
+    for part in ("self_attention_cache", "cross_attention_cache"):
+        for layer, reference_layer in zip(getattr(cache, part).layers, getattr(reference_cache, part).layers):
+            torch.testing.assert_close(layer.keys, reference_layer.keys, rtol=0, atol=1e-5)
+            torch.testing.assert_close(layer.values, reference_layer.values, rtol=0, atol=1e-5)
