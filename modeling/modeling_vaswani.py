@@ -16,6 +16,7 @@ pipelines, `Trainer`, gradient checkpointing and `output_attentions` work as for
 This file is copied into every saved checkpoint, so it imports from this project only with relative imports.
 """
 
+import inspect
 import math
 import os
 import shutil
@@ -974,6 +975,42 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         else:
             past_key_values.reorder_cache(beam_idx)
         return past_key_values
+
+    def prepare_inputs_for_generation(self, *args, **kwargs) -> dict:
+        """transformers' inputs of a decoding step, with the sizes that change from one `generate` call to the next
+        marked dynamic for torch.compile (`mark_decoding_sizes_dynamic`)."""
+        inputs = super().prepare_inputs_for_generation(*args, **kwargs)
+        mark_decoding_sizes_dynamic(inputs)
+        return inputs
+
+    # generate checks the arguments it is given against these parameters: they stay transformers' own
+    prepare_inputs_for_generation.__signature__ = inspect.signature(GenerationMixin.prepare_inputs_for_generation)
+
+
+def mark_decoding_sizes_dynamic(inputs: dict) -> None:
+    """Mark as dynamic, for torch.compile, the sizes of a decoding step's inputs that change between `generate` calls
+    and steps: the rows (batch x beams), the source length and the target length so far.
+
+    A forward compiled the usual way (`model.forward = torch.compile(model.forward)`) is otherwise compiled for the
+    sizes of its first call, then again for each size that changes, for each kind of step (the first, the second, the
+    later ones) separately: three batch sizes can reach dynamo's recompile limit (8), after which the forward runs
+    uncompiled. Marked, each kind of step compiles once for any batch and length (and once more for a single row:
+    dynamo always specializes a size of 1). Only torch.compile reads these marks. A static cache is left alone:
+    transformers compiles it at fixed sizes."""
+    cache = inputs.get("cache", inputs.get("past_key_values"))
+    if getattr(cache, "is_compileable", False):
+        return
+    for name in ("decoder_input_ids", "attention_mask", "decoder_attention_mask"):  # (rows, length)
+        if torch.is_tensor(inputs.get(name)) and inputs[name].dim() == 2:
+            torch._dynamo.maybe_mark_dynamic(inputs[name], (0, 1))
+    encoder_outputs = inputs.get("encoder_outputs")
+    if encoder_outputs is not None and torch.is_tensor(encoder_outputs[0]):  # (rows, source length, d_model)
+        torch._dynamo.maybe_mark_dynamic(encoder_outputs[0], (0, 1))
+    if isinstance(cache, EncoderDecoderCache):  # keys and values: (rows, heads, length, head size)
+        for layer in (*cache.self_attention_cache.layers, *cache.cross_attention_cache.layers):
+            for states in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                if torch.is_tensor(states) and states.dim() == 4:
+                    torch._dynamo.maybe_mark_dynamic(states, (0, 2))
 
 
 # Copied from transformers.models.bart.modeling_bart.BartClassificationHead (its pooler_dropout is

@@ -169,3 +169,52 @@ def test_torch_export_of_the_forward_works_with_the_default_use_cache():
         for layer, reference_layer in zip(getattr(cache, part).layers, getattr(reference_cache, part).layers):
             torch.testing.assert_close(layer.keys, reference_layer.keys, rtol=0, atol=1e-5)
             torch.testing.assert_close(layer.values, reference_layer.values, rtol=0, atol=1e-5)
+
+
+# --- generate with a compiled forward over changing batch sizes ---------------------------------------------------
+
+
+def test_generate_with_a_compiled_forward_stays_within_the_recompile_limit_over_batch_sizes():
+    """`model.forward = torch.compile(model.forward)`, then generate for batches of 1, 2, 1 and 3 sources of different
+    lengths (beam search: the rows are batch x beams). Compiled with dynamo's `eager` backend: the graphs and
+    recompilations are dynamo's, whatever backend then generates code, and inductor's code generation would take
+    minutes on a shared CPU (and a C compiler)."""
+    if not torch._dynamo.is_dynamo_supported():
+        pytest.skip("torch.compile (dynamo) is not supported on this Python")
+    from torch._dynamo.utils import counters
+
+    model = seq2seq(**VARIANTS["relative-pre"])
+    generator = torch.Generator().manual_seed(3)
+    batches = [torch.randint(4, 1000, (rows, length), generator=generator) for rows, length in
+               ((1, 7), (2, 9), (1, 6), (3, 8))]
+    settings = dict(num_beams=2, max_new_tokens=6, min_new_tokens=6)
+    with torch.no_grad():
+        expected = [model.generate(input_ids=ids, **settings) for ids in batches]
+    torch._dynamo.reset()
+    counters.clear()
+    model.forward = torch.compile(model.forward, backend="eager")
+    try:
+        with torch.no_grad(), torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+            tokens = [model.generate(input_ids=ids, **settings) for ids in batches]
+    finally:
+        del model.forward
+        torch._dynamo.reset()
+    for got, want in zip(tokens, expected):
+        assert torch.equal(got, want)
+    # the first step, the second (a past of one token) and the later ones: one graph each, for any batch and length
+    assert counters["stats"]["unique_graphs"] <= 4, dict(counters["stats"])
+
+
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")  # transformers 5.24's rename
+def test_generate_takes_a_cache_under_either_name():
+    """generate checks its arguments against the parameters of `prepare_inputs_for_generation`, which the model
+    overrides (to mark the sizes above): a cache passed in is still accepted, under either name."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    model = seq2seq()
+    ids, mask = random_batch()
+    plain = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=4, num_beams=1)
+    for name in ("cache", "past_key_values"):
+        given = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=4, num_beams=1,
+                               **{name: EncoderDecoderCache(DynamicCache(), DynamicCache())})
+        assert torch.equal(given, plain), name
