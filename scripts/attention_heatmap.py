@@ -74,7 +74,6 @@ def load_translation_model(path: str):
             "outputs/multi30k_en_de/best)."
         )
     model = require_trained_head(AutoModelForSeq2SeqLM, path, "translation").eval()
-    model.set_attn_implementation("eager")  # sdpa and flash attention do not return the weights
     return model, AutoTokenizer.from_pretrained(path)
 
 

@@ -88,7 +88,6 @@ def main(argv: list[str] | None = None) -> list[str]:
         print(f"{source}\n  -> {translation}")
 
     model, tokenizer = translator.model, translator.tokenizer
-    model.set_attn_implementation("eager")  # sdpa does not return the attention weights
     attention_map = cross_attention_map(
         model, tokenizer, args.text[0], num_beams=NUM_BEAMS, max_new_tokens=MAX_NEW_TOKENS
     )

@@ -2,7 +2,6 @@
 tokens (rows) against source tokens (columns).
 
     from vaswani.evaluation.attention_map import cross_attention_map, save_heatmap
-    model.set_attn_implementation("eager")  # sdpa and flash attention do not return the weights
     attention_map = cross_attention_map(model, tokenizer, "A man is riding a horse.")
     save_heatmap(attention_map, Path("attention.png"), model, "my-model")  # and attention.json beside it
 

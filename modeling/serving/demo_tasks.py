@@ -163,8 +163,6 @@ def load_checkpoint(folder: Path, option: str = "--model") -> ServedModel:
     model.eval()
     if torch.cuda.is_available():
         model.to("cuda")
-    if task == "translation":
-        model.set_attn_implementation("eager")  # the heatmap needs the attention weights, which sdpa does not return
     options = {"aggregation_strategy": AGGREGATION} if task == "token-classification" else {}
     pipeline = vaswani_pipelines.pipeline(task, model=model, tokenizer=tokenizer, **options)
     return ServedModel(folder=folder, task=task, pipeline=pipeline)

@@ -1,5 +1,5 @@
-"""Decoding on a CPU at the speed of an inference engine, from the model's own weights: what `generate` runs after
-`vaswani.serving.cpu_inference.for_cpu_inference(model)`, with the same tokens.
+"""Decoding on a CPU at the speed of an inference engine, from the model's own weights: what
+`VaswaniForConditionalGeneration.generate` runs on a CPU by default, with the tokens of transformers' loop.
 
 `generate` runs the model's forward once per new token, which is written for training and for every attention
 backend: one token at a time it spends most of its time around the arithmetic (on the shipped en->de model, one
@@ -45,7 +45,11 @@ decoder, a model in training mode or not in float32 on the CPU), the loop is tra
 `generate` gives.
 
 The weights are laid out once (about the model's size again) and laid out anew when a parameter changes (tracked by
-its version counter): a model fine-tuned after `for_cpu_inference` decodes with its new weights.
+its version counter): a model fine-tuned after a call decodes with its new weights.
+
+This file is copied into every saved checkpoint (with search.py and proc_files.py, which it imports), so that a
+folder alone decodes this way; it imports from this project only with relative imports of those files and of
+modeling_vaswani.py.
 """
 
 import functools
@@ -57,6 +61,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.generation.logits_process import (
     MinLengthLogitsProcessor,
     MinNewTokensLengthLogitsProcessor,
@@ -65,17 +70,23 @@ from transformers.generation.logits_process import (
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.utils import GENERATION_MODES_MAPPING, GenerationMode
 from transformers.modeling_outputs import BaseModelOutput
+from transformers.utils import logging
 
-from .modeling_vaswani import padding_aware_positions, sinusoidal_positions
+from .modeling_vaswani import CACHE_FIELD, NON_FINITE_LOGITS, padding_aware_positions, sinusoidal_positions
 from .proc_files import proc_field
 from .search import SearchSettings, search
 
+
+logger = logging.get_logger(__name__)
 
 # the model_kwargs `generate` passes to its decoding loop that this path reads or can ignore
 HANDLED_MODEL_KWARGS = {"encoder_outputs", "attention_mask", "use_cache", "cache", "past_key_values"}
 OUTPUT_OPTIONS = ("output_attentions", "output_hidden_states", "output_scores", "output_logits")
 # the arguments of `generate` meant for its decoding loop
 LOOP_ARGUMENTS = ("streamer", "synced_gpus", "assistant_model", "tokenizer", "assistant_tokenizer")
+# the settings that ask for a decoding method transformers loads from the Hub (constrained beam search, contrastive
+# search, DoLa, group beam search), which `generate` runs only where it is handed no loop of this path's
+HUB_METHOD_SETTINGS = ("constraints", "force_words_ids", "penalty_alpha", "dola_layers", "num_beam_groups")
 # On CPUs other than Intel's, the output projection of two rows or more goes through oneDNN, its weights reordered
 # once into the layout oneDNN's kernel reads (`ModelWeights.vocab_packed`): PyTorch's MKL product repacks the 4 MB
 # matrix at every call, which costs most at the few rows of a search's last steps. Rows x 128 times 128 x 8,000 on a
@@ -518,8 +529,12 @@ class CpuDecoder:
             hidden = hidden[self.rows]
         self.position += 1
         if hidden.shape[0] >= ONEDNN_VOCAB_ROWS and weights.vocab_packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(hidden, weights.vocab_packed, None, "none", [], "")
-        return torch.mm(hidden, weights.vocab_weight, out=self.logits[: hidden.shape[0]])
+            logits = torch.ops.mkldnn._linear_pointwise(hidden, weights.vocab_packed, None, "none", [], "")
+        else:
+            logits = torch.mm(hidden, weights.vocab_weight, out=self.logits[: hidden.shape[0]])
+        if position == 0 and not logits.sum(dtype=torch.float32).isfinite():  # (as the model's forward warns)
+            logger.warning_once(NON_FINITE_LOGITS)
+        return logits
 
     def set_cross_attention(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
         """Each layer's cross-attention keys (slots, heads, head_dim, source) and values (slots, heads, source,
@@ -686,13 +701,20 @@ class CpuGenerate:
     def __call__(self, *args, **kwargs):
         model = self.model
         # transformers hands a callable `custom_generate` none of these: such a call keeps transformers' own loop
-        if kwargs.get("custom_generate") is None and not any(kwargs.get(name) is not None for name in LOOP_ARGUMENTS):
+        config = kwargs.get("generation_config") or model.generation_config
+        if (kwargs.get("custom_generate") is None and not any(kwargs.get(name) is not None for name in LOOP_ARGUMENTS)
+                and not _asks_for_a_hub_method(kwargs, config) and not _asks_for_a_cache(kwargs, config)
+                and not _asks_for_more_than_tokens(kwargs, config)):
             kwargs["custom_generate"] = self.decoding_loop
             if (input_ids := self.encodable_inputs(args, kwargs)) is not None:
                 self.call.weights = self.current_weights()
                 with torch.inference_mode():
                     states = encode(self.call.weights, input_ids, kwargs.get("attention_mask"), self.workspace)
                 kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=states)
+            # generate would build a cache from the model's config for every call (about 3.5 ms of a 120 ms greedy
+            # call on the shipped en->de model, most of it copying the config); this loop needs none, and where
+            # transformers' loop runs instead, the model fills an empty one as it would its own
+            kwargs[CACHE_FIELD] = EncoderDecoderCache(DynamicCache(), DynamicCache())
         try:
             return self.generate(model, *args, **kwargs)
         finally:
@@ -735,7 +757,7 @@ class CpuGenerate:
             if "/" in name:
                 raise ValueError(
                     f"{mode.name.lower()} is a decoding method transformers loads from the Hub ({name}); the CPU "
-                    "decoding path does not run it. Call generate on a model not set up by for_cpu_inference, or "
+                    "decoding path does not run it. Call generate with cpu_decoding=False, or "
                     "pass custom_generate yourself."
                 )
             method = getattr(type(model), name)
@@ -750,6 +772,37 @@ class CpuGenerate:
             decoder = CpuDecoder(weights, encoder_states, source_mask, beams, settings.max_length, self.workspace)
             output = search(decoder, encoder_states.shape[0], int(input_ids[0, 0]), settings)
         return output.clone()  # an ordinary tensor, which the caller may change in place
+
+
+def _asks_for_a_hub_method(kwargs: dict, config) -> bool:
+    """Whether a call's settings choose a decoding method transformers loads from the Hub (`HUB_METHOD_SETTINGS`)."""
+    for name in HUB_METHOD_SETTINGS:
+        value = _setting(kwargs, config, name)
+        if value is not None and (name != "num_beam_groups" or value > 1) and (name != "penalty_alpha" or value > 0):
+            return True
+    return False
+
+
+def _setting(kwargs: dict, config, name: str):
+    """A call's setting: its argument, else the generation config's."""
+    return kwargs[name] if name in kwargs else getattr(config, name, None)
+
+
+def _asks_for_more_than_tokens(kwargs: dict, config) -> bool:
+    """Whether a call asks for sampling or for more than the tokens (scores, attentions, hidden states, a dict): that
+    is transformers' loop, over the model's own encoder (this path's encoder agrees with it to float32 rounding only,
+    and does not record attentions). Other settings this path does not run are found in `search_settings`, once
+    `generate` has made its processors; such a call runs transformers' loop over this path's encoder output."""
+    return bool(_setting(kwargs, config, "do_sample")) or any(
+        _setting(kwargs, config, name) for name in ("return_dict_in_generate", *OUTPUT_OPTIONS))
+
+
+def _asks_for_a_cache(kwargs: dict, config) -> bool:
+    """Whether a call brings a cache of its own or names the kind it wants (a static cache, to compile the forward):
+    that is for transformers' loop."""
+    if any(kwargs.get(name) is not None for name in ("cache", "past_key_values", "cache_implementation")):
+        return True
+    return getattr(config, "cache_implementation", None) is not None
 
 
 def _model_runs_here(model: nn.Module) -> bool:
@@ -792,6 +845,8 @@ def search_settings(model, input_ids, logits_processor, stopping_criteria, gener
             return None
     if max_length is None or max_length < 2:
         return None
+    if max_length - 1 > model.config.max_position_embeddings:
+        return None  # transformers' loop, whose model says where the positions run out (if the search gets there)
     no_repeat, min_length = 0, 0
     for processor in logits_processor:
         if type(processor) is NoRepeatNGramLogitsProcessor and not no_repeat:

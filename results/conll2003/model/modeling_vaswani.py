@@ -16,6 +16,7 @@ pipelines, `Trainer`, gradient checkpointing and `output_attentions` work as for
 This file is copied into every saved checkpoint, so it imports from this project only with relative imports.
 """
 
+import inspect
 import math
 import os
 import shutil
@@ -30,7 +31,12 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.masking_utils import (
+    ALL_MASK_ATTENTION_FUNCTIONS,
+    create_bidirectional_mask,
+    create_causal_mask,
+    flash_attention_mask,
+)
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -52,9 +58,30 @@ from .pipeline_tasks import register_pipeline_tasks
 
 logger = logging.get_logger(__name__)
 
+# What a model says, once, when its logits hold nan or inf (its forward, and the CPU decoder's first step).
+NON_FINITE_LOGITS = (
+    "The model's logits hold nan or inf, so its outputs are meaningless (often empty). Its weights are damaged or it "
+    "diverged in training: check torch.isfinite on its parameters."
+)
+
 # transformers 5.24 renamed the outputs' `past_key_values` field to `cache` (the old name still works there, with a
 # warning); the outputs below use the name of the installed version
 CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
+def register_cache_for_export() -> None:
+    """Let `torch.export.export` of the forward return the decoder's cache, as it does by default (use_cache=True):
+    torch.export flattens a program's outputs into tensors and refuses a type it does not know. The cache's type is
+    registered as a pytree node with transformers' own flattener, the one its Dynamo exporter registers for every
+    cache type (`register_cache_pytrees_for_model`)."""
+    try:
+        from transformers.exporters.exporter_dynamo import register_pytree_node
+    except ImportError:  # a transformers without its exporters: export the forward with use_cache=False
+        return
+    register_pytree_node(EncoderDecoderCache)
+
+
+register_cache_for_export()
 
 
 # Adapted from transformers.models.bart.modeling_bart.shift_tokens_right (same behaviour; errors that say which
@@ -161,6 +188,34 @@ def eager_attention_forward(
     return output, weights
 
 
+def eager_mask_from(
+    attention_mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor, is_causal: bool, implementation: str
+) -> torch.Tensor | None:
+    """The additive mask eager attention takes, from the mask built for another attention implementation, so that a
+    call asking for the attention weights can run eagerly (sdpa and flash attention return none).
+
+    sdpa's mask is boolean (True where a query may attend), or absent where sdpa hides the future by its `is_causal`
+    flag (counted from the first key). Flash attention's is a 2D padding mask over the keys, or absent, and its causal
+    mask is counted from the last key (the queries are the newest positions). A float mask is additive already.
+    """
+    if attention_mask is not None and attention_mask.is_floating_point():
+        return attention_mask
+    query_length, key_length = query.shape[2], key.shape[2]
+    allowed, known_keys = attention_mask, key_length
+    if allowed is not None and allowed.dim() == 2:  # (batch, keys): padding only
+        known_keys = allowed.shape[-1]  # a static cache's slots beyond them are empty
+        allowed = F.pad(allowed.bool(), (0, key_length - known_keys))[:, None, None, :]
+    if is_causal and query_length > 1 and (attention_mask is None or attention_mask.dim() == 2):
+        from_last_key = ALL_MASK_ATTENTION_FUNCTIONS.get(implementation) is flash_attention_mask
+        causal = torch.ones(query_length, key_length, dtype=torch.bool, device=query.device).tril(
+            known_keys - query_length if from_last_key else 0
+        )
+        allowed = causal if allowed is None else allowed & causal
+    if allowed is None:
+        return None
+    return torch.where(allowed, 0.0, torch.finfo(query.dtype).min).to(query.dtype)
+
+
 def repeated_rows(states: torch.Tensor) -> int:
     """k where `states` is each of batch / k rows repeated k times in a row (beam search's expanded encoder output),
     else 1. Two comparisons of the rows, far cheaper than the projections they save."""
@@ -262,9 +317,15 @@ class VaswaniAttention(nn.Module):
             position_bias = self.relative_position_bias(query.shape[2], key.shape[2], query.device, query_offset)
             kwargs["position_bias"] = position_bias.to(query.dtype)
 
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
+        implementation = self.config._attn_implementation
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        # Only eager attention computes the weights: a call that asks for them (as `capture_outputs` reads the
+        # request: the argument, else the config) runs eagerly whatever the implementation, so that
+        # `output_attentions=True` gives eager's weights. Calls that do not ask keep the chosen implementation.
+        if implementation != "eager" and kwargs.get("output_attentions", self.config.output_attentions):
+            attention_interface = eager_attention_forward
+            is_causal = kwargs.get("is_causal", self.is_causal)
+            attention_mask = eager_mask_from(attention_mask, query, key, is_causal, implementation)
         output, weights = attention_interface(
             self,
             query,
@@ -877,10 +938,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         # (one float32 sum: a single nan or inf makes it non-finite, at a fortieth of the cost of isfinite().all())
         if not self.training and not torch.compiler.is_compiling() and not logits.sum(dtype=torch.float32).isfinite():
             # the outputs of a model with a nan or inf inside are empty or garbage: say so, once
-            logger.warning_once(
-                "The model's logits hold nan or inf, so its outputs are meaningless (often empty). Its weights are "
-                "damaged or it diverged in training: check torch.isfinite on its parameters."
-            )
+            logger.warning_once(NON_FINITE_LOGITS)
 
         loss = None
         if labels is not None:
@@ -951,6 +1009,42 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         else:
             past_key_values.reorder_cache(beam_idx)
         return past_key_values
+
+    def prepare_inputs_for_generation(self, *args, **kwargs) -> dict:
+        """transformers' inputs of a decoding step, with the sizes that change from one `generate` call to the next
+        marked dynamic for torch.compile (`mark_decoding_sizes_dynamic`)."""
+        inputs = super().prepare_inputs_for_generation(*args, **kwargs)
+        mark_decoding_sizes_dynamic(inputs)
+        return inputs
+
+    # generate checks the arguments it is given against these parameters: they stay transformers' own
+    prepare_inputs_for_generation.__signature__ = inspect.signature(GenerationMixin.prepare_inputs_for_generation)
+
+
+def mark_decoding_sizes_dynamic(inputs: dict) -> None:
+    """Mark as dynamic, for torch.compile, the sizes of a decoding step's inputs that change between `generate` calls
+    and steps: the rows (batch x beams), the source length and the target length so far.
+
+    A forward compiled the usual way (`model.forward = torch.compile(model.forward)`) is otherwise compiled for the
+    sizes of its first call, then again for each size that changes, for each kind of step (the first, the second, the
+    later ones) separately: three batch sizes can reach dynamo's recompile limit (8), after which the forward runs
+    uncompiled. Marked, each kind of step compiles once for any batch and length (and once more for a single row:
+    dynamo always specializes a size of 1). Only torch.compile reads these marks. A static cache is left alone:
+    transformers compiles it at fixed sizes."""
+    cache = inputs.get("cache", inputs.get("past_key_values"))
+    if getattr(cache, "is_compileable", False):
+        return
+    for name in ("decoder_input_ids", "attention_mask", "decoder_attention_mask"):  # (rows, length)
+        if torch.is_tensor(inputs.get(name)) and inputs[name].dim() == 2:
+            torch._dynamo.maybe_mark_dynamic(inputs[name], (0, 1))
+    encoder_outputs = inputs.get("encoder_outputs")
+    if encoder_outputs is not None and torch.is_tensor(encoder_outputs[0]):  # (rows, source length, d_model)
+        torch._dynamo.maybe_mark_dynamic(encoder_outputs[0], (0, 1))
+    if isinstance(cache, EncoderDecoderCache):  # keys and values: (rows, heads, length, head size)
+        for layer in (*cache.self_attention_cache.layers, *cache.cross_attention_cache.layers):
+            for states in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                if torch.is_tensor(states) and states.dim() == 4:
+                    torch._dynamo.maybe_mark_dynamic(states, (0, 2))
 
 
 # Copied from transformers.models.bart.modeling_bart.BartClassificationHead (its pooler_dropout is

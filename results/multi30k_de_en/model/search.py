@@ -1,6 +1,6 @@
 """Greedy and beam search as transformers' `generate` runs them, over any decoder that gives the next token's logits.
 
-Two decoders use it: `vaswani.cpu_decoding` (the CPU path of `for_cpu_inference`, on the model's weights) and
+Two decoders use it: `vaswani.cpu_decoding` (the CPU decoder `generate` runs on a CPU, on the model's weights) and
 `vaswani.serving.onnx_export.OnnxGenerator` (the exported graphs in onnxruntime). Both give the tokens of `generate`
 with the same settings, because the search is the one transformers 5 runs (`GenerationMixin._sample` without sampling,
 and the vectorized `GenerationMixin._beam_search`), step for step:
@@ -35,6 +35,8 @@ A decoder is anything with two methods:
                         search picks and reorders beams; an input that is over is left out); `inputs`, where the set
                         of inputs changes, the indices of the inputs kept (each input's rows stay together, in
                         `num_beams` rows), else None
+
+This file is copied into every saved checkpoint, beside cpu_decoding.py: it imports only torch.
 """
 
 from dataclasses import dataclass
