@@ -31,10 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .configuration_vaswani import misspelled_fields
+from .training.errors import TrainingError
 from .training.preemption import StoppedBySignal
 
 
-USER_ERRORS = (ValueError, OSError, ImportError)  # OSError: missing files, folders given as files, full disks
+# OSError: missing files, folders given as files, full disks; TrainingError: a folder in use by another run, a
+# checkpoint that cannot be resumed or written (vaswani.training.errors: messages that say what to do)
+USER_ERRORS = (ValueError, OSError, ImportError, TrainingError)
 
 
 def run_command(main, *more_user_errors: type[BaseException]) -> None:

@@ -10,7 +10,8 @@ or name the checkpoints (`checkpoints/step-*` folders of scripts/train.py, or an
 
 The result is saved with `save_pretrained`, with the tokenizer of the newest checkpoint, and loads like any model
 of this project (Auto classes, pipelines). `checkpoint_averaging.json` beside it names the checkpoints averaged;
-`scripts/evaluate_model.py` states them in the conventions of the model's scores.
+`scripts/evaluate_model.py` states them in the conventions of the model's scores. The folder appears whole or not at
+all; an existing one is replaced only with `--overwrite_output_dir` (vaswani.output_paths).
 """
 
 from dataclasses import dataclass, field
@@ -21,7 +22,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
 import vaswani  # noqa: F401  (registers the Vaswani classes with the Auto classes)
 from vaswani.cli import run_command
-from vaswani.output_paths import check_output_dir
+from vaswani.code_references import keep_own_code_references, keep_own_tokenizer_code_references
+from vaswani.output_paths import OutputFolder
 from vaswani.safe_loading import check_checkpoint_folder
 from vaswani.training.checkpoints import list_checkpoints, write_averaging_record
 
@@ -32,6 +34,9 @@ class AveragingArguments:
     run_dir: str | None = field(default=None, metadata={"help": "A training run's output_dir (its checkpoints/)."})
     last: int = field(default=5, metadata={"help": "With --run_dir: how many of the newest checkpoints to average."})
     checkpoints: list[str] = field(default_factory=list, metadata={"help": "Or: the checkpoint folders themselves."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace what --output_dir holds (by default an existing folder is refused)."}
+    )
 
 
 def model_folder(path: Path) -> Path:
@@ -82,14 +87,19 @@ def main(argv: list[str] | None = None) -> Path:
     (args,) = HfArgumentParser(AveragingArguments).parse_args_into_dataclasses(args=argv)
     checkpoints = chosen_checkpoints(args)
     output_dir = Path(args.output_dir)
-    check_output_dir(output_dir, {"a checkpoint of --run_dir" if args.run_dir else "--checkpoints": checkpoints})
-    folders = [model_folder(path) for path in checkpoints]
-    for folder in folders:
-        check_checkpoint_folder(folder)  # every one before any is loaded
-    model = average_models(folders)
-    model.save_pretrained(output_dir)
-    AutoTokenizer.from_pretrained(folders[-1]).save_pretrained(output_dir)
-    write_averaging_record(output_dir, folders)
+    inputs = {"a checkpoint of --run_dir" if args.run_dir else "--checkpoints": checkpoints}
+    with OutputFolder(output_dir, inputs, overwrite=args.overwrite_output_dir) as output:
+        folders = [model_folder(path) for path in checkpoints]
+        for folder in folders:
+            check_checkpoint_folder(folder)  # every one before any is loaded
+        model = average_models(folders)
+        keep_own_code_references(model.config, str(folders[0]))
+        tokenizer = AutoTokenizer.from_pretrained(folders[-1])
+        keep_own_tokenizer_code_references(tokenizer, str(folders[-1]))
+        with output.publish() as folder:
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            write_averaging_record(folder, folders)
     print(f"Averaged {len(folders)} checkpoints ({', '.join(str(f) for f in folders)}) into {output_dir}")
     return output_dir
 

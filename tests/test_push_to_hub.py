@@ -5,6 +5,7 @@ bad input is refused with a message."""
 import base64
 import hashlib
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -316,7 +317,7 @@ def test_dry_run_needs_an_empty_output_folder(checkpoint, tmp_path):
     with pytest.raises(ValueError, match="--output_dir"):
         run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run"])
     (tmp_path / "stale.txt").write_text("old")
-    with pytest.raises(ValueError, match="not an empty folder"):
+    with pytest.raises(FileExistsError, match="exists and is not empty \\(stale.txt\\)"):
         run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path)])
 
 
@@ -512,3 +513,49 @@ def test_a_huge_or_broken_run_record_is_named(checkpoint, tmp_path):
     (folder / "arguments.json").write_text(" " * 1_000_001)
     with pytest.raises(ValueError, match=r"arguments.json is 1,000,001 bytes"):
         push_to_hub.main(["--model_dir", str(folder), "--dry-run", "--output_dir", str(tmp_path / "o2")])
+
+
+# --- what code a published folder points to ---------------------------------------------------------------------
+
+
+def plant_foreign_code(folder, marker):
+    """Point a checkpoint's config and tokenizer config at a module planted beside them, which creates `marker` when
+    it is imported; also the form that fetches code from another Hub repository."""
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"].update({"AutoModel": "evil.Model", "AutoModelForCausalLM": "someone/else--evil.Model"})
+    config["custom_pipelines"]["evil-task"] = {"impl": "evil.Pipeline", "pt": ["AutoModel"], "type": "text"}
+    (folder / "config.json").write_text(json.dumps(config))
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    tokenizer_config["auto_map"] = {"AutoTokenizer": ["evil.Tokenizer", None], "AutoModel": "evil.Model"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    (folder / "evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\nclass Model: pass\n")
+
+
+def test_a_published_folder_points_only_to_this_projects_code(checkpoint, tmp_path, caplog):
+    """Entries of auto_map and custom_pipelines that this project does not write are dropped, each named in a
+    warning: with the planted module copied beside the published folder, loading it with trust_remote_code runs
+    this project's classes and never the module."""
+    from vaswani.configuration_vaswani import AUTO_MAP
+
+    planted = tmp_path / "planted"
+    shutil.copytree(checkpoint, planted)
+    marker = tmp_path / "the-planted-module-ran"
+    plant_foreign_code(planted, marker)
+    with caplog.at_level("WARNING", logger="vaswani"):
+        folder = run(["--model_dir", str(planted), "--dry-run", "--output_dir", str(tmp_path / "out")])
+    config = json.loads((folder / "config.json").read_text())
+    assert config["auto_map"] == json.loads(json.dumps(AUTO_MAP))
+    assert "evil-task" not in config["custom_pipelines"]
+    assert json.loads((folder / "tokenizer_config.json").read_text())["auto_map"] == {
+        "AutoTokenizer": ["tokenization_vaswani.VaswaniTokenizer", None]}
+    warned = caplog.text
+    for entry in ("auto_map AutoModel -> 'evil.Model'", "auto_map AutoModelForCausalLM -> 'someone/else--evil.Model'",
+                  "custom_pipelines evil-task", "auto_map AutoTokenizer -> ['evil.Tokenizer', None]"):
+        assert f"{planted}: dropped {entry}" in warned
+    shutil.copy(planted / "evil.py", folder / "evil.py")
+    run_isolated(f"""
+        from transformers import AutoModel
+        model = AutoModel.from_pretrained({str(folder)!r}, trust_remote_code=True)
+        assert type(model).__name__ == "VaswaniModel", type(model)
+    """)
+    assert not marker.exists()

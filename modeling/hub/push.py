@@ -5,7 +5,6 @@ decoding the card reports) and its upload as one commit that leaves the reposito
 """
 
 import re
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -24,7 +23,8 @@ from .. import (
     VaswaniForTokenClassification,
     VaswaniModel,
 )
-from ..output_paths import check_output_dir, refuse_symbolic_link
+from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
+from ..output_paths import OutputFolder
 from ..safe_loading import check_checkpoint_folder
 from .model_card import TEMPLATE, load_results, render_model_card, training_from_record
 from .recipes import Recipe, find_recipe, load_recipes
@@ -103,25 +103,20 @@ def _check_arguments(args: PushArguments) -> None:
         )
     if args.dry_run and args.output_dir is None:
         raise ValueError("--dry-run writes the folder that would be uploaded: give it a place with --output_dir.")
-    if args.output_dir is not None:
-        output_dir = Path(args.output_dir)
-        if output_dir.exists() and not output_dir.is_dir():
-            raise ValueError(f"--output_dir {output_dir} is a file, not a folder.")
-        check_output_dir(output_dir, {
-            "--model_dir": model_dir,
-            "--results": args.results,
-            "--template": args.template,
-            "--recipe (the recipes file)": RECIPES_FILE if args.recipe else None,
-        })
-        if output_dir.exists() and any(output_dir.iterdir()) and not args.overwrite_output_dir:
-            raise ValueError(
-                f"--output_dir {output_dir} exists and is not an empty folder: everything in it would be uploaded. "
-                "Choose a new folder, or replace its contents with --overwrite_output_dir."
-            )
-        if args.overwrite_output_dir:
-            refuse_symbolic_link(output_dir)
-            if output_dir.resolve() == REPO.resolve():
-                raise ValueError(f"--output_dir {output_dir} with --overwrite_output_dir would delete the project.")
+    if args.output_dir is not None and Path(args.output_dir).resolve() == REPO.resolve():
+        raise ValueError(f"--output_dir {args.output_dir} would replace the project.")
+
+
+def _output_folder(args: PushArguments) -> OutputFolder:
+    """--output_dir, checked, locked and published whole as every command's output (vaswani.output_paths): apart
+    from every file the folder is made from, not an existing folder unless --overwrite_output_dir (and then holding
+    only files this project writes)."""
+    return OutputFolder(args.output_dir, {
+        "--model_dir": args.model_dir,
+        "--results": args.results,
+        "--template": args.template,
+        "--recipe (the recipes file)": RECIPES_FILE if args.recipe else None,
+    }, overwrite=args.overwrite_output_dir)
 
 
 def _git(*arguments: str) -> str | None:
@@ -183,7 +178,9 @@ def _load_model(model_dir: Path):
             f"--model_dir {model_dir}: config.json names the model class {architecture!r}; expected one of "
             f"{sorted(MODEL_CLASSES)}."
         )
-    return MODEL_CLASSES[architecture].from_pretrained(model_dir, dtype="auto")
+    model = MODEL_CLASSES[architecture].from_pretrained(model_dir, dtype="auto")
+    keep_own_code_references(model.config, str(model_dir))
+    return model
 
 
 def _decode_as_scored(model, results: list[dict]) -> dict:
@@ -202,8 +199,18 @@ def _decode_as_scored(model, results: list[dict]) -> dict:
     return settings
 
 
-def _stage(args: PushArguments, folder: Path) -> list[Path]:
-    """Write into `folder` everything the repository will hold; return the files."""
+@dataclass
+class Staged:
+    """What the repository's folder is made of, read and rendered before anything is written."""
+
+    model: object
+    tokenizer: object
+    card: str
+
+
+def _prepare(args: PushArguments) -> Staged:
+    """Read and check everything the folder is made of: the recipe, the results, the run's record, the model and
+    its tokenizer; render the card."""
     model_dir = Path(args.model_dir)
     recipe = find_recipe(load_recipes(RECIPES_FILE), args.recipe, RECIPES_FILE) if args.recipe else None
     # read first: a bad file stops before any work
@@ -215,15 +222,11 @@ def _stage(args: PushArguments, folder: Path) -> list[Path]:
         print("generation_config.json: " + ", ".join(f"{k}={v}" for k, v in decoding.items())
               + " (the decoding of the results file)")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if folder.exists() and args.overwrite_output_dir:
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    keep_own_tokenizer_code_references(tokenizer, str(model_dir))
     card = render_model_card(
         model.config,
         num_parameters=model.num_parameters(),
-        repo_id=args.repo_id or folder.as_posix(),
+        repo_id=args.repo_id or Path(args.output_dir).as_posix(),
         model_name=_model_name(args),
         results=results,
         license_id=args.license,
@@ -234,8 +237,16 @@ def _stage(args: PushArguments, folder: Path) -> list[Path]:
         training_procedure=args.training_procedure or (recipe and _provenance(recipe)) or recorded_procedure,
         template=args.template,
     )
-    (folder / "README.md").write_text(card, encoding="utf-8")
-    required = [*REQUIRED_FILES, *CODE_FILES, *(["generation_config.json"] if model.can_generate() else [])]
+    return Staged(model, tokenizer, card)
+
+
+def _stage(staged: Staged, folder: Path) -> list[Path]:
+    """Write into `folder` everything the repository will hold; return the files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    staged.model.save_pretrained(folder)
+    staged.tokenizer.save_pretrained(folder)
+    (folder / "README.md").write_text(staged.card, encoding="utf-8")
+    required = [*REQUIRED_FILES, *CODE_FILES, *(["generation_config.json"] if staged.model.can_generate() else [])]
     missing = [name for name in required if not (folder / name).is_file()]
     if not list(folder.glob("*.safetensors")):
         missing.append("model.safetensors")
@@ -283,17 +294,27 @@ def push(args: PushArguments) -> Path | str:
     the card), then upload it as one commit, or with --dry-run stop there. Returns the folder written (with
     --dry-run) or the URL of the commit."""
     _check_arguments(args)
+    if args.output_dir is not None:
+        with _output_folder(args) as output:
+            staged = _prepare(args)
+            with output.publish() as staging:
+                files = [output.path / path.relative_to(staging) for path in _stage(staged, staging)]
+            return _publish_staged(args, output.path, files)
     with tempfile.TemporaryDirectory(prefix="vaswani-push-") as temporary:
-        folder = Path(args.output_dir) if args.output_dir else Path(temporary) / "repo"
-        files = _stage(args, folder)
-        listing = "\n".join(f"  {path.relative_to(folder)}  ({path.stat().st_size:,} bytes)" for path in files)
-        if args.dry_run:
-            where = f"that would be uploaded to {args.repo_id} " if args.repo_id else ""
-            print(f"Dry run: {len(files)} files {where}are in {folder}:\n{listing}")
-            return folder
-        commit = _upload(args, folder)
-        print(f"Uploaded {len(files)} files to {args.repo_id}:\n{listing}\n{commit.commit_url}")
-        return commit.commit_url
+        folder = Path(temporary) / "repo"
+        return _publish_staged(args, folder, _stage(_prepare(args), folder))
+
+
+def _publish_staged(args: PushArguments, folder: Path, files: list[Path]) -> Path | str:
+    """Say what `folder` holds and stop (--dry-run), or upload it."""
+    listing = "\n".join(f"  {path.relative_to(folder)}  ({path.stat().st_size:,} bytes)" for path in files)
+    if args.dry_run:
+        where = f"that would be uploaded to {args.repo_id} " if args.repo_id else ""
+        print(f"Dry run: {len(files)} files {where}are in {folder}:\n{listing}")
+        return folder
+    commit = _upload(args, folder)
+    print(f"Uploaded {len(files)} files to {args.repo_id}:\n{listing}\n{commit.commit_url}")
+    return commit.commit_url
 
 
 __all__ = ["HubUnreachable", "PushArguments", "push"]

@@ -26,6 +26,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from ..output_paths import write_text_atomically
 from .arguments import (
     CHANGEABLE_ON_RESUME,
     TrainDataArguments,
@@ -401,7 +402,7 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
         _resume(run, peak_learning_rate)
         metrics.drop_after(run.progress.step)
     if accelerator.is_main_process:
-        (output_dir / ARGUMENTS_FILE).write_text(json.dumps(options, indent=2))
+        write_text_atomically(output_dir / ARGUMENTS_FILE, json.dumps(options, indent=2))
     if args.report_to != "none":
         accelerator.init_trackers("tensorboard", config={k: v for k, v in options.items() if v is not None})
     update_path = ("; CUDA graphs (captured per batch shape)" if args.cuda_graphs
@@ -996,7 +997,7 @@ def _finish(run: Run, stopped_because: str) -> dict:
             summary["curves_file"] = None
             accelerator.print("No training_curves.png: matplotlib is not installed (pip install "
                               "'vaswani-transformer[plot]'); metrics.jsonl holds the same numbers.")
-        (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_text_atomically(output_dir / "summary.json", json.dumps(summary, indent=2))
         accelerator.print(format_summary(summary))
     for tracker in accelerator.trackers:
         tracker.finish()  # flushed and closed; the process group stays for the caller (see scripts/train.py)
