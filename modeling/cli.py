@@ -153,6 +153,9 @@ def at_least(minimum: float, integer: bool = True, **more) -> Allowed:
 POSITIVE = at_least(1)  # a count: updates, tokens, examples, beams
 FRACTION = Allowed(minimum=0, maximum=1, below=True)  # a probability or decay rate in [0, 1)
 SEED = Allowed(integer=True, minimum=0, maximum=2**32 - 1)  # what numpy's seeding takes
+# A vocabulary to learn: the BPE trainer reserves memory for every id before it reads a text (about 4 bytes each), and
+# aborts the process (SIGABRT) on a size it cannot allocate (2**32 and up); no BPE vocabulary comes near 2**24.
+VOCAB_SIZE = Allowed(integer=True, minimum=1, maximum=2**24)
 
 
 def check_option(name: str, value, allowed: Allowed) -> None:
@@ -241,6 +244,7 @@ __all__ = [
     "POSITIVE",
     "SEED",
     "USER_ERRORS",
+    "VOCAB_SIZE",
     "at_least",
     "check_numbers",
     "check_option",

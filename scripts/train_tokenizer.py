@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser
 
 from vaswani import VaswaniTokenizer
-from vaswani.cli import run_command
+from vaswani.cli import POSITIVE, VOCAB_SIZE, at_least, check_numbers, run_command
 from vaswani.data import data_source, iter_texts, load_split, require_columns, split_paths
 from vaswani.output_paths import OutputFolder
 
@@ -45,11 +45,17 @@ class TokenizerTrainingArguments:
     )
 
 
+NUMBER_RULES = {
+    "vocab_size": VOCAB_SIZE,
+    "min_frequency": POSITIVE,
+    "model_max_length": POSITIVE,
+    "max_train_samples": at_least(1, meaning="unset: every row"),
+}
+
 
 def main(argv: list[str] | None = None) -> VaswaniTokenizer:
     (args,) = HfArgumentParser(TokenizerTrainingArguments).parse_args_into_dataclasses(args=argv)
-    if args.max_train_samples is not None and args.max_train_samples < 1:
-        raise ValueError(f"--max_train_samples must be at least 1, got {args.max_train_samples}.")
+    check_numbers(args, NUMBER_RULES)
     source = data_source(args.train_file, args.dataset_name, needed_by="Learning a vocabulary")
     inputs = {"--train_file": split_paths(args.train_file or "")}
     with OutputFolder(args.output_dir, inputs, overwrite=args.overwrite_output_dir) as output:

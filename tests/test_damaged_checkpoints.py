@@ -6,6 +6,7 @@ fields, never a traceback, and no code from the file ever runs."""
 
 import importlib.util
 import json
+import re
 import shutil
 
 import pytest
@@ -124,6 +125,42 @@ def test_pickled_weights_are_refused_by_every_command_and_nothing_in_them_runs(
     assert str(weights) in str(refused.value) and "convert it to safetensors" in str(refused.value).lower()
     assert "weights_only" not in str(refused.value)
     assert not marker.exists()
+
+
+# --- weights no run writes ---------------------------------------------------------------------------------------
+
+
+def rewrite_weights(folder, change):
+    """The folder's weights with `change(name, tensor)` applied to each tensor, saved again as safetensors."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(folder / "model.safetensors")
+    save_file({name: change(name, tensor) for name, tensor in weights.items()}, folder / "model.safetensors",
+              metadata={"format": "pt"})
+    return folder / "model.safetensors"
+
+
+WEIGHTS_NO_RUN_WRITES = {
+    "all NaN": (lambda name, tensor: torch.full_like(tensor, float("nan")),
+                r"holds NaN or infinite values in model\.\S+: the model would compute NaN"),
+    "one infinity": (lambda name, tensor: tensor.clone().fill_(float("inf")) if name == "model.shared.weight"
+                     else tensor, r"holds NaN or infinite values in model\.shared\.weight"),
+    "int32": (lambda name, tensor: tensor.to(torch.int32), r"holds model\.\S+ as I32: a model's weights are floating "
+              r"point \(F64, F32, F16, BF16\)"),
+}
+
+
+@pytest.mark.parametrize("damage", list(WEIGHTS_NO_RUN_WRITES))
+@pytest.mark.parametrize("command", COMMANDS)
+def test_weights_that_no_run_writes_are_refused_at_load_in_one_line(command, damage, checkpoint, copy_of, data,
+                                                                      tmp_path):
+    """Weights that are NaN, infinite or integers loaded without a word and evaluated to BLEU 0 ("the decoder is
+    ignoring the encoder")."""
+    change, refusal = WEIGHTS_NO_RUN_WRITES[damage]
+    weights = rewrite_weights(copy_of(), change)
+    with pytest.raises(OSError, match=refusal) as refused:
+        command_loaders(checkpoint, data, tmp_path)[command](weights.parent)
+    assert str(refused.value).startswith(f"The weights file {weights} holds ") and "\n" not in str(refused.value)
 
 
 def test_a_command_given_pickled_weights_says_so_in_one_line(copy_of, data, tmp_path):
@@ -299,3 +336,4 @@ def test_the_memory_check_reads_the_machines_free_memory(checkpoint):
     assert available is None or available > 0
     assert vaswani.modeling_vaswani.available_memory(torch.device("meta")) is None
     AutoModelForSeq2SeqLM.from_pretrained(checkpoint)  # a tiny model fits
+

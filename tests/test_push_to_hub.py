@@ -349,6 +349,13 @@ def test_an_invalid_repo_id_is_refused_before_any_work(checkpoint, tmp_path):
         ({"decoding": {"num_beams": 0}}, r"`decoding.num_beams` is 0; expected an integer >= 1"),
         ({"decoding": {"num_beams": 4, "no_repeat_ngram_size": "3"}}, r"`decoding.no_repeat_ngram_size` is '3'"),
         ({"decoding": {"num_beams": 4, "length_penalty": "long"}}, r"`decoding.length_penalty` is 'long'"),
+        # JSON as Python reads it takes NaN and Infinity: the card's model-index would publish them as scores
+        ({"metrics": [{"type": "bleu", "name": "BLEU", "value": float("nan")}]},
+         r"`metrics\[0\].value` is nan; expected a finite number"),
+        ({"metrics": [{"type": "bleu", "name": "BLEU", "value": float("-inf")}]},
+         r"`metrics\[0\].value` is -inf; expected a finite number"),
+        ({"decoding": {"num_beams": 4, "length_penalty": float("inf")}},
+         r"`decoding.length_penalty` is inf; expected a finite number"),
     ],
 )
 def test_a_broken_results_file_names_the_field(checkpoint, tmp_path, broken, message):

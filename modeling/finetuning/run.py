@@ -79,6 +79,9 @@ NUMBER_RULES = {
     "label_smoothing_factor": FRACTION,
     "warmup_steps": at_least(0, integer=False, meaning="a whole number of updates, or a fraction of the run below 1"),
     "dataloader_num_workers": at_least(0, meaning="0 loads in the main process"),
+    # 0 would never save until the end (a kill loses the run), a negative count never evaluate or log
+    **dict.fromkeys(("save_steps", "eval_steps", "logging_steps"),
+                    Allowed(minimum=0, above=True, meaning="updates, or a fraction of the run below 1")),
 }
 
 
@@ -147,6 +150,45 @@ def check_run(training_args: TrainingArguments) -> None:
     checkpoint = resume_checkpoint(training_args)
     if checkpoint is not None:
         check_trainer_checkpoint(checkpoint)
+        _check_progress_to_resume(Path(checkpoint), training_args)
+
+
+def _check_progress_to_resume(checkpoint: Path, training_args: TrainingArguments) -> None:
+    """The checkpoint's progress (trainer_state.json) is one a run writes, and leaves updates to train before
+    --max_steps (with --num_train_epochs: `UpdatesLeftToTrain`): resumed at or beyond its end, the Trainer trains
+    nothing (or one update at learning rate 0) and saves the old weights as the final model, overwriting the run's
+    results, with exit status 0."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    step, planned = state.get("global_step"), state.get("max_steps")
+    where = f"--resume_from_checkpoint {checkpoint}: trainer_state.json's"
+    for name, value in (("global_step", step), ("max_steps", planned)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{where} {name} is {value!r}; allowed: a whole number >= 0, as the Trainer writes it.")
+    if step > planned:
+        raise ValueError(f"{where} global_step {step} is beyond its run's own max_steps {planned}: not a checkpoint "
+                         "a run wrote. Resume from another checkpoint, or start over in a new --output_dir.")
+    named = checkpoint.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-")
+    if named.isdigit() and int(named) != step:
+        raise ValueError(f"{where} global_step {step} is not the update its folder is named for ({checkpoint.name}).")
+    if 0 < training_args.max_steps <= step:  # with --num_train_epochs, the run's length is known from the data
+        raise ValueError(f"--resume_from_checkpoint {checkpoint} is at update {step}, and --max_steps "
+                         f"{training_args.max_steps} leaves nothing to train: the run is finished. Raise --max_steps "
+                         "to continue it, or evaluate its model with scripts/evaluate_model.py.")
+
+
+class UpdatesLeftToTrain(TrainerCallback):
+    """Refuse, before the first update, a resumed run that has nothing left to train (its length, with
+    --num_train_epochs, known once the Trainer has the data): the Trainer would train nothing, or one update at
+    learning rate 0, and save the checkpoint's weights as the final model over the run's results."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if args.resume_from_checkpoint is not None and state.global_step >= state.max_steps:
+            raise ValueError(
+                f"--resume_from_checkpoint {args.resume_from_checkpoint}: the run is at update {state.global_step}, "
+                f"and --num_train_epochs {args.num_train_epochs:g} makes it {state.max_steps} updates long: the run "
+                "is finished, nothing is left to train. Raise --num_train_epochs (or --max_steps) to continue it, or "
+                "evaluate its model with scripts/evaluate_model.py."
+            )
 
 
 def _check_paths(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
@@ -356,6 +398,7 @@ def _train_and_evaluate(trainer: Trainer, training_args: TrainingArguments, extr
     results = dict(extra or {})
     loss_is_a_batch_mean(trainer)
     trainer.add_callback(WarmupWithinRun())
+    trainer.add_callback(UpdatesLeftToTrain())
     if training_args.do_train:
         # a stop signal is acted on while there is training to lose: after the last update it lets the saves finish
         with StopSignals() as signals:

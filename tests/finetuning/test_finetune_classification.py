@@ -275,3 +275,32 @@ def test_a_fine_tuned_folder_points_only_to_this_projects_code(tokenizer, data, 
                   "auto_map AutoModelForCausalLM -> 'someone/else--evil.Model'", "auto_map AutoModel -> 'evil.Model'"):
         assert f"{checkpoint}: dropped {entry}" in caplog.text
 
+
+def test_resuming_a_finished_run_or_an_absurd_progress_is_refused_and_nothing_changes(tokenizer_dir, data, tmp_path):
+    """Resumed from a finished run, the Trainer trained one update at learning rate 0 and overwrote the results
+    with it; resumed from a trainer_state.json at update 1e9, it trained nothing and saved the old checkpoint as the
+    final model; both with exit status 0."""
+    from helpers import snapshot
+
+    run = tmp_path / "run"
+    common = ["--do_train", "--save_strategy", "steps", "--save_steps", "2"]
+    script.main(scratch_args(tokenizer_dir, data, run, *common, "--max_steps", "2"))
+    before = snapshot(run)
+    with pytest.raises(ValueError, match=r"checkpoint-2 is at update 2, and --max_steps 2 leaves nothing to train: "
+                                         "the run is finished"):
+        script.main(scratch_args(tokenizer_dir, data, run, *common, "--max_steps", "2", "--resume_from_checkpoint",
+                                 "last"))
+    with pytest.raises(ValueError, match=r"the run is at update 2, and --num_train_epochs 0.1 makes it 1 updates "
+                                         "long: the run is finished"):
+        script.main(scratch_args(tokenizer_dir, data, run, *common, "--num_train_epochs", "0.1",
+                                 "--resume_from_checkpoint", "last"))
+    state_file = run / "checkpoint-2" / "trainer_state.json"
+    saved = state_file.read_text()
+    state_file.write_text(json.dumps({**json.loads(saved), "global_step": 10**9}))
+    with pytest.raises(ValueError, match=r"trainer_state.json's global_step 1000000000 is beyond its run's own "
+                                         "max_steps 2: not a checkpoint a run wrote"):
+        script.main(scratch_args(tokenizer_dir, data, run, *common, "--max_steps", "4", "--resume_from_checkpoint",
+                                 "last"))
+    state_file.write_text(saved)
+    assert {key: value for key, value in snapshot(run).items() if key != ".run.lock"} == {
+        key: value for key, value in before.items() if key != ".run.lock"}
