@@ -337,3 +337,35 @@ def test_the_memory_check_reads_the_machines_free_memory(checkpoint):
     assert vaswani.modeling_vaswani.available_memory(torch.device("meta")) is None
     AutoModelForSeq2SeqLM.from_pretrained(checkpoint)  # a tiny model fits
 
+
+# --- a tokenizer's merges, bounded by its vocabulary ------------------------------------------------------------
+
+
+def test_merges_beyond_the_vocabulary_are_refused_before_the_tokenizer_is_built(copy_of, data, tmp_path, monkeypatch):
+    """A tokenizer.json of 149 MB, its 91 merges repeated to 10 million, took 98 s and 7.6 GB to load: more merges
+    than tokens, or a merge of pieces the vocabulary lacks, is refused by name before the tokenizers library builds
+    anything; so is a file the memory left could not build."""
+    folder = copy_of()
+    path = folder / "tokenizer.json"
+    content = json.loads(path.read_text())
+    merges, vocabulary = content["model"]["merges"], content["model"]["vocab"]
+    assert merges, "the test tokenizer must have merges"
+    repeated = {**content, "model": {**content["model"], "merges": merges * (len(vocabulary) // len(merges) + 1)}}
+    path.write_text(json.dumps(repeated))
+    built = []
+    monkeypatch.setattr(vaswani.tokenization_vaswani.Tokenizer, "from_file", lambda *args: built.append(args))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: its BPE model has [\d,]+ merges for a vocabulary of "
+                                         rf"{len(vocabulary):,} tokens"):
+        VaswaniTokenizer.from_pretrained(folder)
+    with pytest.raises(ValueError, match="merges for a vocabulary of"):  # and through a command
+        command_loaders(folder, data, tmp_path)["evaluate_model"](folder)
+    unknown = {**content, "model": {**content["model"], "merges": [*merges[:3], ["no-such", "piece"]]}}
+    path.write_text(json.dumps(unknown))
+    with pytest.raises(ValueError, match=r"BPE merge 3 \("):
+        VaswaniTokenizer.from_pretrained(folder)
+    path.write_text(json.dumps(content))
+    monkeypatch.setattr(vaswani.modeling_vaswani, "cpu_memory_available", lambda: path.stat().st_size * 10)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} \([\d,]+ bytes\) would take about [\d,]+ bytes of "
+                                         "memory to build, more than the"):
+        VaswaniTokenizer.from_pretrained(folder)
+    assert not built
