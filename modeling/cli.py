@@ -32,6 +32,7 @@ from pathlib import Path
 
 from .configuration_vaswani import misspelled_fields
 from .training.errors import TrainingError
+from .training.launch_status import report_exit, report_start
 from .training.preemption import StoppedBySignal
 
 
@@ -42,16 +43,29 @@ USER_ERRORS = (ValueError, OSError, ImportError, TrainingError)
 
 def run_command(main, *more_user_errors: type[BaseException]) -> None:
     """Call `main(sys.argv[1:])`, reporting the user's errors (and `more_user_errors`) as one line, and a stop by a
-    signal as one line (from the first process of a distributed launch) with its own exit status."""
+    signal as one line (from the first process of a distributed launch) with its own exit status. Under
+    `vaswani.training.launch_status.run_reporting_status` (a launcher's command run so that its status says
+    "resumable"), the process reports its id and its exit status."""
+    report_start()
+    status = 0
     try:
         main(sys.argv[1:])
     except StoppedBySignal as stop:
         if os.environ.get("RANK", "0") == "0":
             print(f"{Path(sys.argv[0]).name}: {stop}", file=sys.stderr)
-        sys.exit(stop.exit_status)
+        status = stop.exit_status
     except (*USER_ERRORS, *more_user_errors) as error:
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
-        sys.exit(1)
+        status = 1
+    except SystemExit as exit_:  # argparse's usage errors (2), --help (0)
+        report_exit(exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None))
+        raise
+    except BaseException:  # a bug: its traceback
+        report_exit(1)
+        raise
+    report_exit(status)
+    if status:
+        sys.exit(status)
 
 
 # --- checkpoints and tokenizers by folder or Hub id ---------------------------------------------------------------

@@ -163,6 +163,59 @@ def test_weights_that_no_run_writes_are_refused_at_load_in_one_line(command, dam
     assert str(refused.value).startswith(f"The weights file {weights} holds ") and "\n" not in str(refused.value)
 
 
+# --- folders transformers fails on in many lines ---------------------------------------------------------------
+
+
+def edit_json(path, **changes):
+    content = json.loads(path.read_text())
+    content.update(changes)
+    path.write_text(json.dumps(content))
+
+
+def without_tokenizer_json(folder):
+    (folder / "tokenizer.json").unlink()
+    return r"(has tokenizer_config\.json but no tokenizer\.json|has no tokenizer \(tokenizer\.json\))"
+
+
+def bert_model_type(folder):
+    edit_json(folder / "config.json", model_type="bert")
+    return r"config\.json: model_type is 'bert', but its auto_map names this project's classes"
+
+
+def an_id_as_eos_token(folder):
+    edit_json(folder / "tokenizer_config.json", eos_token=2)
+    return r"tokenizer_config\.json: `eos_token` is 2; a special token is given as its text"
+
+
+def weights_of_another_shape(folder):
+    rewrite_weights(folder, lambda name, tensor: tensor[:10].half() if name == "model.shared.weight" else tensor.half())
+    return r"model\.safetensors: model\.shared\.weight has the shape \[10, 32\], and config\.json makes it \[\d+, 32\]"
+
+
+def truncated_tokenizer_json(folder):
+    text = (folder / "tokenizer.json").read_text()
+    (folder / "tokenizer.json").write_text(text[: len(text) // 2])
+    return r"tokenizer\.json is not valid JSON \(.* line 1 column \d+ .*\): the file is truncated or damaged"
+
+
+FAILING_IN_MANY_LINES = [without_tokenizer_json, bert_model_type, an_id_as_eos_token, weights_of_another_shape,
+                         truncated_tokenizer_json]
+
+
+@pytest.mark.parametrize("damage", FAILING_IN_MANY_LINES, ids=lambda damage: damage.__name__)
+@pytest.mark.parametrize("command", [command for command in COMMANDS if command != "pipeline"])
+def test_a_folder_transformers_fails_on_in_many_lines_is_named_in_one(command, damage, checkpoint, copy_of, data,
+                                                                      tmp_path):
+    """Each was a traceback of 5 to 79 lines (transformers' advice about sentencepiece or trust_remote_code, a
+    TypeError about AddedToken, a size-mismatch report, a JSON error naming no file)."""
+    folder = copy_of()
+    refusal = damage(folder)
+    with pytest.raises((ValueError, OSError)) as refused:
+        command_loaders(checkpoint, data, tmp_path)[command](folder)
+    message = str(refused.value)
+    assert re.search(refusal, message) and str(folder) in message and "\n" not in message, message
+
+
 def test_a_command_given_pickled_weights_says_so_in_one_line(copy_of, data, tmp_path):
     marker = tmp_path / "payload-ran"
     weights = plant_pickled_weights(copy_of(), marker)

@@ -7,6 +7,7 @@ listing with the hash of every file, before and after). Every refusal comes befo
 takes a fraction of a second.
 """
 
+import errno
 import json
 import os
 import shutil
@@ -295,3 +296,26 @@ def test_a_missing_folder_is_named_as_missing(name, option, command, missing, pr
     assert message.startswith(f"{option} {missing}: no such folder") and "\n" not in message, message
     if missing.count("/") == 1:
         assert "HF_HUB_OFFLINE" in message
+
+
+def test_a_full_disk_while_a_results_file_is_written_names_the_file(pristine, tmp_path, monkeypatch):
+    """The write fails part-way with ENOSPC: one line naming the option and the file (it was a bare [Errno 28]), and
+    neither the file nor a partial one is left."""
+    output = tmp_path / "results" / "evaluation_results.json"
+    write_text = Path.write_text
+
+    def write_half_then_fill(self, text, *args, **kwargs):
+        if self.parent == output.parent:
+            write_text(self, text[: len(text) // 2], *args, **kwargs)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write_text(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", write_half_then_fill)
+    with pytest.raises(OSError) as refused:
+        run_main("extractive_baseline", [
+            "--method", "first_lines", "--validation_file", str(pristine["data"]), "--source_column", "en",
+            "--target_column", "de", "--output_file", str(output)])
+    assert str(refused.value) == (
+        f"could not write --output_file {output}: [Errno 28] No space left on device. The file is as it was (the "
+        "partial file is removed). Free disk space (or make the folder writable), then run the command again.")
+    assert os.listdir(output.parent) == []

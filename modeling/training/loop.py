@@ -211,6 +211,10 @@ class TrainingHooks:
 hooks = TrainingHooks()  # the loop looks it up at each call, so a test may replace it before `train`
 
 
+SET_UP_STOP = ("while the run was being set up, before its first update: nothing was trained, so nothing is lost; "
+               "the same command with --resume starts it again")
+
+
 @dataclass
 class LoggingWindow:
     """Sums over the updates since the last log line."""
@@ -234,7 +238,10 @@ def train(data: TrainDataArguments, model_args: TrainModelArguments, args: Train
     `preemption`) during training ends it after the update under way, with a checkpoint: StoppedBySignal."""
     started = time.perf_counter()
     die_with_the_launcher()
-    run = _set_up(data, model_args, args)
+    # before the first update nothing is lost by stopping: a stop signal ends the set-up at once, with exit status 75,
+    # so that a job requeued on that status starts the run again (a signal's own status, 143, would drop the job)
+    with StopSignals(at_once=SET_UP_STOP):
+        run = _set_up(data, model_args, args)
     try:
         run.started, run.earlier_seconds = started, run.progress.wall_seconds
         # from the first update on, a stop signal is noted and acted on between updates; after the last update it
