@@ -407,8 +407,8 @@ def test_merges_beyond_the_vocabulary_are_refused_before_the_tokenizer_is_built(
     path.write_text(json.dumps(repeated))
     built = []
     monkeypatch.setattr(vaswani.tokenization_vaswani.Tokenizer, "from_file", lambda *args: built.append(args))
-    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: its BPE model has [\d,]+ merges for a vocabulary of "
-                                         rf"{len(vocabulary):,} tokens"):
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: its BPE model has [\d,]+ merges for a "
+                                         rf"vocabulary of {len(vocabulary):,} tokens"):
         VaswaniTokenizer.from_pretrained(folder)
     with pytest.raises(ValueError, match="merges for a vocabulary of"):  # and through a command
         command_loaders(folder, data, tmp_path)["evaluate_model"](folder)

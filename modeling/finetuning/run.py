@@ -206,7 +206,8 @@ def _check_paths(model_args: ModelArguments, data_args: DataArguments, training_
         "--validation_file": split_paths(data_args.validation_file or ""),
     })
     if Path(training_args.output_dir).is_dir() and resume_checkpoint(training_args) is None:
-        _refuse_an_earlier_run(Path(training_args.output_dir))  # before anything is written there (again under the lock)
+        # before anything is written there (and again under the lock)
+        _refuse_an_earlier_run(Path(training_args.output_dir))
 
 
 # What a fine-tuning run writes into --output_dir (the Trainer's files and this project's): finding any of them means

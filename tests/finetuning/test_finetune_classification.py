@@ -73,7 +73,8 @@ def test_the_runs_record_holds_its_data_options_and_one_split_has_one_source(tok
         script.main([*elsewhere, "--dataset_name", "someone/sst2"])
     # the same folder again: the run there is not replaced
     with pytest.raises(FileExistsError, match=f"--output_dir {tmp_path} already holds a run or a model "
-                                              r"\(all_results.json, arguments.json, config.json, eval_results.json and "):
+                                              r"\(all_results.json, arguments.json, config.json, eval_results.json "
+                                              r"and "):
         script.main(arguments)
 
 
