@@ -1200,13 +1200,17 @@ FLOAT_WEIGHT_DTYPES = ("F64", "F32", "F16", "BF16")
 
 def check_weight_values(path: Path) -> None:
     """Refuse weights a model of this project could not have saved, in one line naming the file and the tensor: a
-    tensor of integers or booleans (loaded, it would be cast without a word) or holding NaN or infinity (the model
-    would give NaN, and generate one output whatever the input). Read one tensor at a time."""
+    weight or bias of integers or booleans (loaded, it would be cast without a word) or a tensor holding NaN or
+    infinity (the model would give NaN, and generate one output whatever the input). Read one tensor at a time.
+    Other tensors than weights and biases, which no model of this project has, are left to the loader (unexpected
+    keys)."""
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as weights:
         for name in weights.keys():
             dtype = weights.get_slice(name).get_dtype()
+            if dtype not in FLOAT_WEIGHT_DTYPES and not name.endswith((".weight", ".bias")):
+                continue
             if dtype not in FLOAT_WEIGHT_DTYPES:
                 raise OSError(f"The weights file {path} holds {name} as {dtype}: a model's weights are floating point "
                               f"({', '.join(FLOAT_WEIGHT_DTYPES)}). Save or download the checkpoint again.")
