@@ -31,24 +31,41 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .configuration_vaswani import misspelled_fields
+from .training.errors import TrainingError
+from .training.launch_status import report_exit, report_start
 from .training.preemption import StoppedBySignal
 
 
-USER_ERRORS = (ValueError, OSError, ImportError)  # OSError: missing files, folders given as files, full disks
+# OSError: missing files, folders given as files, full disks; TrainingError: a folder in use by another run, a
+# checkpoint that cannot be resumed or written (vaswani.training.errors: messages that say what to do)
+USER_ERRORS = (ValueError, OSError, ImportError, TrainingError)
 
 
 def run_command(main, *more_user_errors: type[BaseException]) -> None:
     """Call `main(sys.argv[1:])`, reporting the user's errors (and `more_user_errors`) as one line, and a stop by a
-    signal as one line (from the first process of a distributed launch) with its own exit status."""
+    signal as one line (from the first process of a distributed launch) with its own exit status. Under
+    `vaswani.training.launch_status.run_reporting_status` (a launcher's command run so that its status says
+    "resumable"), the process reports its id and its exit status."""
+    report_start()
+    status = 0
     try:
         main(sys.argv[1:])
     except StoppedBySignal as stop:
         if os.environ.get("RANK", "0") == "0":
             print(f"{Path(sys.argv[0]).name}: {stop}", file=sys.stderr)
-        sys.exit(stop.exit_status)
+        status = stop.exit_status
     except (*USER_ERRORS, *more_user_errors) as error:
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
-        sys.exit(1)
+        status = 1
+    except SystemExit as exit_:  # argparse's usage errors (2), --help (0)
+        report_exit(exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None))
+        raise
+    except BaseException:  # a bug: its traceback
+        report_exit(1)
+        raise
+    report_exit(status)
+    if status:
+        sys.exit(status)
 
 
 # --- checkpoints and tokenizers by folder or Hub id ---------------------------------------------------------------
@@ -150,6 +167,9 @@ def at_least(minimum: float, integer: bool = True, **more) -> Allowed:
 POSITIVE = at_least(1)  # a count: updates, tokens, examples, beams
 FRACTION = Allowed(minimum=0, maximum=1, below=True)  # a probability or decay rate in [0, 1)
 SEED = Allowed(integer=True, minimum=0, maximum=2**32 - 1)  # what numpy's seeding takes
+# A vocabulary to learn: the BPE trainer reserves memory for every id before it reads a text (about 4 bytes each), and
+# aborts the process (SIGABRT) on a size it cannot allocate (2**32 and up); no BPE vocabulary comes near 2**24.
+VOCAB_SIZE = Allowed(integer=True, minimum=1, maximum=2**24)
 
 
 def check_option(name: str, value, allowed: Allowed) -> None:
@@ -238,6 +258,7 @@ __all__ = [
     "POSITIVE",
     "SEED",
     "USER_ERRORS",
+    "VOCAB_SIZE",
     "at_least",
     "check_numbers",
     "check_option",

@@ -8,6 +8,7 @@ each split comes from exactly one of them, and that each is what its option says
 Errors name what is wrong: the file and line of a broken record, the missing column and the columns there are.
 """
 
+import csv
 import json
 import reprlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -105,8 +106,12 @@ def _check_local_file(path: Path) -> None:
             f"Data file {path} is a folder; give the file itself"
             + (f" (it holds {', '.join(found[:8])})." if found else ".")
         )
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"Data file {path} does not exist.")
+    if not path.is_file():  # a device (/dev/zero would never end), a FIFO, a socket
+        from .output_paths import path_kind  # here: output_paths imports what imports this module
+
+        raise ValueError(f"Data file {path} is {path_kind(path.resolve())}, not a regular file; give a data file.")
     suffix = path.suffix.lower()
     if suffix not in LOCAL_FORMATS:
         raise ValueError(f"Data file {path}: unsupported format {suffix!r}; use one of {sorted(LOCAL_FORMATS)}.")
@@ -129,6 +134,8 @@ def _check_local_file(path: Path) -> None:
                     raise ValueError(f"{path}, line {number}: {bad}.")
     if records == 0:
         raise ValueError(f"Data file {path} is empty: it holds no records.")
+    if suffix == ".csv":
+        _check_csv_rows(path)
     if suffix == ".json":
         try:
             json.loads(path.read_text(encoding="utf-8"))
@@ -136,6 +143,32 @@ def _check_local_file(path: Path) -> None:
             # a .json file may also hold one object per line, which the loader accepts
             if not _is_json_lines(path):
                 raise ValueError(f"{path}, line {error.lineno}: not valid JSON ({error.msg}).") from None
+
+
+def _check_csv_rows(path: Path) -> None:
+    """A CSV file parsed strictly, as the loader will read it, with its columns named once and every row on its own
+    line with one value per column. A quote left open (`"A man,Ein Mann`) makes the loader read on into the next
+    line and join two rows into one pair, without a word, and the counts look normal: such a row is named with its
+    lines. (A line break inside a field is written `\\n`, or the data as JSON Lines.)"""
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle, strict=True)
+        try:
+            header = next(reader, [])
+            repeated = sorted({name for name in header if header.count(name) > 1})
+            if repeated:
+                raise ValueError(f"{path}, line 1: the column {repeated[0]!r} is named twice in the header; give each "
+                                 "column its own name.")
+            last = reader.line_num
+            for row in reader:
+                first, last = last + 1, reader.line_num
+                if last > first:
+                    raise ValueError(f"{path}, lines {first}-{last}: one row runs over {last - first + 1} lines (a "
+                                     "quote left open?); write a line break inside a field as \\n.")
+                if row and len(row) != len(header):
+                    raise ValueError(f"{path}, line {first}: {len(row)} values for the {len(header)} columns "
+                                     f"{header}.")
+        except csv.Error as error:
+            raise ValueError(f"{path}, line {reader.line_num}: not valid CSV ({error}).") from None
 
 
 def _unencodable(value, where: str = "") -> str | None:

@@ -1319,6 +1319,32 @@ def check_weights_file(path: Path) -> None:
             f"Cannot read the weights file {path}: {error}. The file is truncated or is not a safetensors file; "
             "save or download the checkpoint again."
         ) from error
+    check_weight_values(path)
+
+
+# The dtypes a model of this project is saved in (safetensors' names): floating point, as it trains and runs.
+FLOAT_WEIGHT_DTYPES = ("F64", "F32", "F16", "BF16")
+
+
+def check_weight_values(path: Path) -> None:
+    """Refuse weights a model of this project could not have saved, in one line naming the file and the tensor: a
+    weight or bias of integers or booleans (loaded, it would be cast without a word) or a tensor holding NaN or
+    infinity (the model would give NaN, and generate one output whatever the input). Read one tensor at a time.
+    Other tensors than weights and biases, which no model of this project has, are left to the loader (unexpected
+    keys)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as weights:
+        for name in weights.keys():
+            dtype = weights.get_slice(name).get_dtype()
+            if dtype not in FLOAT_WEIGHT_DTYPES and not name.endswith((".weight", ".bias")):
+                continue
+            if dtype not in FLOAT_WEIGHT_DTYPES:
+                raise OSError(f"The weights file {path} holds {name} as {dtype}: a model's weights are floating point "
+                              f"({', '.join(FLOAT_WEIGHT_DTYPES)}). Save or download the checkpoint again.")
+            if not torch.isfinite(weights.get_tensor(name)).all():
+                raise OSError(f"The weights file {path} holds NaN or infinite values in {name}: the model would "
+                              "compute NaN. Use a checkpoint saved before the training diverged, or download it again.")
 
 
 def check_fits_in_memory(config: VaswaniConfig, dtype: torch.dtype | None = None, device=None) -> None:

@@ -11,26 +11,104 @@ command checks the whole folder first, with the same checks. A failure is one li
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
-from .configuration_vaswani import check_json_file
-from .modeling_vaswani import check_model_files
+from .configuration_vaswani import VaswaniConfig, check_json_file
+from .modeling_vaswani import (
+    VaswaniForConditionalGeneration,
+    VaswaniForSequenceClassification,
+    VaswaniForTokenClassification,
+    VaswaniModel,
+    check_model_files,
+)
 from .tokenization_vaswani import check_tokenizer_files
+from .training.checkpoints import read_json_record
 
 
 # What the Trainer reads from a checkpoint it resumes from, besides the model: its progress as JSON, and the states it
 # pickles, which it loads with torch.load(weights_only=True) (tensors and plain data only; no code runs).
 TRAINER_STATE_JSON = "trainer_state.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+MODEL_CLASSES = (VaswaniModel, VaswaniForConditionalGeneration, VaswaniForSequenceClassification,
+                 VaswaniForTokenClassification)
 TRAINER_STATE_PICKLES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth")
 
 
 def check_checkpoint_folder(path) -> None:
-    """Refuse a checkpoint folder any of whose files would be unsafe to load: a JSON file too large or too deeply
-    nested to parse, a damaged safetensors header, pickled weights. A path that is not a local folder (a Hub id) is
-    left to transformers."""
+    """Refuse a checkpoint folder any of whose files would be unsafe to load, or that transformers would fail on in
+    many lines: a JSON file too large or too deeply nested to parse, a damaged safetensors header, pickled weights,
+    weights that are not finite floats, a tokenizer config without its tokenizer.json or with a special token that is
+    not text, a config of this project's classes under another model type, weights of other shapes than the
+    config's. One line naming the file. A path that is not a local folder (a Hub id) is left to transformers."""
     folder = Path(str(path))
     if folder.is_dir():
         check_model_files(folder)
         check_tokenizer_files(folder)
+        _check_tokenizer_config(folder)
+        _check_model_type(folder)
+        _check_weight_shapes(folder)
+
+
+SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
+
+
+def _check_tokenizer_config(folder: Path) -> None:
+    path = folder / TOKENIZER_CONFIG
+    if not path.is_file():
+        return
+    if not (folder / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"{folder} has {TOKENIZER_CONFIG} but no tokenizer.json, which holds the tokenizer "
+                                "itself: copy it from where the checkpoint was saved.")
+    config = _json_object(path)
+    for name in SPECIAL_TOKENS:
+        value = config.get(name)
+        if value is not None and not isinstance(value, (str, dict)):
+            raise ValueError(f"{path}: `{name}` is {value!r}; a special token is given as its text (e.g. \"</s>\"), "
+                             "not as an id.")
+
+
+def _check_model_type(folder: Path) -> None:
+    """A config naming this project's classes in `auto_map` under another model type is damaged: transformers would
+    ask for trust_remote_code to run the folder's code."""
+    path = folder / "config.json"
+    if not path.is_file():
+        return
+    config = _json_object(path)
+    auto_map = config.get("auto_map")
+    ours = isinstance(auto_map, dict) and any(str(value).startswith("modeling_vaswani.") for value in auto_map.values())
+    if ours and config.get("model_type") != VaswaniConfig.model_type:
+        raise ValueError(f"{path}: model_type is {config.get('model_type')!r}, but its auto_map names this project's "
+                         f"classes (model_type {VaswaniConfig.model_type!r}): the config is damaged; save or download "
+                         "the checkpoint again.")
+
+
+def _check_weight_shapes(folder: Path) -> None:
+    """Each tensor of the weights has the shape the config gives it (a model of the config's class built on the meta
+    device, no memory): transformers would fail halfway through loading, in a report of many lines."""
+    config_file, weights_file = folder / "config.json", folder / "model.safetensors"
+    if not (config_file.is_file() and weights_file.is_file()):
+        return
+    config = _json_object(config_file)
+    classes = {cls.__name__: cls for cls in MODEL_CLASSES}
+    architecture = next(iter(config.get("architectures") or []), None)
+    if config.get("model_type") != VaswaniConfig.model_type or architecture not in classes:
+        return
+    with torch.device("meta"):
+        expected = {name: tuple(tensor.shape) for name, tensor in
+                    classes[architecture](VaswaniConfig.from_pretrained(folder)).state_dict().items()}
+    with safe_open(str(weights_file), framework="pt") as weights:
+        for name in weights.keys():
+            shape = tuple(weights.get_slice(name).get_shape())
+            if name in expected and shape != expected[name]:
+                raise ValueError(f"{weights_file}: {name} has the shape {list(shape)}, and config.json makes it "
+                                 f"{list(expected[name])}: the weights and the config are not of one model.")
+
+
+def _json_object(path: Path) -> dict:
+    try:
+        return read_json_record(path)
+    except ValueError as error:
+        raise ValueError(f"{path.parent}: {error}: save or download the checkpoint again.") from None
 
 
 def check_trainer_checkpoint(path) -> None:

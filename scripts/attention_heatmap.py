@@ -19,9 +19,14 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArg
 
 import vaswani  # noqa: F401  (registers the project's classes with the Auto classes)
 from vaswani.cli import require_folder_or_hub_id, run_command
-from vaswani.evaluation.attention_map import PICTURE_FORMATS, CrossAttentionMap, cross_attention_map, save_heatmap
+from vaswani.evaluation.attention_map import (
+    PICTURE_FORMATS,
+    CrossAttentionMap,
+    check_heatmap_files,
+    cross_attention_map,
+    save_heatmap,
+)
 from vaswani.finetuning.head_loading import require_trained_head
-from vaswani.output_paths import check_output_file
 
 
 
@@ -53,13 +58,6 @@ def check_arguments(args: HeatmapArguments) -> None:
     for name in ("num_beams", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
-
-
-def check_heatmap_files(picture: Path, inputs: dict) -> None:
-    """The picture and the matrix beside it (`x.png` -> `x.json`) each stay apart from the inputs
-    (vaswani.output_paths): `--output_file MODEL/config.png` would replace the model's config.json."""
-    check_output_file(picture, inputs)
-    check_output_file(picture.with_suffix(".json"), inputs, option="--output_file (its .json beside the picture)")
 
 
 def load_translation_model(path: str):

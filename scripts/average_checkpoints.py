@@ -8,11 +8,15 @@ or name the checkpoints (`checkpoints/step-*` folders of scripts/train.py, or an
     python scripts/average_checkpoints.py --checkpoints RUN/checkpoints/step-00009000 RUN/checkpoints/step-00010000 \
         --output_dir RUN/averaged
 
-The result is saved with `save_pretrained`, with the tokenizer of the newest checkpoint, and loads like any model
-of this project (Auto classes, pipelines). `checkpoint_averaging.json` beside it names the checkpoints averaged;
-`scripts/evaluate_model.py` states them in the conventions of the model's scores.
+The checkpoints must be of one model: the same config (but for the version of transformers that saved it) and the
+same tokenizer (vocabulary, merges and added tokens); checkpoints that differ in either are refused, naming the
+first difference. The result is saved with `save_pretrained`, with that tokenizer, and loads like any model of this
+project (Auto classes, pipelines). `checkpoint_averaging.json` beside it names the checkpoints averaged;
+`scripts/evaluate_model.py` states them in the conventions of the model's scores. The folder appears whole or not at
+all; an existing one is replaced only with `--overwrite_output_dir` (vaswani.output_paths).
 """
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +25,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
 import vaswani  # noqa: F401  (registers the Vaswani classes with the Auto classes)
 from vaswani.cli import run_command
-from vaswani.output_paths import check_output_dir
+from vaswani.code_references import keep_own_code_references, keep_own_tokenizer_code_references
+from vaswani.output_paths import OutputFolder
 from vaswani.safe_loading import check_checkpoint_folder
 from vaswani.training.checkpoints import list_checkpoints, write_averaging_record
 
@@ -32,6 +37,9 @@ class AveragingArguments:
     run_dir: str | None = field(default=None, metadata={"help": "A training run's output_dir (its checkpoints/)."})
     last: int = field(default=5, metadata={"help": "With --run_dir: how many of the newest checkpoints to average."})
     checkpoints: list[str] = field(default_factory=list, metadata={"help": "Or: the checkpoint folders themselves."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace what --output_dir holds (by default an existing folder is refused)."}
+    )
 
 
 def model_folder(path: Path) -> Path:
@@ -60,6 +68,45 @@ def chosen_checkpoints(args: AveragingArguments) -> list[Path]:
     return found[-args.last :]
 
 
+# What two checkpoints of one model may differ in: the version of transformers that saved them.
+UNCOMPARED_CONFIG_FIELDS = ("transformers_version", "_name_or_path")
+# What makes a tokenizer: its model (vocabulary and merges), added tokens, normalizer and pre-tokenizer.
+COMPARED_TOKENIZER_PARTS = ("model", "added_tokens", "normalizer", "pre_tokenizer", "post_processor", "decoder")
+
+
+def require_one_model(folders: list[Path]) -> None:
+    """Refuse checkpoints whose configs or tokenizers differ from the first's: their mean would be saved with one
+    tokenizer, which maps some ids to other tokens than the others did, or with a config that is not theirs."""
+    first_config, first_tokenizer = _config_of(folders[0]), _tokenizer_of(folders[0])
+    for folder in folders[1:]:
+        config = _config_of(folder)
+        for name in sorted(set(first_config) | set(config)):
+            if first_config.get(name) != config.get(name):
+                raise ValueError(
+                    f"{folder} is not a checkpoint of the model of {folders[0]}: config.json's {name} is "
+                    f"{config.get(name)!r}, not {first_config.get(name)!r}. Average checkpoints of one run."
+                )
+        tokenizer = _tokenizer_of(folder)
+        for part in COMPARED_TOKENIZER_PARTS:
+            if first_tokenizer.get(part) != tokenizer.get(part):
+                raise ValueError(
+                    f"{folder} has another tokenizer than {folders[0]} (tokenizer.json's {part!r} differs): the "
+                    "same ids would stand for other tokens. Average checkpoints of one run."
+                )
+
+
+def _config_of(folder: Path) -> dict:
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    return {name: value for name, value in config.items() if name not in UNCOMPARED_CONFIG_FIELDS}
+
+
+def _tokenizer_of(folder: Path) -> dict:
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} has no tokenizer.json: the averaged model needs the checkpoints' tokenizer.")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def average_models(folders: list[Path]):
     """Load each model in turn and keep a running sum of its weights (in float64), so that memory holds two models
     at most, whatever their number. Returns the first model, holding the mean."""
@@ -82,14 +129,20 @@ def main(argv: list[str] | None = None) -> Path:
     (args,) = HfArgumentParser(AveragingArguments).parse_args_into_dataclasses(args=argv)
     checkpoints = chosen_checkpoints(args)
     output_dir = Path(args.output_dir)
-    check_output_dir(output_dir, {"a checkpoint of --run_dir" if args.run_dir else "--checkpoints": checkpoints})
-    folders = [model_folder(path) for path in checkpoints]
-    for folder in folders:
-        check_checkpoint_folder(folder)  # every one before any is loaded
-    model = average_models(folders)
-    model.save_pretrained(output_dir)
-    AutoTokenizer.from_pretrained(folders[-1]).save_pretrained(output_dir)
-    write_averaging_record(output_dir, folders)
+    inputs = {"a checkpoint of --run_dir" if args.run_dir else "--checkpoints": checkpoints}
+    with OutputFolder(output_dir, inputs, overwrite=args.overwrite_output_dir) as output:
+        folders = [model_folder(path) for path in checkpoints]
+        for folder in folders:
+            check_checkpoint_folder(folder)  # every one before any is loaded
+        require_one_model(folders)
+        model = average_models(folders)
+        keep_own_code_references(model.config, str(folders[0]))
+        tokenizer = AutoTokenizer.from_pretrained(folders[-1])
+        keep_own_tokenizer_code_references(tokenizer, str(folders[-1]))
+        with output.publish() as folder:
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            write_averaging_record(folder, folders)
     print(f"Averaged {len(folders)} checkpoints ({', '.join(str(f) for f in folders)}) into {output_dir}")
     return output_dir
 

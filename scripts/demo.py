@@ -18,8 +18,7 @@ from pathlib import Path
 from vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from vaswani import pipelines as vaswani_pipelines
 from vaswani.cli import run_command
-from vaswani.evaluation.attention_map import PICTURE_FORMATS, cross_attention_map, save_heatmap
-from vaswani.output_paths import check_output_file
+from vaswani.evaluation.attention_map import PICTURE_FORMATS, check_heatmap_files, cross_attention_map, save_heatmap
 
 
 MODEL = Path(__file__).resolve().parents[1] / "results" / "multi30k_en_de" / "model"
@@ -77,9 +76,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         )
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"--model {model_dir} is not a checkpoint folder (no config.json).")
-    check_output_file(picture, {"--model": model_dir})
-    matrix_file = picture.with_suffix(".json")
-    check_output_file(matrix_file, {"--model": model_dir}, option="--output_file (its .json beside the picture)")
+    check_heatmap_files(picture, {"--model": model_dir})
 
     translator = load_translator(model_dir, args.cpu_decoding)
     outputs = translator(args.text, num_beams=NUM_BEAMS, max_new_tokens=MAX_NEW_TOKENS, batch_size=len(args.text))

@@ -26,7 +26,7 @@ from transformers import HfArgumentParser
 
 from vaswani.cli import run_command
 from vaswani.data import load_split, require_columns, write_train_validation
-from vaswani.output_paths import check_output_dir
+from vaswani.output_paths import OutputFolder
 
 
 @dataclass
@@ -40,6 +40,9 @@ class DenoisingArguments:
     lowercase: bool = field(default=False, metadata={"help": "Lowercase the text (SST-2 is lowercased)."})
     validation_size: int = field(default=1000, metadata={"help": "Pieces held out for validation."})
     seed: int = field(default=0, metadata={"help": "Seed of the held-out draw and of the deletions."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace what --output_dir holds (by default an existing folder is refused)."}
+    )
 
 
 def pieces(text: str, min_words: int, max_words: int) -> list[str]:
@@ -102,23 +105,25 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
         )
     if args.validation_size < 0:
         raise ValueError(f"--validation_size must be 0 or more, got {args.validation_size}.")
-    check_output_dir(args.output_dir, {"--texts": [spec.rpartition(":")[0] for spec in args.texts]})
-    unique, counts = {}, {}
-    for spec in args.texts:
-        found = [piece for text in read_texts(spec) for piece in pieces(text, args.min_words, args.max_words)]
-        counts[spec] = len(found)
-        for piece in found:
-            unique.setdefault(piece.lower() if args.lowercase else piece, None)
-    texts = list(unique)
-    if len(texts) <= args.validation_size:
-        raise ValueError(
-            f"only {len(texts)} distinct pieces of {args.min_words}+ words in {args.texts}, not more than "
-            f"--validation_size {args.validation_size}; lower it, or --min_words."
-        )
-    rng = random.Random(args.seed)
-    rng.shuffle(texts)
-    pairs = [{"noisy": delete_spans(text, rng, args.deletion_rate, args.mean_span), "text": text} for text in texts]
-    cut = write_train_validation(pairs, args.output_dir, args.validation_size)
+    inputs = {"--texts": [spec.rpartition(":")[0] for spec in args.texts]}
+    with OutputFolder(args.output_dir, inputs, overwrite=args.overwrite_output_dir) as output:
+        unique, counts = {}, {}
+        for spec in args.texts:
+            found = [piece for text in read_texts(spec) for piece in pieces(text, args.min_words, args.max_words)]
+            counts[spec] = len(found)
+            for piece in found:
+                unique.setdefault(piece.lower() if args.lowercase else piece, None)
+        texts = list(unique)
+        if len(texts) <= args.validation_size:
+            raise ValueError(
+                f"only {len(texts)} distinct pieces of {args.min_words}+ words in {args.texts}, not more than "
+                f"--validation_size {args.validation_size}; lower it, or --min_words."
+            )
+        rng = random.Random(args.seed)
+        rng.shuffle(texts)
+        pairs = [{"noisy": delete_spans(text, rng, args.deletion_rate, args.mean_span), "text": text} for text in texts]
+        with output.publish() as folder:
+            cut = write_train_validation(pairs, folder, args.validation_size)
     read = ", ".join(f"{count} from {spec}" for spec, count in counts.items())
     print(f"{sum(counts.values())} pieces ({read}), {len(texts)} distinct -> {cut} training and "
           f"{len(pairs) - cut} validation pairs in {args.output_dir}.")

@@ -36,7 +36,7 @@ from vaswani.cli import run_command
 from vaswani.data import data_source, load_split, require_columns, split_paths, write_train_validation
 from vaswani.evaluation.extractive import METHODS, extract
 from vaswani.evaluation.metrics import rouge_percent
-from vaswani.output_paths import check_output_dir
+from vaswani.output_paths import OutputFolder
 
 
 @dataclass
@@ -56,6 +56,9 @@ class PseudoSummaryArguments:
     reference_column: str | None = field(
         default=None, metadata={"help": "Also score the extracted targets against this column (ROUGE) and print it."}
     )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace what --output_dir holds (by default an existing folder is refused)."}
+    )
 
 
 def main(argv: list[str] | None = None) -> dict[str, int | float]:
@@ -70,26 +73,28 @@ def main(argv: list[str] | None = None) -> dict[str, int | float]:
     if args.max_train_samples is not None and args.max_train_samples < 1:
         raise ValueError(f"--max_train_samples must be at least 1, got {args.max_train_samples}.")
     source = data_source(args.train_file, args.dataset_name, needed_by="Making pairs")
-    check_output_dir(args.output_dir, {"--train_file": split_paths(args.train_file or "")})
-    dataset = load_split(source, args.split, args.dataset_config_name)
-    columns = [args.column] + ([args.reference_column] if args.reference_column else [])
-    require_columns(dataset, columns, where=source)
-    if args.max_train_samples is not None:
-        dataset = dataset.select(range(min(args.max_train_samples, len(dataset))))
-    pairs, extracts = [], []
-    for document in dataset[args.column]:
-        summary = ""
-        if isinstance(document, str):
-            summary = extract(document, args.method, args.count, args.min_sentence_words, args.max_target_words)
-        extracts.append(summary)
-        if summary:
-            pairs.append({"document": document, "summary": summary})
-    if len(pairs) <= args.validation_size:
-        raise ValueError(
-            f"{source}: only {len(pairs)} of {len(dataset)} documents have a usable sentence or line, not more "
-            f"than --validation_size {args.validation_size}; lower it, or --min_sentence_words."
-        )
-    cut = write_train_validation(pairs, args.output_dir, args.validation_size)
+    inputs = {"--train_file": split_paths(args.train_file or "")}
+    with OutputFolder(args.output_dir, inputs, overwrite=args.overwrite_output_dir) as output:
+        dataset = load_split(source, args.split, args.dataset_config_name)
+        columns = [args.column] + ([args.reference_column] if args.reference_column else [])
+        require_columns(dataset, columns, where=source)
+        if args.max_train_samples is not None:
+            dataset = dataset.select(range(min(args.max_train_samples, len(dataset))))
+        pairs, extracts = [], []
+        for document in dataset[args.column]:
+            summary = ""
+            if isinstance(document, str):
+                summary = extract(document, args.method, args.count, args.min_sentence_words, args.max_target_words)
+            extracts.append(summary)
+            if summary:
+                pairs.append({"document": document, "summary": summary})
+        if len(pairs) <= args.validation_size:
+            raise ValueError(
+                f"{source}: only {len(pairs)} of {len(dataset)} documents have a usable sentence or line, not more "
+                f"than --validation_size {args.validation_size}; lower it, or --min_sentence_words."
+            )
+        with output.publish() as folder:
+            cut = write_train_validation(pairs, folder, args.validation_size)
     counts = {
         "documents": len(dataset), "train": cut, "validation": len(pairs) - cut, "left_out": len(dataset) - len(pairs)
     }

@@ -4,7 +4,9 @@
         --vocab_size 8000 --output_dir tokenizers/multi30k
 
 The texts come from `--train_file`, a local JSON Lines / JSON / CSV file (or several, comma-separated), or from a
-dataset on the Hub (`--dataset_name`, with `--dataset_config_name` and `--split`) for users who are online.
+dataset on the Hub (`--dataset_name`, with `--dataset_config_name` and `--split`) for users who are online. The
+folder appears whole or not at all; an existing one is replaced only with `--overwrite_output_dir`
+(vaswani.output_paths).
 """
 
 from dataclasses import dataclass, field
@@ -12,9 +14,9 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser
 
 from vaswani import VaswaniTokenizer
-from vaswani.cli import run_command
+from vaswani.cli import POSITIVE, VOCAB_SIZE, at_least, check_numbers, run_command
 from vaswani.data import data_source, iter_texts, load_split, require_columns, split_paths
-from vaswani.output_paths import check_output_dir
+from vaswani.output_paths import OutputFolder
 
 
 @dataclass
@@ -38,30 +40,42 @@ class TokenizerTrainingArguments:
         metadata={"help": "Make every line break a piece of its own, the next line's first word a word start (no "
                   "pieces like '?\\nJerry:'; for texts made of lines, such as dialogues)."},
     )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace what --output_dir holds (by default an existing folder is refused)."}
+    )
+
+
+NUMBER_RULES = {
+    "vocab_size": VOCAB_SIZE,
+    "min_frequency": POSITIVE,
+    "model_max_length": POSITIVE,
+    "max_train_samples": at_least(1, meaning="unset: every row"),
+}
 
 
 def main(argv: list[str] | None = None) -> VaswaniTokenizer:
     (args,) = HfArgumentParser(TokenizerTrainingArguments).parse_args_into_dataclasses(args=argv)
-    if args.max_train_samples is not None and args.max_train_samples < 1:
-        raise ValueError(f"--max_train_samples must be at least 1, got {args.max_train_samples}.")
+    check_numbers(args, NUMBER_RULES)
     source = data_source(args.train_file, args.dataset_name, needed_by="Learning a vocabulary")
-    check_output_dir(args.output_dir, {"--train_file": split_paths(args.train_file or "")})
-    dataset = load_split(source, args.split, args.dataset_config_name)
-    require_columns(dataset, args.columns, where=source)
-    if args.max_train_samples is not None:
-        dataset = dataset.select(range(min(args.max_train_samples, len(dataset))))
-    if len(dataset) == 0:
-        raise ValueError(f"{source} has no rows to learn a vocabulary from.")
-    tokenizer = VaswaniTokenizer.train_from_texts(
-        iter_texts(dataset, args.columns),
-        vocab_size=args.vocab_size,
-        min_frequency=args.min_frequency,
-        language_codes=args.language_codes,
-        model_max_length=args.model_max_length,
-        split_punctuation=args.split_punctuation,
-        split_newlines=args.split_newlines,
-    )
-    tokenizer.save_pretrained(args.output_dir)
+    inputs = {"--train_file": split_paths(args.train_file or "")}
+    with OutputFolder(args.output_dir, inputs, overwrite=args.overwrite_output_dir) as output:
+        dataset = load_split(source, args.split, args.dataset_config_name)
+        require_columns(dataset, args.columns, where=source)
+        if args.max_train_samples is not None:
+            dataset = dataset.select(range(min(args.max_train_samples, len(dataset))))
+        if len(dataset) == 0:
+            raise ValueError(f"{source} has no rows to learn a vocabulary from.")
+        tokenizer = VaswaniTokenizer.train_from_texts(
+            iter_texts(dataset, args.columns),
+            vocab_size=args.vocab_size,
+            min_frequency=args.min_frequency,
+            language_codes=args.language_codes,
+            model_max_length=args.model_max_length,
+            split_punctuation=args.split_punctuation,
+            split_newlines=args.split_newlines,
+        )
+        with output.publish() as folder:
+            tokenizer.save_pretrained(folder)
     print(f"Saved a tokenizer of {len(tokenizer)} tokens, learned from {len(dataset)} rows, to {args.output_dir}")
     return tokenizer
 

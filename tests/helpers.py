@@ -6,12 +6,16 @@ fresh-process runs and commands run in this process, web servers started on a fr
 Imported after tests/conftest.py has set the offline Hugging Face environment: pytest loads that file first.
 """
 
+import hashlib
 import importlib.util
 import io
 import json
 import os
+import resource
 import runpy
+import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -151,6 +155,28 @@ def load_script(name: str):
     return module
 
 
+_SCRIPTS = {}
+
+
+def script_module(name: str):
+    """A script of scripts/ as a module (`load_script`), loaded once per session: the one `run_main` calls."""
+    if name not in _SCRIPTS:
+        _SCRIPTS[name] = load_script(name)
+    return _SCRIPTS[name]
+
+
+def run_main(name: str, argv: list[str]):
+    """`main(argv)` of a script of scripts/ (`script_module`), with Accelerate's state reset after it (train.py's
+    Accelerator), for the next call."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    try:
+        return script_module(name).main(argv)
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+
+
 ISOLATION_PRELUDE = textwrap.dedent(
     """
     import os, sys
@@ -220,6 +246,39 @@ def command_in_process(script: Path, arguments, cwd: Path | None = None) -> subp
         sys.argv = argv
         os.chdir(directory)
     return subprocess.CompletedProcess([str(script), *arguments], status, stdout.getvalue(), stderr.getvalue())
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under `root`, not followed through links and never opened unless it is a regular file: the hash of
+    a file, the target of a link, "folder", or the kind of a special file (a FIFO is never read: it would block)."""
+    listing = {}
+    for folder, folders, files in os.walk(root):
+        for name in folders + files:
+            path = Path(folder) / name
+            mode = path.lstat().st_mode
+            key = str(path.relative_to(root))
+            if stat.S_ISLNK(mode):
+                listing[key] = f"link to {os.readlink(path)}"
+            elif stat.S_ISDIR(mode):
+                listing[key] = "folder"
+            elif stat.S_ISREG(mode):
+                listing[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+            else:
+                listing[key] = f"special file {stat.S_IFMT(mode):o} {path.lstat().st_rdev}"
+    return listing
+
+
+@contextmanager
+def file_size_limit(size: int):
+    """Writes past `size` bytes in any file fail with EFBIG, as a full disk fails them halfway."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel ends the process
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
 
 
 @contextmanager

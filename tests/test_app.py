@@ -313,8 +313,8 @@ def test_a_folder_that_is_not_a_checkpoint_is_refused_in_one_line(case, tmp_path
         "bare_model": f"--model {folder}: config.json names the model class 'VaswaniModel', which the demo does not "
                       "serve; it serves VaswaniForConditionalGeneration (translation, summarization), "
                       "VaswaniForSequenceClassification and VaswaniForTokenClassification checkpoints.",
-        "no_tokenizer": f"--model {folder} has no tokenizer (tokenizer.json): save it beside the model with "
-                        "tokenizer.save_pretrained(folder).",
+        "no_tokenizer": f"{folder} has tokenizer_config.json but no tokenizer.json, which holds the tokenizer itself: "
+                        "copy it from where the checkpoint was saved.",
         "port": "--port must be a whole number >= 1 and <= 65535; got 70000.",
     }[case]
     assert (result.returncode, result.stderr, result.stdout) == (1, f"app.py: error: {message}\n", "")

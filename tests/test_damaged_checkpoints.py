@@ -6,6 +6,7 @@ fields, never a traceback, and no code from the file ever runs."""
 
 import importlib.util
 import json
+import re
 import shutil
 
 import pytest
@@ -124,6 +125,95 @@ def test_pickled_weights_are_refused_by_every_command_and_nothing_in_them_runs(
     assert str(weights) in str(refused.value) and "convert it to safetensors" in str(refused.value).lower()
     assert "weights_only" not in str(refused.value)
     assert not marker.exists()
+
+
+# --- weights no run writes ---------------------------------------------------------------------------------------
+
+
+def rewrite_weights(folder, change):
+    """The folder's weights with `change(name, tensor)` applied to each tensor, saved again as safetensors."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(folder / "model.safetensors")
+    save_file({name: change(name, tensor) for name, tensor in weights.items()}, folder / "model.safetensors",
+              metadata={"format": "pt"})
+    return folder / "model.safetensors"
+
+
+WEIGHTS_NO_RUN_WRITES = {
+    "all NaN": (lambda name, tensor: torch.full_like(tensor, float("nan")),
+                r"holds NaN or infinite values in model\.\S+: the model would compute NaN"),
+    "one infinity": (lambda name, tensor: tensor.clone().fill_(float("inf")) if name == "model.shared.weight"
+                     else tensor, r"holds NaN or infinite values in model\.shared\.weight"),
+    "int32": (lambda name, tensor: tensor.to(torch.int32), r"holds model\.\S+ as I32: a model's weights are floating "
+              r"point \(F64, F32, F16, BF16\)"),
+}
+
+
+@pytest.mark.parametrize("damage", list(WEIGHTS_NO_RUN_WRITES))
+@pytest.mark.parametrize("command", COMMANDS)
+def test_weights_that_no_run_writes_are_refused_at_load_in_one_line(command, damage, checkpoint, copy_of, data,
+                                                                      tmp_path):
+    """Weights that are NaN, infinite or integers loaded without a word and evaluated to BLEU 0 ("the decoder is
+    ignoring the encoder")."""
+    change, refusal = WEIGHTS_NO_RUN_WRITES[damage]
+    weights = rewrite_weights(copy_of(), change)
+    with pytest.raises(OSError, match=refusal) as refused:
+        command_loaders(checkpoint, data, tmp_path)[command](weights.parent)
+    assert str(refused.value).startswith(f"The weights file {weights} holds ") and "\n" not in str(refused.value)
+
+
+# --- folders transformers fails on in many lines ---------------------------------------------------------------
+
+
+def edit_json(path, **changes):
+    content = json.loads(path.read_text())
+    content.update(changes)
+    path.write_text(json.dumps(content))
+
+
+def without_tokenizer_json(folder):
+    (folder / "tokenizer.json").unlink()
+    return r"(has tokenizer_config\.json but no tokenizer\.json|has no tokenizer \(tokenizer\.json\))"
+
+
+def bert_model_type(folder):
+    edit_json(folder / "config.json", model_type="bert")
+    return r"config\.json: model_type is 'bert', but its auto_map names this project's classes"
+
+
+def an_id_as_eos_token(folder):
+    edit_json(folder / "tokenizer_config.json", eos_token=2)
+    return r"tokenizer_config\.json: `eos_token` is 2; a special token is given as its text"
+
+
+def weights_of_another_shape(folder):
+    rewrite_weights(folder, lambda name, tensor: tensor[:10].half() if name == "model.shared.weight" else tensor.half())
+    return r"model\.safetensors: model\.shared\.weight has the shape \[10, 32\], and config\.json makes it \[\d+, 32\]"
+
+
+def truncated_tokenizer_json(folder):
+    text = (folder / "tokenizer.json").read_text()
+    (folder / "tokenizer.json").write_text(text[: len(text) // 2])
+    return r"tokenizer\.json is not valid JSON \(.* line 1 column \d+ .*\): the file is truncated or damaged"
+
+
+FAILING_IN_MANY_LINES = [without_tokenizer_json, bert_model_type, an_id_as_eos_token, weights_of_another_shape,
+                         truncated_tokenizer_json]
+
+
+@pytest.mark.parametrize("damage", FAILING_IN_MANY_LINES, ids=lambda damage: damage.__name__)
+@pytest.mark.parametrize("command", [command for command in COMMANDS if command != "pipeline"])
+def test_a_folder_transformers_fails_on_in_many_lines_is_named_in_one(command, damage, checkpoint, copy_of, data,
+                                                                      tmp_path):
+    """Each was a traceback of 5 to 79 lines (transformers' advice about sentencepiece or trust_remote_code, a
+    TypeError about AddedToken, a size-mismatch report, a JSON error naming no file)."""
+    folder = copy_of()
+    refusal = damage(folder)
+    with pytest.raises((ValueError, OSError)) as refused:
+        command_loaders(checkpoint, data, tmp_path)[command](folder)
+    message = str(refused.value)
+    assert re.search(refusal, message) and str(folder) in message and "\n" not in message, message
 
 
 def test_a_command_given_pickled_weights_says_so_in_one_line(copy_of, data, tmp_path):
@@ -299,3 +389,36 @@ def test_the_memory_check_reads_the_machines_free_memory(checkpoint):
     assert available is None or available > 0
     assert vaswani.modeling_vaswani.available_memory(torch.device("meta")) is None
     AutoModelForSeq2SeqLM.from_pretrained(checkpoint)  # a tiny model fits
+
+
+# --- a tokenizer's merges, bounded by its vocabulary ------------------------------------------------------------
+
+
+def test_merges_beyond_the_vocabulary_are_refused_before_the_tokenizer_is_built(copy_of, data, tmp_path, monkeypatch):
+    """A tokenizer.json of 149 MB, its 91 merges repeated to 10 million, took 98 s and 7.6 GB to load: more merges
+    than tokens, or a merge of pieces the vocabulary lacks, is refused by name before the tokenizers library builds
+    anything; so is a file the memory left could not build."""
+    folder = copy_of()
+    path = folder / "tokenizer.json"
+    content = json.loads(path.read_text())
+    merges, vocabulary = content["model"]["merges"], content["model"]["vocab"]
+    assert merges, "the test tokenizer must have merges"
+    repeated = {**content, "model": {**content["model"], "merges": merges * (len(vocabulary) // len(merges) + 1)}}
+    path.write_text(json.dumps(repeated))
+    built = []
+    monkeypatch.setattr(vaswani.tokenization_vaswani.Tokenizer, "from_file", lambda *args: built.append(args))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: its BPE model has [\d,]+ merges for a "
+                                         rf"vocabulary of {len(vocabulary):,} tokens"):
+        VaswaniTokenizer.from_pretrained(folder)
+    with pytest.raises(ValueError, match="merges for a vocabulary of"):  # and through a command
+        command_loaders(folder, data, tmp_path)["evaluate_model"](folder)
+    unknown = {**content, "model": {**content["model"], "merges": [*merges[:3], ["no-such", "piece"]]}}
+    path.write_text(json.dumps(unknown))
+    with pytest.raises(ValueError, match=r"BPE merge 3 \("):
+        VaswaniTokenizer.from_pretrained(folder)
+    path.write_text(json.dumps(content))
+    monkeypatch.setattr(vaswani.modeling_vaswani, "cpu_memory_available", lambda: path.stat().st_size * 10)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} \([\d,]+ bytes\) would take about [\d,]+ bytes of "
+                                         "memory to build, more than the"):
+        VaswaniTokenizer.from_pretrained(folder)
+    assert not built

@@ -102,3 +102,49 @@ def test_the_fine_tuning_splits_each_come_from_one_source(tmp_path, monkeypatch)
     with pytest.raises(ValueError, match=rf"--dataset_name {re.escape(str(train))} is a local file, not a dataset on "
                                          r"the Hub: give local files with --train_file\."):
         splits((True, False), dataset_name=str(train))
+
+
+# --- data files the loader would misread ----------------------------------------------------------------------------
+
+
+CSV_FILES = {
+    # a quote left open: the loader joined the row with the next one, one pair fewer and the counts looked normal
+    "a quote left open": ('en,de\n"A man,Ein Mann\nTwo dogs",Zwei Hunde\nA girl,Ein Mädchen\n',
+                          r"lines 2-3: one row runs over 2 lines \(a quote left open\?\)"),
+    "a column named twice": ("en,en\nA man,Ein Mann\n", "line 1: the column 'en' is named twice in the header"),
+    "a row of three values": ("en,de\nA man,Ein Mann,extra\n", r"line 2: 3 values for the 2 columns \['en', 'de'\]"),
+    "text after a closing quote": ('en,de\n"A man" rides,Ein Mann\n', r"line 2: not valid CSV \("),
+}
+
+
+@pytest.mark.parametrize("name", list(CSV_FILES))
+def test_a_malformed_csv_row_is_refused_with_its_file_and_line(name, tmp_path):
+    from vaswani.data import load_split
+
+    text, refusal = CSV_FILES[name]
+    path = tmp_path / "train.csv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}, {refusal}") as refused:
+        load_split(str(path))
+    assert "\n" not in str(refused.value)
+
+
+def test_a_well_formed_csv_file_loads(tmp_path):
+    from vaswani.data import load_split
+
+    path = tmp_path / "train.csv"
+    path.write_text('en,de\n"A man, riding",Ein Mann\nTwo dogs,Zwei Hunde\n', encoding="utf-8")
+    assert load_split(str(path))["en"] == ["A man, riding", "Two dogs"]
+
+
+def test_a_data_path_that_is_not_a_regular_file_is_named_as_such(tmp_path):
+    """/dev/zero was said not to exist; read, it would never end."""
+    import os
+
+    from vaswani.data import load_split
+
+    fifo = tmp_path / "pairs.jsonl"
+    os.mkfifo(fifo)
+    for path, kind in (("/dev/zero", "a character device"), (str(fifo), r"a FIFO \(named pipe\)")):
+        with pytest.raises(ValueError, match=f"^Data file {re.escape(path)} is {kind}, not a regular file"):
+            load_split(path)

@@ -285,7 +285,7 @@ def test_another_model_type_and_a_missing_tokenizer_are_refused(tiny_checkpoint,
     with pytest.raises(ValueError, match="holds a 'bart' model"):
         export_to_ctranslate2(other, tmp_path / "out")
     (tiny_checkpoint / "tokenizer.json").unlink()
-    with pytest.raises(FileNotFoundError, match="has no tokenizer"):
+    with pytest.raises(FileNotFoundError, match="no tokenizer"):
         export_to_ctranslate2(tiny_checkpoint, tmp_path / "out")
     with pytest.raises(FileNotFoundError, match="is not a folder"):
         export_to_ctranslate2(tmp_path / "nowhere", tmp_path / "out")
@@ -295,11 +295,17 @@ def test_an_existing_output_folder_is_refused_unless_overwritten(tiny_checkpoint
     output = tmp_path / "out"
     output.mkdir()
     (output / "notes.txt").write_text("keep me")
-    with pytest.raises(ValueError, match="--overwrite_output_dir"):
+    with pytest.raises(FileExistsError, match="--overwrite_output_dir"):
         export_to_ctranslate2(tiny_checkpoint, output)
+    # a file of the user's is never replaced, not even with overwrite_output_dir: it is named
+    with pytest.raises(FileExistsError, match="holds notes.txt \\(a file\\), which is not a file this project writes"):
+        export_to_ctranslate2(tiny_checkpoint, output, overwrite_output_dir=True)
     assert [path.name for path in output.iterdir()] == ["notes.txt"]
+    (output / "notes.txt").unlink()
+    (output / "model.bin").write_text("an earlier export's")
     export_to_ctranslate2(tiny_checkpoint, output, overwrite_output_dir=True)
-    assert not (output / "notes.txt").exists() and (output / "model.bin").is_file()
+    assert (output / "model.bin").read_bytes() != b"an earlier export's"
+    assert (output / "translate_options.json").is_file()
     with pytest.raises(ValueError, match=r" is model_dir \(--model\) .* would delete or overwrite"):
         export_to_ctranslate2(tiny_checkpoint, tiny_checkpoint, overwrite_output_dir=True)
     assert (tiny_checkpoint / "model.safetensors").is_file()

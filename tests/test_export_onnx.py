@@ -190,15 +190,15 @@ def copying_model(tokenizer, **overrides) -> VaswaniForConditionalGeneration:
 
 @pytest.fixture(scope="module")
 def tiny(tokenizer, tmp_path_factory):
-    """A tiny pre-LN, learned-positions checkpoint and its export. The export goes into a folder holding a stale file,
-    with overwrite_output_dir=True (see test_overwrite_output_dir_replaces_the_folder)."""
+    """A tiny pre-LN, learned-positions checkpoint and its export. The export goes into a folder holding an earlier
+    export's stale file, with overwrite_output_dir=True (see test_overwrite_output_dir_replaces_the_folder)."""
     root = tmp_path_factory.mktemp("tiny")
     model = copying_model(tokenizer, layer_norm_position="pre", position_embedding_type="learned")
     model.save_pretrained(root / "model")
     tokenizer.save_pretrained(root / "model")
     output = root / "onnx"
     output.mkdir()
-    (output / "stale.txt").write_text("from an earlier export")
+    (output / "stale.json").write_text("{}")  # a file of the kind an export writes
     export_to_onnx(root / "model", output, overwrite_output_dir=True)
     return model, root / "model", output
 
@@ -215,7 +215,7 @@ def test_tiny_pre_norm_learned_positions_greedy_tokens_equal_generate(tiny, toke
 
 def test_overwrite_output_dir_replaces_the_folder(tiny):
     _, _, folder = tiny
-    assert not (folder / "stale.txt").exists() and (folder / "decoder.onnx").is_file()
+    assert not (folder / "stale.json").exists() and (folder / "decoder.onnx").is_file()
 
 
 def test_the_generation_configs_beam_settings_are_the_defaults(tiny, tokenizer, tmp_path):
@@ -277,8 +277,11 @@ def test_a_non_empty_output_folder_is_refused(tiny, tmp_path):
     output = tmp_path / "taken"
     output.mkdir()
     (output / "notes.txt").write_text("keep me")
-    with pytest.raises(ValueError, match="--overwrite_output_dir"):
+    with pytest.raises(FileExistsError, match="--overwrite_output_dir"):
         export_to_onnx(checkpoint, output)
+    # a file of the user's is never replaced, not even with overwrite_output_dir: it is named
+    with pytest.raises(FileExistsError, match="holds notes.txt \\(a file\\), which is not a file this project writes"):
+        export_to_onnx(checkpoint, output, overwrite_output_dir=True)
     assert [path.name for path in output.iterdir()] == ["notes.txt"]
     with pytest.raises(ValueError, match=r" is model_dir \(--model\) .* would delete or overwrite"):
         export_to_onnx(checkpoint, checkpoint, overwrite_output_dir=True)

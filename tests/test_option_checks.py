@@ -76,7 +76,15 @@ CASES = [
         (["--seed", "-1"], "--seed must be a whole number >= 0 and <= 4294967295; got -1."),
         (["--max_train_samples", "0"], "--max_train_samples must be a whole number >= 1, or unset"),
         (["--num_train_epochs", "inf"], "--num_train_epochs must be a finite number; got inf."),
+        # 0 never saved until the end (a kill lost the run), a negative count never evaluated
+        (["--save_steps", "0"], "--save_steps must be a finite number > 0 (updates, or a fraction of the run below "
+                                "1); got 0.0."),
+        (["--eval_steps", "-1"], "--eval_steps must be a finite number > 0, or unset (updates, or a fraction of the "
+                                 "run below 1); got -1.0."),
     ]],
+    # a vocabulary the tokenizers trainer cannot allocate aborted the process (SIGABRT, a 56-line Rust backtrace)
+    ("train", ["--vocab_size", "1000000000000"], "--vocab_size must be a whole number >= 1 and <= 16777216; got "
+                                                 "1000000000000."),
     ("finetune_classification", ["--max_length", "0"], "--max_length must be a whole number >= 1; got 0."),
     ("finetune_classification", ["--max_length", "-5"], "--max_length must be a whole number >= 1; got -5."),
     ("finetune_token_classification", ["--max_length", "0"], "--max_length must be a whole number >= 1; got 0."),
@@ -109,4 +117,26 @@ def test_a_config_files_numbers_are_held_to_their_options_type_and_range(tmp_pat
     config.write_text(json.dumps(values))
     with pytest.raises(ValueError, match=re.escape(message)):
         SCRIPTS["train"].main(["--config", str(config), *base_argv("train", str(tmp_path / "out"))])
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_tokenizers_numbers_are_checked_before_the_data_are_read(tmp_path):
+    with pytest.raises(ValueError, match=r"^--vocab_size must be a whole number >= 1 and <= 16777216; got "
+                                         r"1000000000000\.$"):
+        load_script("train_tokenizer").main(["--train_file", "missing.jsonl", "--columns", "en", "--output_dir",
+                                             str(tmp_path / "out"), "--vocab_size", "1000000000000"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_length_beyond_the_models_positions_is_refused_before_the_tokenizer_is_learned(tmp_path, monkeypatch):
+    """It was refused only once the tokenizer was learned from the training data: minutes on a large corpus."""
+    from helpers import PAIRS, write_jsonl
+    from vaswani.training import preparation
+
+    data = write_jsonl(tmp_path / "train.jsonl", [{"en": en, "de": de} for en, de in PAIRS])
+    monkeypatch.setattr(preparation.VaswaniTokenizer, "train_from_texts", lambda *args, **kwargs: pytest.fail(
+        "the tokenizer was learned before the lengths were checked"))
+    with pytest.raises(ValueError, match=r"^--max_source_length is 256, beyond the model's max_position_embeddings="
+                                         r"128; lower it"):
+        SCRIPTS["train"].main(["--train_file", str(data), "--output_dir", str(tmp_path / "out"), "--preset", "tiny"])
     assert not (tmp_path / "out").exists()

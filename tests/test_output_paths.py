@@ -7,20 +7,25 @@ listing with the hash of every file, before and after). Every refusal comes befo
 takes a fraction of a second.
 """
 
-import hashlib
+import errno
 import json
 import os
-import resource
 import shutil
-import signal
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from accelerate.state import AcceleratorState, GradientState
 
-from helpers import PAIRS, QUIET, load_script, save_seq2seq_checkpoint, write_jsonl
+from helpers import (
+    PAIRS,
+    QUIET,
+    file_size_limit,
+    run_main,
+    save_seq2seq_checkpoint,
+    script_module,
+    snapshot,
+    write_jsonl,
+)
 from vaswani.output_paths import write_text_atomically
 from vaswani.training.arguments import TrainArguments
 from vaswani.training.ownership import release_output_dir
@@ -28,14 +33,6 @@ from vaswani.training.preparation import prepare_output_dir
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # the tiny models run fastest on one thread
-SCRIPTS = {}
-
-
-def script(name: str):
-    """Each script loaded once for the whole file."""
-    if name not in SCRIPTS:
-        SCRIPTS[name] = load_script(name)
-    return SCRIPTS[name]
 
 
 @pytest.fixture(scope="module")
@@ -46,22 +43,6 @@ def pristine(tokenizer, tmp_path_factory):
     checkpoint = save_seq2seq_checkpoint(folder / "checkpoint", tokenizer, source_lang="en", target_lang="de")
     data = write_jsonl(folder / "data.jsonl", [{"en": en, "de": de} for en, de in PAIRS])
     return {"model": checkpoint, "data": data}
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every path under `root`: the hash of a file, the target of a link, or "folder"."""
-    listing = {}
-    for folder, folders, files in os.walk(root):
-        for name in folders + files:
-            path = Path(folder) / name
-            key = str(path.relative_to(root))
-            if path.is_symlink():
-                listing[key] = f"link to {os.readlink(path)}"
-            elif path.is_dir():
-                listing[key] = "folder"
-            else:
-                listing[key] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return listing
 
 
 # --- the writing scripts, each with one input given as the output, inside it, or around it ---------------------
@@ -84,10 +65,10 @@ FINE_TUNING = "--train_file {data} --output_dir {output} --do_train " + " ".join
 CASES = [
     Case("train", "--tokenizer", "--output_dir", "model",
          "--train_file {data} --tokenizer {input} --output_dir {output} --overwrite_output_dir --preset tiny "
-         "--max_steps 1 --report_to none"),
+         "--max_steps 1 --max_source_length 32 --max_target_length 32 --eval_max_new_tokens 8 --report_to none"),
     Case("train", "--train_file", "--output_dir", "data",
          "--train_file {input} --output_dir {output} --overwrite_output_dir --preset tiny --max_steps 1 "
-         "--report_to none"),
+         "--max_source_length 32 --max_target_length 32 --eval_max_new_tokens 8 --report_to none"),
     Case("train_tokenizer", "--train_file", "--output_dir", "data",
          "--train_file {input} --columns en --output_dir {output}"),
     Case("average_checkpoints", "--checkpoints", "--output_dir", "model",
@@ -141,14 +122,6 @@ def argv_of(case: Case, given: Path, output: Path, pristine: dict) -> list[str]:
     return case.argv.format(input=given, output=output, model=pristine["model"], data=pristine["data"]).split()
 
 
-def run_main(name: str, argv: list[str]):
-    try:
-        return script(name).main(argv)
-    finally:
-        AcceleratorState._reset_state(reset_partial_state=True)  # train.py's Accelerator, for the next case
-        GradientState._reset_state()
-
-
 @pytest.mark.parametrize(
     "case, relation",
     [(case, relation) for case in CASES for relation in RELATIONS[case.kind]],
@@ -184,7 +157,7 @@ def test_average_checkpoints_into_its_first_checkpoint_is_refused(pristine, tmp_
 
 
 @pytest.mark.parametrize("name", ["push_to_hub", "export_ctranslate2", "export_onnx"])
-def test_overwriting_an_output_folder_given_as_a_link_is_refused_naming_it(name, pristine, tmp_path):
+def test_an_output_folder_given_as_a_link_is_refused_naming_it(name, pristine, tmp_path):
     target = tmp_path / "elsewhere"
     target.mkdir()
     (target / "keep.txt").write_text("not the command's to delete\n")
@@ -193,7 +166,8 @@ def test_overwriting_an_output_folder_given_as_a_link_is_refused_naming_it(name,
     model_option = "--model_dir" if name == "push_to_hub" else "--model"
     argv = [model_option, str(pristine["model"]), "--output_dir", str(link), "--overwrite_output_dir"]
     before = snapshot(tmp_path)
-    with pytest.raises(ValueError, match=f"{link} is a symbolic link to {target}: --overwrite_output_dir") as refused:
+    with pytest.raises(ValueError, match=f"{link} is a symbolic link to {target}: a command writes its outputs at the "
+                       "path given, never through a link") as refused:
         run_main(name, argv + (["--dry-run"] if name == "push_to_hub" else []))
     assert "\n" not in str(refused.value)
     assert snapshot(tmp_path) == before
@@ -240,23 +214,10 @@ def test_starting_over_removes_a_linked_run_folder_and_not_what_it_points_to(tmp
 # --- results files replaced whole ---------------------------------------------------------------------------------
 
 
-@contextmanager
-def file_size_limit(size: int):
-    """Writes past `size` bytes in any file fail with EFBIG, as a full disk fails them halfway."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel ends the process
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, handler)
-
-
 def test_a_results_file_is_replaced_whole_or_not_at_all(pristine, tmp_path, monkeypatch):
     """A results file that fails halfway through being written (the disk fills) leaves the previous one as it was,
     and no temporary file; written in full, it replaces it."""
-    baseline = script("extractive_baseline")
+    baseline = script_module("extractive_baseline")
     output = tmp_path / "results" / "evaluation_results.json"
     output.parent.mkdir()
     previous = '{"metrics": [], "conventions": "the previous results"}\n'
@@ -335,3 +296,26 @@ def test_a_missing_folder_is_named_as_missing(name, option, command, missing, pr
     assert message.startswith(f"{option} {missing}: no such folder") and "\n" not in message, message
     if missing.count("/") == 1:
         assert "HF_HUB_OFFLINE" in message
+
+
+def test_a_full_disk_while_a_results_file_is_written_names_the_file(pristine, tmp_path, monkeypatch):
+    """The write fails part-way with ENOSPC: one line naming the option and the file (it was a bare [Errno 28]), and
+    neither the file nor a partial one is left."""
+    output = tmp_path / "results" / "evaluation_results.json"
+    write_text = Path.write_text
+
+    def write_half_then_fill(self, text, *args, **kwargs):
+        if self.parent == output.parent:
+            write_text(self, text[: len(text) // 2], *args, **kwargs)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write_text(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", write_half_then_fill)
+    with pytest.raises(OSError) as refused:
+        run_main("extractive_baseline", [
+            "--method", "first_lines", "--validation_file", str(pristine["data"]), "--source_column", "en",
+            "--target_column", "de", "--output_file", str(output)])
+    assert str(refused.value) == (
+        f"could not write --output_file {output}: [Errno 28] No space left on device. The file is as it was (the "
+        "partial file is removed). Free disk space (or make the folder writable), then run the command again.")
+    assert os.listdir(output.parent) == []

@@ -5,6 +5,7 @@ bad input is refused with a message."""
 import base64
 import hashlib
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -323,7 +324,7 @@ def test_dry_run_needs_an_empty_output_folder(checkpoint, tmp_path):
     with pytest.raises(ValueError, match="--output_dir"):
         run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run"])
     (tmp_path / "stale.txt").write_text("old")
-    with pytest.raises(ValueError, match="not an empty folder"):
+    with pytest.raises(FileExistsError, match="exists and is not empty \\(stale.txt\\)"):
         run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path)])
 
 
@@ -355,6 +356,13 @@ def test_an_invalid_repo_id_is_refused_before_any_work(checkpoint, tmp_path):
         ({"decoding": {"num_beams": 0}}, r"`decoding.num_beams` is 0; expected an integer >= 1"),
         ({"decoding": {"num_beams": 4, "no_repeat_ngram_size": "3"}}, r"`decoding.no_repeat_ngram_size` is '3'"),
         ({"decoding": {"num_beams": 4, "length_penalty": "long"}}, r"`decoding.length_penalty` is 'long'"),
+        # JSON as Python reads it takes NaN and Infinity: the card's model-index would publish them as scores
+        ({"metrics": [{"type": "bleu", "name": "BLEU", "value": float("nan")}]},
+         r"`metrics\[0\].value` is nan; expected a finite number"),
+        ({"metrics": [{"type": "bleu", "name": "BLEU", "value": float("-inf")}]},
+         r"`metrics\[0\].value` is -inf; expected a finite number"),
+        ({"decoding": {"num_beams": 4, "length_penalty": float("inf")}},
+         r"`decoding.length_penalty` is inf; expected a finite number"),
     ],
 )
 def test_a_broken_results_file_names_the_field(checkpoint, tmp_path, broken, message):
@@ -607,14 +615,19 @@ def test_the_staged_space_starts_and_serves_its_model(space_folder, tmp_path):
 
 def test_a_space_replaces_a_folder_only_with_overwrite_and_then_whole(checkpoint, space_folder, tmp_path):
     output = tmp_path / "space"
-    output.mkdir()
-    (output / "stale.txt").write_text("from an earlier run")
-    with pytest.raises(ValueError, match="not an empty folder"):
+    run(space_arguments(checkpoint, output))
+    (output / "app.py").write_text("an earlier Space's app")
+    with pytest.raises(FileExistsError, match="exists and is not empty"):
         run(space_arguments(checkpoint, output))
-    assert [path.name for path in output.iterdir()] == ["stale.txt"]
+    assert (output / "app.py").read_text() == "an earlier Space's app"
     run(space_arguments(checkpoint, output, "--overwrite_output_dir"))
     assert files_of(output) == files_of(space_folder)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["space"]
+    # a file this project did not write stays, and so does the folder, even with --overwrite_output_dir
+    (output / "notes.txt").write_text("the user's")
+    with pytest.raises(FileExistsError, match="notes.txt"):
+        run(space_arguments(checkpoint, output, "--overwrite_output_dir"))
+    assert (output / "notes.txt").read_text() == "the user's"
 
 
 def test_a_space_that_fails_half_way_leaves_the_old_folder_and_no_part(checkpoint, tmp_path, monkeypatch):
@@ -669,3 +682,49 @@ def test_a_space_upload_sends_exactly_the_dry_run_folder_to_a_gradio_space(check
     assert hub.created == {"name": "vaswani-tiny-demo", "organization": "someone", "type": "space", "sdk": "gradio",
                            "visibility": "public"}
     assert hub.received_files() == files_of(space_folder)
+
+
+# --- what code a published folder points to ---------------------------------------------------------------------
+
+
+def plant_foreign_code(folder, marker):
+    """Point a checkpoint's config and tokenizer config at a module planted beside them, which creates `marker` when
+    it is imported; also the form that fetches code from another Hub repository."""
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"].update({"AutoModel": "evil.Model", "AutoModelForCausalLM": "someone/else--evil.Model"})
+    config["custom_pipelines"]["evil-task"] = {"impl": "evil.Pipeline", "pt": ["AutoModel"], "type": "text"}
+    (folder / "config.json").write_text(json.dumps(config))
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    tokenizer_config["auto_map"] = {"AutoTokenizer": ["evil.Tokenizer", None], "AutoModel": "evil.Model"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    (folder / "evil.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\nclass Model: pass\n")
+
+
+def test_a_published_folder_points_only_to_this_projects_code(checkpoint, tmp_path, caplog):
+    """Entries of auto_map and custom_pipelines that this project does not write are dropped, each named in a
+    warning: with the planted module copied beside the published folder, loading it with trust_remote_code runs
+    this project's classes and never the module."""
+    from vaswani.configuration_vaswani import AUTO_MAP
+
+    planted = tmp_path / "planted"
+    shutil.copytree(checkpoint, planted)
+    marker = tmp_path / "the-planted-module-ran"
+    plant_foreign_code(planted, marker)
+    with caplog.at_level("WARNING", logger="vaswani"):
+        folder = run(["--model_dir", str(planted), "--dry-run", "--output_dir", str(tmp_path / "out")])
+    config = json.loads((folder / "config.json").read_text())
+    assert config["auto_map"] == json.loads(json.dumps(AUTO_MAP))
+    assert "evil-task" not in config["custom_pipelines"]
+    assert json.loads((folder / "tokenizer_config.json").read_text())["auto_map"] == {
+        "AutoTokenizer": ["tokenization_vaswani.VaswaniTokenizer", None]}
+    warned = caplog.text
+    for entry in ("auto_map AutoModel -> 'evil.Model'", "auto_map AutoModelForCausalLM -> 'someone/else--evil.Model'",
+                  "custom_pipelines evil-task", "auto_map AutoTokenizer -> ['evil.Tokenizer', None]"):
+        assert f"{planted}: dropped {entry}" in warned
+    shutil.copy(planted / "evil.py", folder / "evil.py")
+    run_isolated(f"""
+        from transformers import AutoModel
+        model = AutoModel.from_pretrained({str(folder)!r}, trust_remote_code=True)
+        assert type(model).__name__ == "VaswaniModel", type(model)
+    """)
+    assert not marker.exists()

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from ..output_paths import check_output_file, read_json_object, write_atomically, write_text_atomically
+
 
 WORD_START = "▁"  # the tokenizer's mark of a piece that begins a word
 CONTINUATION = "·"  # how the picture marks a piece that continues the word before it
@@ -198,8 +200,9 @@ def heatmap_size(attention_map: CrossAttentionMap) -> tuple[float, float]:
 
 def _plot_heatmap(attention_map: CrossAttentionMap, path: Path, selection: str) -> Path:
     figure = _draw_heatmap(attention_map, selection)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=DPI)
+    # whole or not at all (vaswani.output_paths); the format is the final name's, not the temporary file's
+    write_atomically(path, lambda temporary: figure.savefig(temporary, dpi=DPI, format=path.suffix[1:].lower()),
+                     "--output_file")
     return path
 
 
@@ -218,8 +221,29 @@ def save_heatmap(attention_map: CrossAttentionMap, path: Path, model, model_name
     picture = _plot_heatmap(attention_map, path, selection)
     matrix_file = picture.with_suffix(".json")
     record = {"model": model_name, **asdict(attention_map)}
-    matrix_file.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_text_atomically(matrix_file, json.dumps(record, indent=1, ensure_ascii=False) + "\n",
+                          "--output_file (its .json beside the picture)")
     return picture, matrix_file
+
+
+def check_heatmap_files(picture: Path, inputs: dict) -> None:
+    """The picture and the matrix beside it (`x.png` -> `x.json`) each stay apart from the inputs, and replace only
+    a heatmap written before (vaswani.output_paths): `--output_file MODEL/config.png` would replace the model's
+    config.json, `--output_file notes.png` a picture of the user's."""
+    check_output_file(picture, inputs, replaces=_is_heatmap_picture)
+    check_output_file(picture.with_suffix(".json"), inputs, option="--output_file (its .json beside the picture)",
+                      replaces=_is_heatmap_matrix)
+
+
+def _is_heatmap_picture(path: Path) -> bool:
+    """A picture drawn by matplotlib (its PNG, PDF and SVG files name it in their metadata)."""
+    with open(path, "rb") as handle:
+        return b"Matplotlib" in handle.read(1 << 16)
+
+
+def _is_heatmap_matrix(path: Path) -> bool:
+    content = read_json_object(path)
+    return content is not None and {"source_tokens", "target_tokens", "weights"} <= set(content)
 
 
 __all__ = [
@@ -227,6 +251,7 @@ __all__ = [
     "DPI",
     "PICTURE_FORMATS",
     "attention_of_translation",
+    "check_heatmap_files",
     "cross_attention_map",
     "describe_selection",
     "heatmap_png",

@@ -166,7 +166,7 @@ def write_results(
         "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     # whole or not at all, even for a reader that opens it while it is written (vaswani.output_paths)
-    write_text_atomically(path, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomically(path, json.dumps(results, indent=2, ensure_ascii=False) + "\n", "--output_file")
     return results
 
 

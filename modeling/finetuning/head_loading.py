@@ -12,11 +12,13 @@ from dataclasses import asdict, dataclass, field
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..cli import parse_config_overrides
+from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
 from ..configuration_vaswani import PRESETS, VaswaniConfig
 # the pipelines make the same check where a model and a tokenizer meet; it lives in their file, which travels with
 # every checkpoint and can import nothing of this package
 from ..pipelines.pipeline_vaswani import check_vocabulary
 from ..safe_loading import check_checkpoint_folder
+from ..tokenization_vaswani import VaswaniTokenizer
 from .label_sets import LabelSet, resolve_label_set
 from .splits import Splits
 
@@ -119,6 +121,8 @@ def load_head(
         )
         # a new head or an unused part of the checkpoint is worth a warning; a complete load is just information
         (logger.warning if report.new or report.unused else logger.info)(report.describe())
+        if model.config.model_type == VaswaniConfig.model_type:  # the folders it saves point to this project's code
+            keep_own_code_references(model.config, str(checkpoint))
     check_vocabulary(model, tokenizer)
     return model, report
 
@@ -158,7 +162,10 @@ def load_tokenizer(model_args: ModelArguments):
     if source is None:
         raise ValueError("Training from scratch (--preset) needs --tokenizer_name: see scripts/train_tokenizer.py.")
     check_checkpoint_folder(source)
-    return AutoTokenizer.from_pretrained(source, trust_remote_code=model_args.trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=model_args.trust_remote_code)
+    if isinstance(tokenizer, VaswaniTokenizer):  # the folders it saves point to this project's code
+        keep_own_tokenizer_code_references(tokenizer, str(source))
+    return tokenizer
 
 
 def load_labelled_head(

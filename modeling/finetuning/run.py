@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from dataclasses import asdict
+from fnmatch import fnmatch
 from pathlib import Path
 
 import datasets
@@ -28,8 +29,9 @@ from ..cli import (
 )
 from ..data import split_paths
 from ..hub.model_card import ARGUMENTS_FILE
-from ..output_paths import check_output_dir
+from ..output_paths import check_output_dir, write_text_atomically
 from ..safe_loading import check_trainer_checkpoint
+from ..training.ownership import release_output_dir, take_output_dir
 from ..training.preemption import RESUMABLE, StoppedBySignal, StopSignals
 from .head_loading import ModelArguments
 from .splits import DataArguments
@@ -50,6 +52,7 @@ def start_run(task_arguments, argv: list[str] | None, training_arguments=Trainin
     setup_logging(training_args)
     check_run(training_args)
     _check_paths(model_args, data_args, training_args)
+    _take_output_dir(training_args)
     set_seed(training_args.seed)
     return model_args, data_args, task_args, training_args
 
@@ -76,6 +79,9 @@ NUMBER_RULES = {
     "label_smoothing_factor": FRACTION,
     "warmup_steps": at_least(0, integer=False, meaning="a whole number of updates, or a fraction of the run below 1"),
     "dataloader_num_workers": at_least(0, meaning="0 loads in the main process"),
+    # 0 would never save until the end (a kill loses the run), a negative count never evaluate or log
+    **dict.fromkeys(("save_steps", "eval_steps", "logging_steps"),
+                    Allowed(minimum=0, above=True, meaning="updates, or a fraction of the run below 1")),
 }
 
 
@@ -144,6 +150,45 @@ def check_run(training_args: TrainingArguments) -> None:
     checkpoint = resume_checkpoint(training_args)
     if checkpoint is not None:
         check_trainer_checkpoint(checkpoint)
+        _check_progress_to_resume(Path(checkpoint), training_args)
+
+
+def _check_progress_to_resume(checkpoint: Path, training_args: TrainingArguments) -> None:
+    """The checkpoint's progress (trainer_state.json) is one a run writes, and leaves updates to train before
+    --max_steps (with --num_train_epochs: `UpdatesLeftToTrain`): resumed at or beyond its end, the Trainer trains
+    nothing (or one update at learning rate 0) and saves the old weights as the final model, overwriting the run's
+    results, with exit status 0."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    step, planned = state.get("global_step"), state.get("max_steps")
+    where = f"--resume_from_checkpoint {checkpoint}: trainer_state.json's"
+    for name, value in (("global_step", step), ("max_steps", planned)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{where} {name} is {value!r}; allowed: a whole number >= 0, as the Trainer writes it.")
+    if step > planned:
+        raise ValueError(f"{where} global_step {step} is beyond its run's own max_steps {planned}: not a checkpoint "
+                         "a run wrote. Resume from another checkpoint, or start over in a new --output_dir.")
+    named = checkpoint.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-")
+    if named.isdigit() and int(named) != step:
+        raise ValueError(f"{where} global_step {step} is not the update its folder is named for ({checkpoint.name}).")
+    if 0 < training_args.max_steps <= step:  # with --num_train_epochs, the run's length is known from the data
+        raise ValueError(f"--resume_from_checkpoint {checkpoint} is at update {step}, and --max_steps "
+                         f"{training_args.max_steps} leaves nothing to train: the run is finished. Raise --max_steps "
+                         "to continue it, or evaluate its model with scripts/evaluate_model.py.")
+
+
+class UpdatesLeftToTrain(TrainerCallback):
+    """Refuse, before the first update, a resumed run that has nothing left to train (its length, with
+    --num_train_epochs, known once the Trainer has the data): the Trainer would train nothing, or one update at
+    learning rate 0, and save the checkpoint's weights as the final model over the run's results."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if args.resume_from_checkpoint is not None and state.global_step >= state.max_steps:
+            raise ValueError(
+                f"--resume_from_checkpoint {args.resume_from_checkpoint}: the run is at update {state.global_step}, "
+                f"and --num_train_epochs {args.num_train_epochs:g} makes it {state.max_steps} updates long: the run "
+                "is finished, nothing is left to train. Raise --num_train_epochs (or --max_steps) to continue it, or "
+                "evaluate its model with scripts/evaluate_model.py."
+            )
 
 
 def _check_paths(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
@@ -160,6 +205,52 @@ def _check_paths(model_args: ModelArguments, data_args: DataArguments, training_
         "--train_file": split_paths(data_args.train_file or ""),
         "--validation_file": split_paths(data_args.validation_file or ""),
     })
+    if Path(training_args.output_dir).is_dir() and resume_checkpoint(training_args) is None:
+        # before anything is written there (and again under the lock)
+        _refuse_an_earlier_run(Path(training_args.output_dir))
+
+
+# What a fine-tuning run writes into --output_dir (the Trainer's files and this project's): finding any of them means
+# that a run, or a model, is there already, which this run would replace.
+RUN_FILES = (f"{PREFIX_CHECKPOINT_DIR}-*", "trainer_state.json", "all_results.json", "train_results.json",
+             "eval_results.json", ARGUMENTS_FILE, "config.json", "*.safetensors", "tokenizer.json", "training_args.bin")
+_output_dir_locks: dict[str, int] = {}  # --output_dir -> the main process's hold on it, until the run ends
+
+
+def _take_output_dir(training_args: TrainingArguments) -> None:
+    """One run per --output_dir (vaswani.training.ownership's lock, held by the main process until the run ends),
+    and none that would replace an earlier run or a model there: only one that resumes it may write there (checked
+    under the lock, so that of two runs started together on a new folder the second is refused)."""
+    if training_args.process_index != 0:
+        return
+    folder = Path(training_args.output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock, note = take_output_dir(folder)
+    _output_dir_locks[str(folder)] = lock
+    if note:
+        logger.warning(f"{note}; taking the folder over.")
+    try:
+        if resume_checkpoint(training_args) is None:
+            _refuse_an_earlier_run(folder)
+    except BaseException:
+        _release_output_dir(training_args)
+        raise
+
+
+def _refuse_an_earlier_run(folder: Path) -> None:
+    found = sorted(path.name for path in folder.iterdir() if any(fnmatch(path.name, name) for name in RUN_FILES))
+    if found:
+        shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+        raise FileExistsError(
+            f"--output_dir {folder} already holds a run or a model ({shown}), which this run would replace. Continue "
+            "that run with --resume_from_checkpoint last, or choose another --output_dir."
+        )
+
+
+def _release_output_dir(training_args: TrainingArguments) -> None:
+    lock = _output_dir_locks.pop(str(Path(training_args.output_dir)), None)
+    if lock is not None:
+        release_output_dir(lock)
 
 
 def loss_is_a_batch_mean(trainer: Trainer) -> Trainer:
@@ -279,9 +370,8 @@ def _save_trained_model(trainer: Trainer, training_args: TrainingArguments, argu
         record = {"script": Path(sys.argv[0]).name, **{kind: asdict(value) for kind, value in
                                                         zip(("model", "data", "task"), arguments)}}
         record["training"] = training_args.to_dict()  # tokens are masked by transformers
-        (Path(training_args.output_dir) / ARGUMENTS_FILE).write_text(
-            json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8"
-        )
+        write_text_atomically(Path(training_args.output_dir) / ARGUMENTS_FILE,
+                              json.dumps(record, indent=2, default=str) + "\n")
 
 
 def argmax_logits(logits, labels):
@@ -299,9 +389,17 @@ def train_and_evaluate(
     which are also written to train_results.json / eval_results.json / all_results.json in --output_dir. The run's
     `arguments` (its model, data and task dataclasses) and training arguments go to arguments.json beside the model,
     which the model card reads (transformers' training_args.bin is a pickle: nothing of this project reads it)."""
+    try:
+        return _train_and_evaluate(trainer, training_args, extra, arguments)
+    finally:
+        _release_output_dir(training_args)
+
+
+def _train_and_evaluate(trainer: Trainer, training_args: TrainingArguments, extra: dict | None, arguments: tuple):
     results = dict(extra or {})
     loss_is_a_batch_mean(trainer)
     trainer.add_callback(WarmupWithinRun())
+    trainer.add_callback(UpdatesLeftToTrain())
     if training_args.do_train:
         # a stop signal is acted on while there is training to lose: after the last update it lets the saves finish
         with StopSignals() as signals:

@@ -12,6 +12,7 @@ The header is written by huggingface_hub's `ModelCardData`, so that it follows t
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -70,7 +71,10 @@ def load_results(path: str | Path) -> dict:
     for index, metric in enumerate(metrics):
         for key in ("type", "name"):
             need(metric, key, str, f"metrics[{index}].")
-        need(metric, "value", (int, float), f"metrics[{index}].")
+        value = need(metric, "value", (int, float), f"metrics[{index}].")
+        if isinstance(value, bool) or not math.isfinite(value):
+            # JSON as Python reads it takes NaN and Infinity; the card's model-index would publish them as scores
+            raise ValueError(f"Results file {path}: `metrics[{index}].value` is {value!r}; expected a finite number.")
     # the optional fields, present for the template
     dataset.setdefault("config", None)
     dataset.setdefault("num_examples", None)
@@ -83,8 +87,9 @@ def load_results(path: str | Path) -> dict:
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
             raise ValueError(f"Results file {path}: `decoding.{key}` is {value!r}; expected an integer >= {least}.")
     penalty = decoding.get("length_penalty")
-    if penalty is not None and (not isinstance(penalty, (int, float)) or isinstance(penalty, bool)):
-        raise ValueError(f"Results file {path}: `decoding.length_penalty` is {penalty!r}; expected a number.")
+    if penalty is not None and (not isinstance(penalty, (int, float)) or isinstance(penalty, bool)
+                                or not math.isfinite(penalty)):
+        raise ValueError(f"Results file {path}: `decoding.length_penalty` is {penalty!r}; expected a finite number.")
     results.setdefault("conventions", "")
     for metric in metrics:
         metric.setdefault("signature", None)

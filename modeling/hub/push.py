@@ -2,12 +2,11 @@
 will hold (the checkpoint loaded and saved again, the code files of this version of the project, the card rendered from
 model_card.md with its results and, for a shipped model, its recipe and commit, the generation config set to the
 decoding the card reports) and its upload as one commit that leaves the repository holding exactly that folder.
-With --space, the folder of a Gradio Space serving the checkpoint in the web demo (`vaswani.hub.space`), staged
-beside its place and published by a rename (`vaswani.output_paths.publish_folder`).
+With --space, the folder of a Gradio Space serving the checkpoint in the web demo (`vaswani.hub.space`), written and
+published whole as every command's folder (`vaswani.output_paths.OutputFolder`).
 """
 
 import re
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -26,7 +25,8 @@ from .. import (
     VaswaniForTokenClassification,
     VaswaniModel,
 )
-from ..output_paths import check_output_dir, publish_folder, refuse_symbolic_link, staging_folder
+from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
+from ..output_paths import OutputFolder
 from ..safe_loading import check_checkpoint_folder
 from ..serving.demo_tasks import read_task
 from . import space
@@ -123,26 +123,21 @@ def _check_arguments(args: PushArguments) -> None:
         read_task(model_dir, "--model_dir")  # a checkpoint of a task the web demo serves, before any work
     if args.dry_run and args.output_dir is None:
         raise ValueError("--dry-run writes the folder that would be uploaded: give it a place with --output_dir.")
-    if args.output_dir is not None:
-        output_dir = Path(args.output_dir)
-        if output_dir.exists() and not output_dir.is_dir():
-            raise ValueError(f"--output_dir {output_dir} is a file, not a folder.")
-        check_output_dir(output_dir, {
-            "--model_dir": model_dir,
-            "--results": args.results,
-            "--template": args.template,
-            "--recipe (the recipes file)": RECIPES_FILE if args.recipe else None,
-            "--space (the package's sources)": space.package_folders() if args.space else None,
-        })
-        if output_dir.exists() and any(output_dir.iterdir()) and not args.overwrite_output_dir:
-            raise ValueError(
-                f"--output_dir {output_dir} exists and is not an empty folder: everything in it would be uploaded. "
-                "Choose a new folder, or replace its contents with --overwrite_output_dir."
-            )
-        if args.overwrite_output_dir:
-            refuse_symbolic_link(output_dir)
-            if output_dir.resolve() == REPO.resolve():
-                raise ValueError(f"--output_dir {output_dir} with --overwrite_output_dir would delete the project.")
+    if args.output_dir is not None and Path(args.output_dir).resolve() == REPO.resolve():
+        raise ValueError(f"--output_dir {args.output_dir} would replace the project.")
+
+
+def _output_folder(args: PushArguments) -> OutputFolder:
+    """--output_dir, checked, locked and published whole as every command's output (vaswani.output_paths): apart
+    from every file the folder is made from, not an existing folder unless --overwrite_output_dir (and then holding
+    only files this project writes)."""
+    return OutputFolder(args.output_dir, {
+        "--model_dir": args.model_dir,
+        "--results": args.results,
+        "--template": args.template,
+        "--recipe (the recipes file)": RECIPES_FILE if args.recipe else None,
+        "--space (the package's sources)": space.package_folders() if args.space else None,
+    }, overwrite=args.overwrite_output_dir, folders=(space.MODEL_FOLDER, space.PACKAGE_FOLDER) if args.space else ())
 
 
 def _git(*arguments: str) -> str | None:
@@ -204,7 +199,9 @@ def _load_model(model_dir: Path):
             f"--model_dir {model_dir}: config.json names the model class {architecture!r}; expected one of "
             f"{sorted(MODEL_CLASSES)}."
         )
-    return MODEL_CLASSES[architecture].from_pretrained(model_dir, dtype="auto")
+    model = MODEL_CLASSES[architecture].from_pretrained(model_dir, dtype="auto")
+    keep_own_code_references(model.config, str(model_dir))
+    return model
 
 
 def _decode_as_scored(model, results: list[dict]) -> dict:
@@ -223,9 +220,19 @@ def _decode_as_scored(model, results: list[dict]) -> dict:
     return settings
 
 
-def _stage(args: PushArguments, folder: Path, repo_id: str | None = None, model_name: str | None = None) -> list[Path]:
-    """Write into `folder` everything the repository will hold; return the files. The card names the checkpoint
-    `repo_id` and `model_name` (default: --repo_id, else the folder; the title from `_model_name`)."""
+@dataclass
+class Staged:
+    """What the repository's folder is made of, read and rendered before anything is written."""
+
+    model: object
+    tokenizer: object
+    card: str
+
+
+def _prepare(args: PushArguments, repo_id: str | None = None, model_name: str | None = None) -> Staged:
+    """Read and check everything the folder is made of: the recipe, the results, the run's record, the model and
+    its tokenizer; render the card, which names the checkpoint `repo_id` and `model_name` (default: --repo_id, else
+    the folder; the title from `_model_name`)."""
     model_dir = Path(args.model_dir)
     recipe = find_recipe(load_recipes(RECIPES_FILE), args.recipe, RECIPES_FILE) if args.recipe else None
     # read first: a bad file stops before any work
@@ -237,15 +244,11 @@ def _stage(args: PushArguments, folder: Path, repo_id: str | None = None, model_
         print("generation_config.json: " + ", ".join(f"{k}={v}" for k, v in decoding.items())
               + " (the decoding of the results file)")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if folder.exists() and args.overwrite_output_dir:
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    keep_own_tokenizer_code_references(tokenizer, str(model_dir))
     card = render_model_card(
         model.config,
         num_parameters=model.num_parameters(),
-        repo_id=repo_id or args.repo_id or folder.as_posix(),
+        repo_id=repo_id or args.repo_id or Path(args.output_dir).as_posix(),
         model_name=model_name or _model_name(args),
         results=results,
         license_id=args.license,
@@ -256,8 +259,16 @@ def _stage(args: PushArguments, folder: Path, repo_id: str | None = None, model_
         training_procedure=args.training_procedure or (recipe and _provenance(recipe)) or recorded_procedure,
         template=args.template,
     )
-    (folder / "README.md").write_text(card, encoding="utf-8")
-    required = [*REQUIRED_FILES, *CODE_FILES, *(["generation_config.json"] if model.can_generate() else [])]
+    return Staged(model, tokenizer, card)
+
+
+def _stage(staged: Staged, folder: Path) -> list[Path]:
+    """Write into `folder` everything the repository will hold; return the files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    staged.model.save_pretrained(folder)
+    staged.tokenizer.save_pretrained(folder)
+    (folder / "README.md").write_text(staged.card, encoding="utf-8")
+    required = [*REQUIRED_FILES, *CODE_FILES, *(["generation_config.json"] if staged.model.can_generate() else [])]
     missing = [name for name in required if not (folder / name).is_file()]
     if not list(folder.glob("*.safetensors")):
         missing.append("model.safetensors")
@@ -304,16 +315,26 @@ class HubUnreachable(ConnectionError):
     """The upload got no answer from the Hub (no network, a wrong endpoint): the user's to fix, in one line."""
 
 
-def _stage_space(args: PushArguments, folder: Path) -> list[Path]:
+def _prepare_space(args: PushArguments) -> Staged:
+    """`_prepare` for the checkpoint a Space serves: its card names the model repository (--model_repo_id) or the
+    Space's own folder for it."""
+    title = _space_title(args)
+    return _prepare(args, repo_id=args.model_repo_id or space.MODEL_FOLDER,
+                    model_name=(args.model_repo_id or title).split("/")[-1])
+
+
+def _space_title(args: PushArguments) -> str:
+    return args.repo_id.split("/")[-1] if args.repo_id else _model_name(args)
+
+
+def _stage_space(staged: Staged, args: PushArguments, folder: Path) -> list[Path]:
     """Write into `folder` everything the Space will hold (see `vaswani.hub.space`); return the files."""
     task = read_task(Path(args.model_dir), "--model_dir")
-    title = args.repo_id.split("/")[-1] if args.repo_id else _model_name(args)
-    _stage(args, folder / space.MODEL_FOLDER, repo_id=args.model_repo_id or space.MODEL_FOLDER,
-           model_name=(args.model_repo_id or title).split("/")[-1])
+    _stage(staged, folder / space.MODEL_FOLDER)
     commit = _git("rev-parse", "HEAD")
     if commit and _git("diff", "--name-only", "HEAD", "--", "modeling", "pipelines"):
         commit += " with uncommitted changes"
-    space.write_space_files(folder, title, task, args.license, args.model_repo_id, commit)
+    space.write_space_files(folder, _space_title(args), task, args.license, args.model_repo_id, commit)
     required = (*space.SPACE_FILES, f"{space.PACKAGE_FOLDER}/__init__.py")
     missing = [name for name in required if not (folder / name).is_file()]
     if missing:
@@ -321,47 +342,39 @@ def _stage_space(args: PushArguments, folder: Path) -> list[Path]:
     return sorted(path for path in folder.rglob("*") if path.is_file())
 
 
-def _push_space(args: PushArguments) -> Path | str:
-    """--space: the Space's folder staged beside its place and renamed into it once complete (--output_dir, else a
-    temporary folder), then uploaded as one commit, or with --dry-run kept there."""
-    with tempfile.TemporaryDirectory(prefix="vaswani-space-") as temporary:
-        destination = Path(args.output_dir) if args.output_dir else Path(temporary) / "space"
-        staged = staging_folder(destination)
-        try:
-            files = [path.relative_to(staged) for path in _stage_space(args, staged)]
-            folder = publish_folder(staged, destination)
-        except BaseException:
-            shutil.rmtree(staged, ignore_errors=True)
-            raise
-        listing = "\n".join(f"  {path}  ({(folder / path).stat().st_size:,} bytes)" for path in files)
-        if args.dry_run:
-            where = f"that would be uploaded to the Space {args.repo_id} " if args.repo_id else ""
-            print(f"Dry run: {len(files)} files {where}are in {folder}:\n{listing}\n"
-                  f"Try it: cd {folder} && python app.py")
-            return folder
-        commit = _upload(args, folder)
-        print(f"Uploaded {len(files)} files to the Space {args.repo_id}:\n{listing}\n{commit.commit_url}")
-        return commit.commit_url
-
-
 def push(args: PushArguments) -> Path | str:
     """Check the options, stage the folder the repository will hold (the checkpoint saved again, its code files,
     the card; with --space, the Space serving it), then upload it as one commit, or with --dry-run stop there.
     Returns the folder written (with --dry-run) or the URL of the commit."""
     _check_arguments(args)
-    if args.space:
-        return _push_space(args)
+    prepare = _prepare_space if args.space else _prepare
+
+    def stage(staged: Staged, folder: Path) -> list[Path]:
+        return _stage_space(staged, args, folder) if args.space else _stage(staged, folder)
+
+    if args.output_dir is not None:
+        with _output_folder(args) as output:
+            staged = prepare(args)
+            with output.publish() as staging:
+                files = [output.path / path.relative_to(staging) for path in stage(staged, staging)]
+            return _publish_staged(args, output.path, files)
     with tempfile.TemporaryDirectory(prefix="vaswani-push-") as temporary:
-        folder = Path(args.output_dir) if args.output_dir else Path(temporary) / "repo"
-        files = _stage(args, folder)
-        listing = "\n".join(f"  {path.relative_to(folder)}  ({path.stat().st_size:,} bytes)" for path in files)
-        if args.dry_run:
-            where = f"that would be uploaded to {args.repo_id} " if args.repo_id else ""
-            print(f"Dry run: {len(files)} files {where}are in {folder}:\n{listing}")
-            return folder
-        commit = _upload(args, folder)
-        print(f"Uploaded {len(files)} files to {args.repo_id}:\n{listing}\n{commit.commit_url}")
-        return commit.commit_url
+        folder = Path(temporary) / "repo"
+        return _publish_staged(args, folder, stage(prepare(args), folder))
+
+
+def _publish_staged(args: PushArguments, folder: Path, files: list[Path]) -> Path | str:
+    """Say what `folder` holds and stop (--dry-run), or upload it."""
+    listing = "\n".join(f"  {path.relative_to(folder)}  ({path.stat().st_size:,} bytes)" for path in files)
+    what = "the Space " if args.space else ""
+    if args.dry_run:
+        where = f"that would be uploaded to {what}{args.repo_id} " if args.repo_id else ""
+        try_it = f"\nTry it: cd {folder} && python app.py" if args.space else ""
+        print(f"Dry run: {len(files)} files {where}are in {folder}:\n{listing}{try_it}")
+        return folder
+    commit = _upload(args, folder)
+    print(f"Uploaded {len(files)} files to {what}{args.repo_id}:\n{listing}\n{commit.commit_url}")
+    return commit.commit_url
 
 
 __all__ = ["HubUnreachable", "PushArguments", "push"]

@@ -24,7 +24,7 @@ from transformers import MarianConfig, MarianMTModel
 
 from ..configuration_vaswani import VaswaniConfig
 from ..modeling_vaswani import VaswaniForConditionalGeneration
-from ..output_paths import write_text_atomically
+from ..output_paths import check_output_file, read_json_object, write_text_atomically
 from ..tokenization_vaswani import VaswaniTokenizer
 from .cpu_inference import for_cpu_inference
 from ..proc_files import proc_field
@@ -760,9 +760,11 @@ def _compare_models(args) -> dict:
 def run_benchmark(args) -> dict:
     """The benchmark scripts/tools/benchmark.py runs (`args`: its options): the models compared (`_compare_models`),
     or with --engines the engines (`_compare_engines`); the report, also written to --json if given."""
+    if args.json:  # checked before the measurements: it reads no file, so nothing to keep apart from
+        check_output_file(args.json, {}, option="--json", replaces=lambda path: read_json_object(path) is not None)
     report = _compare_engines(args) if args.engines else _compare_models(args)
-    if args.json:  # it reads no file, so nothing to keep apart from; written whole (vaswani.output_paths)
-        write_text_atomically(args.json, json.dumps(report, indent=2))
+    if args.json:  # written whole (vaswani.output_paths)
+        write_text_atomically(args.json, json.dumps(report, indent=2), "--json")
     return report
 
 

@@ -56,13 +56,12 @@ ctranslate2 is an optional dependency: `pip install 'vaswani-transformer[ctransl
 
 import inspect
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .exporting import check_output_dir, load_seq2seq_checkpoint
+from .exporting import claim_output_dir, load_seq2seq_checkpoint
 
 
 INSTALL_HINT = "pip install 'vaswani-transformer[ctranslate2]'"
@@ -110,27 +109,24 @@ def export_to_ctranslate2(
     CTranslate2 model folder `output_dir`, with weights stored as `quantization` (None: as they are, float32).
 
     Returns the output folder, which then holds `model.bin`, `config.json`, `shared_vocabulary.json`, the tokenizer
-    files and `translate_options.json`. Nothing is written until the whole model has been converted."""
+    files and `translate_options.json`. Nothing is written until the whole model has been converted, and the folder
+    appears whole or not at all (vaswani.output_paths)."""
     model_dir, output_dir = Path(model_dir), Path(output_dir)
-    check_output_dir(output_dir, model_dir, overwrite_output_dir)
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(
             f"quantization={quantization!r} is not a CTranslate2 weight type; use one of {list(QUANTIZATIONS)}."
         )
-    import_ctranslate2()
-
-    model, tokenizer = load_seq2seq_checkpoint(model_dir, "CTranslate2")
-    spec = build_spec(model, tokenizer)
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    options = translate_options(model.generation_config)
-
-    if output_dir.exists() and overwrite_output_dir:
-        shutil.rmtree(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    spec.save(str(output_dir))
-    tokenizer.save_pretrained(output_dir)
-    (output_dir / OPTIONS_FILE).write_text(json.dumps(options, indent=2) + "\n", encoding="utf-8")
+    with claim_output_dir(output_dir, model_dir, overwrite_output_dir) as output:
+        import_ctranslate2()
+        model, tokenizer = load_seq2seq_checkpoint(model_dir, "CTranslate2")
+        spec = build_spec(model, tokenizer)
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        options = translate_options(model.generation_config)
+        with output.publish() as folder:
+            spec.save(str(folder))
+            tokenizer.save_pretrained(folder)
+            (folder / OPTIONS_FILE).write_text(json.dumps(options, indent=2) + "\n", encoding="utf-8")
     return output_dir
 
 

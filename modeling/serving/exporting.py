@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from .. import output_paths
+from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
 from ..pipelines.pipeline_vaswani import check_vocabulary
 from ..safe_loading import check_checkpoint_folder
 
@@ -30,19 +31,14 @@ class ExportArguments:
     )
 
 
-def check_output_dir(output_dir: Path, model_dir: Path, overwrite_output_dir: bool) -> None:
-    """Refuse a file, a non-empty folder (unless overwriting), a folder that is, holds or lies inside the checkpoint
-    (vaswani.output_paths, the check of every command), and a symbolic link that overwriting would delete through."""
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ValueError(f"output_dir (--output_dir) {output_dir} is a file; pass a folder (new or empty).")
-    output_paths.check_output_dir(output_dir, {"model_dir (--model)": model_dir}, option="output_dir (--output_dir)")
-    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite_output_dir:
-        raise ValueError(
-            f"output_dir (--output_dir) {output_dir} exists and is not empty. Choose a new or empty folder, or "
-            "replace its contents with --overwrite_output_dir (overwrite_output_dir=True)."
-        )
-    if overwrite_output_dir:
-        output_paths.refuse_symbolic_link(output_dir, option="output_dir (--output_dir)")
+def claim_output_dir(output_dir: Path, model_dir: Path, overwrite_output_dir: bool) -> output_paths.OutputFolder:
+    """The export's folder, checked and published as every command's (vaswani.output_paths): not a link or a special
+    file, apart from the checkpoint file by file, not an existing folder unless overwriting (and then holding only
+    files this project writes), written by one export at a time and renamed into place whole."""
+    return output_paths.OutputFolder(
+        output_dir, {"model_dir (--model)": model_dir}, option="output_dir (--output_dir)",
+        overwrite=overwrite_output_dir,
+    )
 
 
 def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwargs):
@@ -85,7 +81,10 @@ def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwar
     model = VaswaniForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32, **from_pretrained_kwargs)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     check_vocabulary(model, tokenizer)
+    # the exported folder's config and tokenizer point to this project's code only
+    keep_own_code_references(model.config, str(model_dir))
+    keep_own_tokenizer_code_references(tokenizer, str(model_dir))
     return model.eval(), tokenizer
 
 
-__all__ = ["ExportArguments", "SEQ2SEQ_ARCHITECTURE", "check_output_dir", "load_seq2seq_checkpoint"]
+__all__ = ["ExportArguments", "SEQ2SEQ_ARCHITECTURE", "claim_output_dir", "load_seq2seq_checkpoint"]

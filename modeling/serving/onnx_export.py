@@ -65,7 +65,6 @@ import importlib
 import json
 import logging
 import re
-import shutil
 import warnings
 from pathlib import Path
 
@@ -73,7 +72,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .exporting import check_output_dir, load_seq2seq_checkpoint
+from .exporting import claim_output_dir, load_seq2seq_checkpoint
 from ..search import SearchSettings, search
 
 
@@ -239,28 +238,27 @@ def export_to_onnx(model_dir: str | Path, output_dir: str | Path, overwrite_outp
     `generation_config.json`. Each graph is checked against PyTorch with onnxruntime before anything is written.
     Returns the output folder."""
     model_dir, output_dir = Path(model_dir), Path(output_dir)
-    check_output_dir(output_dir, model_dir, overwrite_output_dir)
-    _import_onnx_runtime(export=True)
-    # eager attention: the sdpa path, traced with a relative-position bias, decomposes into a reshape that the
-    # exporter cannot express (it fails with "Cannot view a tensor with shape ..."); eager computes the same function
-    model, tokenizer = load_seq2seq_checkpoint(model_dir, "the ONNX export", attn_implementation="eager")
+    with claim_output_dir(output_dir, model_dir, overwrite_output_dir) as output:
+        _import_onnx_runtime(export=True)
+        # eager attention: the sdpa path, traced with a relative-position bias, decomposes into a reshape that the
+        # exporter cannot express (it fails with "Cannot view a tensor with shape ..."); eager computes the same
+        # function
+        model, tokenizer = load_seq2seq_checkpoint(model_dir, "the ONNX export", attn_implementation="eager")
 
-    with torch.no_grad():
-        encoder = EncoderForOnnx(model).eval()
-        decoder = DecoderWithCacheForOnnx(model).eval()
-        encoder_program = _export_graph("encoder", encoder, *_encoder_export_arguments(model))
-        decoder_program = _export_graph("decoder with cache", decoder, *_decoder_export_arguments(model))
-        _check_graph("encoder", encoder, encoder_program, _encoder_check_inputs(model))
-        _check_graph("decoder with cache", decoder, decoder_program, _decoder_check_inputs(model))
+        with torch.no_grad():
+            encoder = EncoderForOnnx(model).eval()
+            decoder = DecoderWithCacheForOnnx(model).eval()
+            encoder_program = _export_graph("encoder", encoder, *_encoder_export_arguments(model))
+            decoder_program = _export_graph("decoder with cache", decoder, *_decoder_export_arguments(model))
+            _check_graph("encoder", encoder, encoder_program, _encoder_check_inputs(model))
+            _check_graph("decoder with cache", decoder, decoder_program, _decoder_check_inputs(model))
 
-    if output_dir.exists() and overwrite_output_dir:
-        shutil.rmtree(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    encoder_program.save(str(output_dir / ENCODER_FILE))
-    decoder_program.save(str(output_dir / DECODER_FILE))
-    tokenizer.save_pretrained(output_dir)
-    model.config.save_pretrained(output_dir)
-    model.generation_config.save_pretrained(output_dir)
+        with output.publish() as folder:
+            encoder_program.save(str(folder / ENCODER_FILE))
+            decoder_program.save(str(folder / DECODER_FILE))
+            tokenizer.save_pretrained(folder)
+            model.config.save_pretrained(folder)
+            model.generation_config.save_pretrained(folder)
     return output_dir
 
 

@@ -26,6 +26,7 @@ from ..cli import (
     FRACTION,
     POSITIVE,
     SEED,
+    VOCAB_SIZE,
     Allowed,
     at_least,
     check_numbers,
@@ -257,7 +258,7 @@ def _same_value(name: str, saved, current) -> bool:
 # What each numeric option allows (vaswani.cli.check_numbers holds every other one to a finite value of its type).
 NUMBER_RULES = {
     **dict.fromkeys(
-        ("max_source_length", "max_target_length", "vocab_size", "max_steps", "max_tokens_per_batch",
+        ("max_source_length", "max_target_length", "max_steps", "max_tokens_per_batch",
          "tokens_per_update", "logging_steps", "eval_steps", "save_steps", "keep_checkpoints", "eval_num_beams",
          "eval_max_new_tokens", "eval_batch_size", "warmup_steps", "max_train_samples", "max_eval_samples",
          "synthetic_train_size", "synthetic_validation_size", "preprocessing_num_workers", "cpu_threads"),
@@ -269,6 +270,7 @@ NUMBER_RULES = {
     "early_stopping_patience": at_least(1, meaning="evaluations without a better --best_metric; unset: never stop "
                                         "early"),
     "seed": SEED,
+    "vocab_size": VOCAB_SIZE,
     "learning_rate": Allowed(minimum=0, above=True, meaning="unset: the paper's peak"),
     "adam_beta1": FRACTION,
     "adam_beta2": FRACTION,

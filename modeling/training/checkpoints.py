@@ -298,7 +298,7 @@ def all_processes_succeeded(accelerator, succeeded: bool) -> bool:
     return int(accelerator.reduce(flag, reduction="sum").item()) == 0
 
 
-def _fsync_tree(folder: Path) -> None:
+def fsync_tree(folder: Path) -> None:
     """Push the folder's files to the disk before the rename that publishes them (a kill alone would not lose
     them, a power cut could)."""
     for path in sorted(folder.rglob("*")):
@@ -331,7 +331,7 @@ def _save_model(accelerator, model, tokenizer, folder: Path) -> None:
 TORCH_WRITE_FAILURES = ("PytorchStreamWriter", "inline_container.cc", "iostream error", "file write failed")
 
 
-def _is_write_failure(error: BaseException) -> bool:
+def is_write_failure(error: BaseException) -> bool:
     """Whether `error` says that a file could not be written (rather than a bug to show with its traceback)."""
     if isinstance(error, (OSError, SafetensorError)):
         return True
@@ -340,7 +340,7 @@ def _is_write_failure(error: BaseException) -> bool:
     )
 
 
-def _describe_write_error(error: BaseException, folder: Path) -> str:
+def describe_write_error(error: BaseException, folder: Path) -> str:
     """One line for a failed write into `folder`; torch's own message names no cause, so the space left on that disk
     (before the temporary files go) is added."""
     if isinstance(error, (OSError, SafetensorError)):
@@ -379,14 +379,14 @@ def save_checkpoint(
                 for name, content in (records or {}).items():
                     (temporary / name).write_text(json.dumps(content, indent=1) + "\n", encoding="utf-8")
         except Exception as caught:  # safetensors and torch report a full disk as errors of their own
-            if not _is_write_failure(caught):
+            if not is_write_failure(caught):
                 raise
             error = caught
     if before_publishing is not None:
         before_publishing(temporary)
     if all_processes_succeeded(accelerator, error is None) and accelerator.is_main_process:
         try:
-            _fsync_tree(temporary)
+            fsync_tree(temporary)
             if final.exists():  # saved at this step already (a run resumed from its final checkpoint)
                 shutil.rmtree(final)
             temporary.rename(final)
@@ -396,7 +396,7 @@ def save_checkpoint(
         except OSError as caught:
             error = caught
     if not all_processes_succeeded(accelerator, error is None):
-        reason = _describe_write_error(error, root) if error is not None else "another process failed to write its part"
+        reason = describe_write_error(error, root) if error is not None else "another process failed to write its part"
         if accelerator.is_main_process:
             shutil.rmtree(temporary, ignore_errors=True)
         latest = latest_checkpoint(root)
@@ -420,17 +420,17 @@ def publish_model(accelerator, model, tokenizer, final: Path) -> None:
             shutil.rmtree(temporary, ignore_errors=True)
         _save_model(accelerator, model, tokenizer, temporary)
         if accelerator.is_main_process:
-            _fsync_tree(temporary)
+            fsync_tree(temporary)
             if final.exists():
                 final.rename(retired)
             temporary.rename(final)
             shutil.rmtree(retired, ignore_errors=True)
     except Exception as caught:  # safetensors and torch report a full disk as errors of their own
-        if not _is_write_failure(caught):
+        if not is_write_failure(caught):
             raise
         error = caught
     if not all_processes_succeeded(accelerator, error is None):
-        reason = _describe_write_error(error, final.parent) if error else "another process failed to write its part"
+        reason = describe_write_error(error, final.parent) if error else "another process failed to write its part"
         if accelerator.is_main_process:
             shutil.rmtree(temporary, ignore_errors=True)
             if retired.exists() and not final.exists():
@@ -450,8 +450,11 @@ __all__ = [
     "checkpoint_problem",
     "describe_load_error",
     "describe_value",
+    "describe_write_error",
     "fsync_directory",
+    "fsync_tree",
     "is_count",
+    "is_write_failure",
     "latest_checkpoint",
     "list_checkpoints",
     "publish_model",

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from ..output_paths import check_output_dir, write_text_atomically
+
 PARTS = ("training", "engines", "recipe")
 ENGINES = ("ddp", "deepspeed", "fsdp")
 RECIPE_CONFIG = Path("scripts") / "configs" / "multi30k_en_de_gpu.yaml"  # in the checkout, as every path below
@@ -620,8 +622,8 @@ def markdown(report: dict) -> str:
 
 
 def _write_report(report: dict, output_dir: Path) -> None:
-    (output_dir / JSON_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (output_dir / TABLE_FILE).write_text(markdown(report), encoding="utf-8")
+    write_text_atomically(output_dir / JSON_FILE, json.dumps(report, indent=2) + "\n", "--output_dir")
+    write_text_atomically(output_dir / TABLE_FILE, markdown(report), "--output_dir")
 
 
 # --- the command ----------------------------------------------------------------------------------------------------
@@ -705,6 +707,7 @@ def run_suite(args, repo: Path) -> dict | None:
     check_installed_package(repo)
     train_py_compile = _passes_torch_compile(args.train_py_compile)
     output_dir = Path(args.output_dir)
+    check_output_dir(output_dir, {})  # not a link, a special file or a training run's folder (vaswani.output_paths)
     output_dir.mkdir(parents=True, exist_ok=True)
     work_dir = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="gpu-suite-"))
     work_dir.mkdir(parents=True, exist_ok=True)

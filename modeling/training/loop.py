@@ -26,6 +26,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from ..output_paths import write_text_atomically
 from .arguments import (
     CHANGEABLE_ON_RESUME,
     TrainDataArguments,
@@ -58,7 +59,14 @@ from .evaluation import evaluate
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 from .ownership import die_with_the_launcher, release_output_dir
 from .preemption import RESUMABLE, STOP_SIGNALS, StoppedBySignal, StopSignals
-from .preparation import build_model, generation_settings, obtain_tokenizer, prepare_output_dir, run_inputs
+from .preparation import (
+    build_model,
+    check_lengths_before_work,
+    generation_settings,
+    obtain_tokenizer,
+    prepare_output_dir,
+    run_inputs,
+)
 from .reporting import MetricsLog, format_summary, plot_training_curves
 from .seq2seq_data import (
     BpeDropoutEpochs,
@@ -203,6 +211,10 @@ class TrainingHooks:
 hooks = TrainingHooks()  # the loop looks it up at each call, so a test may replace it before `train`
 
 
+SET_UP_STOP = ("while the run was being set up, before its first update: nothing was trained, so nothing is lost; "
+               "the same command with --resume starts it again")
+
+
 @dataclass
 class LoggingWindow:
     """Sums over the updates since the last log line."""
@@ -226,7 +238,10 @@ def train(data: TrainDataArguments, model_args: TrainModelArguments, args: Train
     `preemption`) during training ends it after the update under way, with a checkpoint: StoppedBySignal."""
     started = time.perf_counter()
     die_with_the_launcher()
-    run = _set_up(data, model_args, args)
+    # before the first update nothing is lost by stopping: a stop signal ends the set-up at once, with exit status 75,
+    # so that a job requeued on that status starts the run again (a signal's own status, 143, would drop the job)
+    with StopSignals(at_once=SET_UP_STOP):
+        run = _set_up(data, model_args, args)
     try:
         run.started, run.earlier_seconds = started, run.progress.wall_seconds
         # from the first update on, a stop signal is noted and acted on between updates; after the last update it
@@ -267,12 +282,15 @@ def _set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: Tra
     elif args.report_to == "tensorboard" and not installed("tensorboard"):
         raise TrainingError("--report_to tensorboard: tensorboard is not installed (pip install "
                             "'vaswani-transformer[tensorboard]'); or pass --report_to none.")
+    check_mixed_precision_value(args.mixed_precision)
+    check_lengths_before_work(data, model_args, args)
     accelerator = Accelerator(
         mixed_precision=default_mixed_precision(args.mixed_precision),
         log_with=None if args.report_to == "none" else args.report_to,
         project_dir=str(output_dir),
         step_scheduler_with_optimizer=False,  # the schedule counts updates, however many processes there are
     )
+    check_mixed_precision_applies(accelerator, args.mixed_precision)
     check_engine(accelerator)
     if args.cuda_graphs:
         micro_batches = _micro_batches_per_update(args, accelerator.num_processes)
@@ -305,6 +323,37 @@ def default_mixed_precision(option: str | None, environment=os.environ, gpu_comp
     if option is not None or "ACCELERATE_MIXED_PRECISION" in environment:
         return option
     return "bf16" if (gpu_computes_bf16 or _cuda_computes_bf16)() else None
+
+
+# The mixed precisions Accelerate knows (its PrecisionType); it takes ACCELERATE_MIXED_PRECISION as it finds it.
+MIXED_PRECISIONS = ("no", "fp16", "bf16", "fp8")
+# What a CPU computes in: PyTorch's CPU autocast runs bf16; fp16 and fp8 leave every operation in fp32 there.
+CPU_MIXED_PRECISIONS = ("no", "bf16")
+
+
+def _mixed_precision_source(option: str | None) -> str:
+    return (f"--mixed_precision {option}" if option is not None
+            else f"ACCELERATE_MIXED_PRECISION={os.environ.get('ACCELERATE_MIXED_PRECISION')}")
+
+
+def check_mixed_precision_value(option: str | None, environment=os.environ) -> None:
+    """Refuse a mixed precision Accelerate does not know, given by `accelerate launch` (its config, or
+    ACCELERATE_MIXED_PRECISION): it would be recorded as given while the run computes in fp32."""
+    value = option if option is not None else environment.get("ACCELERATE_MIXED_PRECISION")
+    if value is not None and value not in MIXED_PRECISIONS:
+        raise TrainingError(f"{_mixed_precision_source(option)}: not a mixed precision; allowed: "
+                            f"{', '.join(MIXED_PRECISIONS)}.")
+
+
+def check_mixed_precision_applies(accelerator, option: str | None) -> None:
+    """Refuse a mixed precision that the run's device would not apply (fp16 or fp8 on a CPU): the run would train in
+    fp32, bit for bit, while its log and summary.json said fp16."""
+    if accelerator.device.type == "cpu" and accelerator.mixed_precision not in CPU_MIXED_PRECISIONS:
+        raise TrainingError(
+            f"{_mixed_precision_source(option)}: {accelerator.mixed_precision} does not apply on a CPU (PyTorch's "
+            "CPU autocast computes in bf16 or not at all), so the run would train in fp32 while recording "
+            f"{accelerator.mixed_precision}. Use --mixed_precision no (fp32), or bf16."
+        )
 
 
 def _cuda_computes_bf16() -> bool:
@@ -401,7 +450,7 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
         _resume(run, peak_learning_rate)
         metrics.drop_after(run.progress.step)
     if accelerator.is_main_process:
-        (output_dir / ARGUMENTS_FILE).write_text(json.dumps(options, indent=2))
+        write_text_atomically(output_dir / ARGUMENTS_FILE, json.dumps(options, indent=2))
     if args.report_to != "none":
         accelerator.init_trackers("tensorboard", config={k: v for k, v in options.items() if v is not None})
     update_path = ("; CUDA graphs (captured per batch shape)" if args.cuda_graphs
@@ -481,6 +530,12 @@ def _resume(run: Run, peak_learning_rate: float) -> None:
         )
     record = read_json_record(folder / PROGRESS_FILE)  # checked by resumable_checkpoint
     progress.load_state_dict(record["progress"])
+    if progress.step > run.args.max_steps:
+        raise TrainingError(
+            f"--resume: the run is at update {progress.step} ({folder}), beyond --max_steps {run.args.max_steps}: "
+            "there is nothing to train, and republishing last/ and best/ would record a run that stopped at "
+            f"{run.args.max_steps} updates. Give --max_steps {progress.step} or more. Nothing was loaded."
+        )
     written_by = record["num_processes"]
     _check_same_inputs(accelerator, folder, run.fingerprints, progress)
     problem = _position_problem(progress, written_by, run.batches, _micro_batches_per_update(run.args, 1))
@@ -996,7 +1051,7 @@ def _finish(run: Run, stopped_because: str) -> dict:
             summary["curves_file"] = None
             accelerator.print("No training_curves.png: matplotlib is not installed (pip install "
                               "'vaswani-transformer[plot]'); metrics.jsonl holds the same numbers.")
-        (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_text_atomically(output_dir / "summary.json", json.dumps(summary, indent=2))
         accelerator.print(format_summary(summary))
     for tracker in accelerator.trackers:
         tracker.finish()  # flushed and closed; the process group stays for the caller (see scripts/train.py)
@@ -1009,6 +1064,8 @@ __all__ = [
     "TrainingProgress",
     "all_finite",
     "check_engine",
+    "check_mixed_precision_applies",
+    "check_mixed_precision_value",
     "compiled_for_updates",
     "default_mixed_precision",
     "fit_deepspeed_config",

@@ -25,24 +25,38 @@ from .errors import TrainingError
 
 LOCK_FILE = ".run.lock"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# the locks this process holds, by lock file: a command called again in the same process (a test, a notebook) after
+# one that ended with an error before letting its lock go takes it back, rather than being refused by itself
+_HELD: dict[str, int] = {}
 
 
-def take_output_dir(output_dir: Path) -> tuple[int, str | None]:
+def take_output_dir(
+    output_dir: Path, lock_file: Path | None = None, option: str = "--output_dir"
+) -> tuple[int, str | None]:
     """Lock `output_dir` for this process; return the lock's file descriptor (keep it open for the whole run) and a
     note about a previous holder that died without releasing it, if any. Raises TrainingError naming the holder when
-    another live process holds it."""
-    path = output_dir / LOCK_FILE
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = _describe(_read_holder(descriptor))
-        os.close(descriptor)
-        raise TrainingError(
-            f"--output_dir {output_dir} is in use by another run: {holder} (lock {path}). Two runs in one folder "
-            "would overwrite each other's checkpoints and logs. Wait for it to end or stop it, or choose another "
-            "--output_dir."
-        ) from None
+    another live process holds it. The lock is `output_dir/.run.lock` unless `lock_file` names another file (a
+    folder published whole is locked beside it: vaswani.output_paths); `option` is how the message names the
+    folder."""
+    path = lock_file or output_dir / LOCK_FILE
+    earlier = _HELD.pop(str(Path(path).resolve()), None)
+    if earlier is not None:
+        os.close(earlier)
+    while True:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _describe(_read_holder(descriptor))
+            os.close(descriptor)
+            raise TrainingError(
+                f"{option} {output_dir} is in use by another run: {holder} (lock {path}). Two runs in one folder "
+                "would overwrite each other's files. Wait for it to end or stop it, or choose another "
+                f"{option}."
+            ) from None
+        if _still_at(path, descriptor):
+            break
+        os.close(descriptor)  # the holder removed the file as it let go: lock the one there now
     previous = _read_holder(descriptor)
     note = None
     if previous.get("pid") and not previous.get("released"):
@@ -50,14 +64,32 @@ def take_output_dir(output_dir: Path) -> tuple[int, str | None]:
     record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "command": " ".join(sys.argv)[:500]}
     _write_holder(descriptor, record)
+    _HELD[str(Path(path).resolve())] = descriptor
     return descriptor, note
 
 
-def release_output_dir(descriptor: int) -> None:
-    """Mark the lock released (for the next run's message) and let it go."""
+def _still_at(path: Path, descriptor: int) -> bool:
+    """Whether the file locked through `descriptor` is still the one at `path` (a lock file removed on release, as
+    `release_output_dir(..., remove=path)` does, may be gone, or replaced, by the time the lock is granted)."""
     try:
-        record = _read_holder(descriptor)
-        _write_holder(descriptor, {**record, "released": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        here, locked = os.stat(path), os.fstat(descriptor)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (locked.st_dev, locked.st_ino)
+
+
+def release_output_dir(descriptor: int, remove: Path | None = None) -> None:
+    """Mark the lock released (for the next run's message) and let it go; with `remove`, the lock file, which is
+    deleted first, while still held (a lock beside a published folder leaves nothing behind)."""
+    for path, held in list(_HELD.items()):
+        if held == descriptor:
+            del _HELD[path]
+    try:
+        if remove is not None:
+            Path(remove).unlink(missing_ok=True)
+        else:
+            record = _read_holder(descriptor)
+            _write_holder(descriptor, {**record, "released": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     finally:
         os.close(descriptor)  # closing the descriptor releases the flock
 

@@ -40,10 +40,13 @@ class StopSignals:
     end of the interpreter's shutdown). Signals can only be handled in the main thread: elsewhere none is recorded,
     and they keep their usual effect."""
 
-    def __init__(self):
+    def __init__(self, at_once: str | None = None):
         self.received: signal.Signals | None = None  # the first stop signal this process received
         self.agreed = False  # whether any process had received one at the last check of all of them
         self.previous = {}
+        # where nothing would be lost by stopping (a run's set-up, before its first update): a stop signal raises
+        # StoppedBySignal at once, with this message after the signal's name, instead of waiting for an update's end
+        self.at_once = at_once
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
@@ -57,8 +60,11 @@ class StopSignals:
         self.previous = {}
 
     def record(self, number: int, frame) -> None:
-        """The handler: it only notes the signal (anything more could run in the middle of an update)."""
+        """The handler: it only notes the signal (anything more could run in the middle of an update), or with
+        `at_once`, stops the process there."""
         self.received = self.received or signal.Signals(number)
+        if self.at_once is not None:
+            raise StoppedBySignal(f"stopped by {self.received.name} {self.at_once} ({RESUMABLE}).")
 
     def agree(self, any_process_received: bool) -> bool:
         """Note what every process learned from one reduction of the flags (`flag()`), and return it."""

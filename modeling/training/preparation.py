@@ -7,7 +7,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from .. import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
+from .. import PRESETS, VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from ..cli import parse_config_overrides
 from ..data import split_paths
 from ..output_paths import Inputs, check_output_dir
@@ -122,17 +122,7 @@ def build_model(model_args: TrainModelArguments, data: TrainDataArguments, args:
             **overrides,
         },
     )
-    needed = {
-        "--max_source_length": data.max_source_length,
-        "--max_target_length": data.max_target_length,
-        "--eval_max_new_tokens (+1)": args.eval_max_new_tokens + 1,
-    }
-    for option, length in needed.items():
-        if length > config.max_position_embeddings:
-            raise ValueError(
-                f"{option} is {length}, beyond the model's max_position_embeddings={config.max_position_embeddings}; "
-                f"lower it, or raise the limit with --config_overrides max_position_embeddings={length}."
-            )
+    check_lengths_fit(data, args, config.max_position_embeddings)
     check_fits_in_memory(config)  # before it is built: a model too large for this machine is refused in one line
     model = VaswaniForConditionalGeneration(config)
     # the saved tokenizer cuts inputs (in the pipelines) to what the model accepts
@@ -145,6 +135,31 @@ def build_model(model_args: TrainModelArguments, data: TrainDataArguments, args:
     return model
 
 
+def check_lengths_fit(data: TrainDataArguments, args: TrainArguments, max_positions: int) -> None:
+    """The lengths the run asks for fit the model's position table."""
+    needed = {
+        "--max_source_length": data.max_source_length,
+        "--max_target_length": data.max_target_length,
+        "--eval_max_new_tokens (+1)": args.eval_max_new_tokens + 1,
+    }
+    for option, length in needed.items():
+        if length > max_positions:
+            raise ValueError(
+                f"{option} is {length}, beyond the model's max_position_embeddings={max_positions}; lower it, or "
+                f"raise the limit with --config_overrides max_position_embeddings={length}."
+            )
+
+
+def check_lengths_before_work(data: TrainDataArguments, model_args: TrainModelArguments, args: TrainArguments) -> None:
+    """`check_lengths_fit` before anything is loaded or learned (a tokenizer learned from a large corpus takes
+    minutes): the position table is the preset's, or --config_overrides'."""
+    overrides = parse_config_overrides(model_args.config_overrides)
+    max_positions = overrides.get("max_position_embeddings", PRESETS[model_args.preset].get(
+        "max_position_embeddings", VaswaniConfig().max_position_embeddings))
+    if isinstance(max_positions, int) and not isinstance(max_positions, bool):
+        check_lengths_fit(data, args, max_positions)
+
+
 def generation_settings(args: TrainArguments) -> dict:
     settings = {"num_beams": args.eval_num_beams, "max_new_tokens": args.eval_max_new_tokens}
     if args.eval_num_beams > 1:  # transformers refuses a length penalty that greedy decoding would ignore
@@ -154,6 +169,8 @@ def generation_settings(args: TrainArguments) -> dict:
 
 __all__ = [
     "build_model",
+    "check_lengths_before_work",
+    "check_lengths_fit",
     "generation_settings",
     "obtain_tokenizer",
     "prepare_output_dir",

@@ -67,9 +67,15 @@ def test_the_runs_record_holds_its_data_options_and_one_split_has_one_source(tok
     assert record["train_file"] == str(data / "train.jsonl") and record["validation_file"] == str(
         data / "validation.jsonl")
     assert record["dataset_config_name"] == "unused"
+    elsewhere = scratch_args(tokenizer_dir, data, tmp_path / "elsewhere", "--do_train", "--max_steps", "1")
     with pytest.raises(ValueError, match=r"--train_file .*train\.jsonl and --dataset_name someone/sst2 both give the "
                                          r"data of one split"):
-        script.main([*arguments, "--dataset_name", "someone/sst2"])
+        script.main([*elsewhere, "--dataset_name", "someone/sst2"])
+    # the same folder again: the run there is not replaced
+    with pytest.raises(FileExistsError, match=f"--output_dir {tmp_path} already holds a run or a model "
+                                              r"\(all_results.json, arguments.json, config.json, eval_results.json "
+                                              r"and "):
+        script.main(arguments)
 
 
 def test_seq2seq_checkpoint_gives_its_encoder_decoder_and_a_new_head(tokenizer, data, tmp_path, caplog):
@@ -242,3 +248,60 @@ def test_two_processes_with_accelerate_launch(tokenizer_dir, data, tmp_path):
     evaluation = json.loads((tmp_path / "eval_results.json").read_text())
     assert 0.0 <= evaluation["eval_accuracy"] <= 1.0
     assert AutoModelForSequenceClassification.from_pretrained(tmp_path).config.num_labels == 2
+
+
+def test_a_fine_tuned_folder_points_only_to_this_projects_code(tokenizer, data, tmp_path, caplog):
+    """A checkpoint whose config and tokenizer config point to a planted module: the fine-tuned folder and its
+    checkpoints keep only the entries this project writes, each dropped one named in a warning."""
+    from vaswani.configuration_vaswani import AUTO_MAP
+
+    checkpoint = save_seq2seq_checkpoint(tmp_path / "planted", tokenizer)
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["auto_map"]["AutoModelForSequenceClassification"] = "evil.Model"
+    config["auto_map"]["AutoModelForCausalLM"] = "someone/else--evil.Model"
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    tokenizer_config = json.loads((checkpoint / "tokenizer_config.json").read_text())
+    tokenizer_config["auto_map"] = {"AutoTokenizer": ["evil.Tokenizer", None], "AutoModel": "evil.Model"}
+    (checkpoint / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    output = tmp_path / "out"
+    script.main([
+        "--model_name_or_path", str(checkpoint), "--train_file", str(data / "train.jsonl"), "--output_dir", str(output),
+        "--do_train", "--max_steps", "1", "--save_steps", "1", *QUIET,
+    ])
+    for folder in (output, output / "checkpoint-1"):
+        assert json.loads((folder / "config.json").read_text())["auto_map"] == json.loads(json.dumps(AUTO_MAP))
+        assert json.loads((folder / "tokenizer_config.json").read_text())["auto_map"] == {
+            "AutoTokenizer": ["tokenization_vaswani.VaswaniTokenizer", None]}
+    for entry in ("auto_map AutoModelForSequenceClassification -> 'evil.Model'",
+                  "auto_map AutoModelForCausalLM -> 'someone/else--evil.Model'", "auto_map AutoModel -> 'evil.Model'"):
+        assert f"{checkpoint}: dropped {entry}" in caplog.text
+
+
+def test_resuming_a_finished_run_or_an_absurd_progress_is_refused_and_nothing_changes(tokenizer_dir, data, tmp_path):
+    """Resumed from a finished run, the Trainer trained one update at learning rate 0 and overwrote the results
+    with it; resumed from a trainer_state.json at update 1e9, it trained nothing and saved the old checkpoint as the
+    final model; both with exit status 0."""
+    from helpers import snapshot
+
+    run = tmp_path / "run"
+    common = ["--do_train", "--save_strategy", "steps", "--save_steps", "2"]
+    script.main(scratch_args(tokenizer_dir, data, run, *common, "--max_steps", "2"))
+    before = snapshot(run)
+    with pytest.raises(ValueError, match=r"checkpoint-2 is at update 2, and --max_steps 2 leaves nothing to train: "
+                                         "the run is finished"):
+        script.main(scratch_args(tokenizer_dir, data, run, *common, "--max_steps", "2", "--resume_from_checkpoint",
+                                 "last"))
+    with pytest.raises(ValueError, match=r"the run is at update 2, and --num_train_epochs 0.1 makes it 1 updates "
+                                         "long: the run is finished"):
+        script.main(scratch_args(tokenizer_dir, data, run, *common, "--num_train_epochs", "0.1",
+                                 "--resume_from_checkpoint", "last"))
+    state_file = run / "checkpoint-2" / "trainer_state.json"
+    saved = state_file.read_text()
+    state_file.write_text(json.dumps({**json.loads(saved), "global_step": 10**9}))
+    with pytest.raises(ValueError, match=r"trainer_state.json's global_step 1000000000 is beyond its run's own "
+                                         "max_steps 2: not a checkpoint a run wrote"):
+        script.main(scratch_args(tokenizer_dir, data, run, *common, "--max_steps", "4", "--resume_from_checkpoint",
+                                 "last"))
+    state_file.write_text(saved)
+    assert {key: value for key, value in snapshot(run).items() if key != ".run.lock"} == {
+        key: value for key, value in before.items() if key != ".run.lock"}

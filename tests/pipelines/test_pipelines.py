@@ -5,6 +5,7 @@ process without the package, in-process with model objects, and bad input."""
 import ast
 import copy
 import json
+import re
 import sys
 import threading
 import warnings
@@ -642,8 +643,35 @@ def test_a_lone_surrogate_and_a_zero_beam_count_are_clear_errors(translate):
     with pytest.raises(ValueError, match=r"Input 1 is not valid text \(surrogates not allowed: '\\udc80'\)"):
         translate([SOURCES[0], "caf\udc80"], batch_size=2)
     for name in ("num_beams", "num_return_sequences", "max_new_tokens"):
-        with pytest.raises(ValueError, match=f"{name} must be a positive integer, got 0"):
+        with pytest.raises(ValueError, match=f"{name} must be a whole number >= 1, got 0"):
             translate(SOURCES[0], **{name: 0})
+
+
+def test_a_generation_value_generate_cannot_use_is_one_line(translate):
+    """A NaN length penalty decoded without a word."""
+    for settings, message in (({"length_penalty": float("nan")}, "length_penalty must be a finite number, got nan"),
+                              ({"num_beams": 2, "length_penalty": float("inf")}, "length_penalty must be a finite "
+                                                                                 "number, got inf"),
+                              ({"temperature": 0.0, "do_sample": True}, "temperature must be a finite number above "
+                                                                        "0, got 0.0")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            translate(SOURCES[0], **settings)
+
+
+def test_a_generation_config_with_a_negative_beam_count_is_one_line_in_both_pipelines(checkpoints, tmp_path):
+    """`num_beams: -3` in a folder's generation_config.json: a 41-line traceback through either pipeline."""
+    import shutil
+
+    folder = shutil.copytree(checkpoints["seq2seq"], tmp_path / "seq2seq")
+    settings = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**settings, "num_beams": -3}))
+    message = ("the model's generation config (generation_config.json): num_beams must be a whole number >= 1, got "
+               "-3.")
+    for build in (lambda: pipeline("translation", model=str(folder)),
+                  lambda: transformers.pipeline("translation", model=str(folder), trust_remote_code=True)):
+        with pytest.raises(ValueError) as refused:
+            build()(SOURCES[0])
+        assert str(refused.value) == message
 
 
 def test_a_model_with_a_nan_weight_warns_once_that_its_outputs_are_meaningless(translator, tokenizer, caplog):

@@ -35,3 +35,27 @@ def test_average_checkpoints_is_the_mean_and_loads(finished_run, tmp_path):
     assert "no checkpoint averaging" in checkpoints_module.weights_provenance(str(output_dir / "last"))
     with pytest.raises(ValueError, match="either --run_dir"):
         average_checkpoints.main(["--output_dir", str(tmp_path / "x")])
+
+
+def test_checkpoints_of_other_tokenizers_or_configs_are_refused_and_nothing_is_written(tokenizer, tmp_path):
+    """The mean of checkpoints whose tokenizers differ was saved with one of them (some ids then stand for other
+    tokens); that of checkpoints whose configs differ, with a config that is not the others'."""
+    from vaswani import VaswaniForConditionalGeneration, VaswaniTokenizer
+    from helpers import PAIRS, tiny_config
+
+    def save(folder, tokenizer, **config):
+        VaswaniForConditionalGeneration(tiny_config(vocab_size=700, **config)).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        return folder
+
+    other_tokenizer = VaswaniTokenizer.train_from_texts([de for _, de in PAIRS] * 3, vocab_size=500, min_frequency=1)
+    first = save(tmp_path / "first", tokenizer)
+    cases = {
+        "tokenizer": (save(tmp_path / "other-tokenizer", other_tokenizer), "has another tokenizer than"),
+        "config": (save(tmp_path / "other-config", tokenizer, activation_function="gelu"),
+                   "is not a checkpoint of the model of .*: config.json's activation_function is 'gelu', not 'relu'"),
+    }
+    for folder, refusal in cases.values():
+        with pytest.raises(ValueError, match=f"{folder} {refusal}"):
+            average_checkpoints.main(["--checkpoints", str(first), str(folder), "--output_dir", str(tmp_path / "out")])
+        assert not (tmp_path / "out").exists()

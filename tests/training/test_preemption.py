@@ -13,6 +13,7 @@ The signals are real (`os.kill` of the process that trains, sent from inside an 
 disk is the error torch raises on one (written to /dev/full), or an OSError(ENOSPC) from the write.
 """
 
+import contextlib
 import errno
 import json
 import os
@@ -129,25 +130,13 @@ def test_two_processes_stop_after_the_same_update_when_one_of_them_gets_the_sign
     output_dir = tmp_path / "run"
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
     argv = tiny_argv(output_dir, max_steps=100_000, save_steps=100_000, eval_steps=100_000)
-    log = tmp_path / "stderr.txt"  # a file, not a pipe: the progress bars would fill a pipe nobody reads yet
-    with open(log, "w") as stderr_file:
-        launcher = subprocess.Popen(launch(REPO / "scripts" / "train.py", argv), stdout=subprocess.DEVNULL,
-                                    stderr=stderr_file, env=env, cwd=REPO, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not metrics_started(output_dir):  # bounded wait for the first updates
-            assert launcher.poll() is None and time.monotonic() < deadline, "the run ended before its first updates"
-            time.sleep(0.1)
+    log = tmp_path / "stderr.txt"
+    with training_under_way(launch(REPO / "scripts" / "train.py", argv), output_dir, log, env) as launcher:
         main_worker = json.loads((output_dir / ".run.lock").read_text())["pid"]
         second_worker = [pid for pid in processes_writing_to(output_dir) if pid not in (launcher.pid, main_worker)]
         assert len(second_worker) == 1
         os.kill(second_worker[0], signal.SIGTERM)
         launcher.wait(timeout=120)
-    finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
-        for pid in processes_writing_to(output_dir):
-            os.kill(pid, signal.SIGKILL)
 
     # the first process says it, once; both exit with 75 (the launcher then fails with its own status)
     stderr = log.read_text()
@@ -163,6 +152,68 @@ def test_two_processes_stop_after_the_same_update_when_one_of_them_gets_the_sign
     assert json.loads((checkpoint / "training_progress.json").read_text())["progress"]["step"] == update
     assert [r["step"] for r in metrics_records(output_dir)][-1] == update
     assert json.loads((output_dir / ".run.lock").read_text()).get("released")
+
+
+def test_under_the_resumable_launcher_a_stopped_run_exits_75(tmp_path):
+    """scripts/resumable_launch.py around `accelerate launch` on two processes: SIGTERM to it alone (as a container's
+    first process gets it) reaches both workers, which stop after the same update with a checkpoint and exit 75; the
+    launcher fails with its own status (1), and the command ends with 75 and a line saying why."""
+    output_dir = tmp_path / "run"
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    argv = tiny_argv(output_dir, max_steps=100_000, save_steps=100_000, eval_steps=100_000)
+    command = [sys.executable, str(REPO / "scripts" / "resumable_launch.py"), *launch(REPO / "scripts" / "train.py",
+                                                                                      argv)]
+    log = tmp_path / "stderr.txt"
+    with training_under_way(command, output_dir, log, env) as wrapper:
+        os.kill(wrapper.pid, signal.SIGTERM)
+        status = wrapper.wait(timeout=120)
+    stderr = log.read_text()
+    assert status == EXIT_RESUMABLE, stderr[-3000:]
+    assert "exitcode  : 75" in stderr  # what the launcher alone says, ending with status 1
+    assert stderr.strip().splitlines()[-1] == ("2 process(es) stopped on a signal after saving a checkpoint: exit "
+                                               "status 75 (resumable; the launcher's own was 1).")
+    [(step, checkpoint)] = list_checkpoints(output_dir / "checkpoints")
+    assert (checkpoint / "random_states_1.pkl").is_file()
+
+
+def test_sigterm_during_the_set_up_exits_75_with_its_line(tmp_path, monkeypatch, capsys):
+    """A signal before the first update (here while the data are prepared) ends the run at once, nothing being
+    trained: one line and status 75, so that a job requeued on it starts again (it was 143, and no line)."""
+    prepare_data = loop.prepare_data
+
+    def prepare_data_then_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return prepare_data(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "prepare_data", prepare_data_then_signal)
+    assert run_train_command(tiny_argv(tmp_path, **OPTIONS), monkeypatch) == EXIT_RESUMABLE
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "train.py: stopped by SIGTERM while the run was being set up, before its first update: nothing was trained, "
+        "so nothing is lost; the same command with --resume starts it again (exit status 75: stopped by a signal, "
+        "resumable).")
+    assert list_checkpoints(tmp_path / "checkpoints") == []
+    assert json.loads((tmp_path / ".run.lock").read_text()).get("released")  # the folder let go
+
+
+@contextlib.contextmanager
+def training_under_way(command: list[str], output_dir: Path, log: Path, env: dict):
+    """`command` started in a session of its own, its stderr in `log` (a file, not a pipe: the progress bars would
+    fill a pipe nobody reads yet), once its run has logged its first updates (a bounded wait); whatever is left of
+    it is killed at the end."""
+    with open(log, "w") as stderr_file:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr_file, env=env, cwd=REPO,
+                                   start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not metrics_started(output_dir):
+            assert process.poll() is None and time.monotonic() < deadline, "the run ended before its first updates"
+            time.sleep(0.1)
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        for pid in processes_writing_to(output_dir):
+            os.kill(pid, signal.SIGKILL)
 
 
 def metrics_started(output_dir: Path) -> bool:

@@ -50,6 +50,35 @@ def check_text(value, where: str) -> None:
         raise ValueError(f"{where} is not valid text ({error.reason}: {value[error.start:error.end]!a}).") from None
 
 
+# The generation settings a call or a model's generation config may give, by the values they allow: whole numbers
+# from 1 (from 0), finite numbers (from 0, or above 0).
+POSITIVE_COUNTS = ("num_beams", "num_return_sequences", "max_new_tokens", "max_length", "num_beam_groups", "top_k")
+COUNTS = ("min_length", "min_new_tokens", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size")
+FINITE = ("length_penalty", "diversity_penalty")
+POSITIVE = ("temperature", "top_p", "repetition_penalty", "encoder_repetition_penalty")
+
+
+def check_generation_values(generate_kwargs: dict, generation_config=None) -> None:
+    """Every generation setting of a call (`generate_kwargs`), or else of the model's generation config (from its
+    generation_config.json), holds a value `generate()` can use, or one line names it: a NaN length penalty decodes
+    without a word, and `num_beams: -3` in a folder's generation config failed deep inside `generate()`."""
+    for name in (*POSITIVE_COUNTS, *COUNTS, *FINITE, *POSITIVE):
+        given = name in generate_kwargs
+        value = generate_kwargs[name] if given else getattr(generation_config, name, None)
+        if value is None:
+            continue
+        where = "" if given else "the model's generation config (generation_config.json): "
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if name in POSITIVE_COUNTS + COUNTS:
+            least = 1 if name in POSITIVE_COUNTS else 0
+            if not number or not isinstance(value, int) or value < least:
+                raise ValueError(f"{where}{name} must be a whole number >= {least}, got {value!r}.")
+        elif not number or value != value or value in (float("inf"), float("-inf")) or (
+                name in POSITIVE and value <= 0):
+            raise ValueError(f"{where}{name} must be a finite number{' above 0' if name in POSITIVE else ''}, got "
+                             f"{value!r}.")
+
+
 def check_vocabulary(model, tokenizer) -> None:
     """Refuse a tokenizer with more tokens than the model has embedding rows: its higher ids would index past the
     table, an IndexError deep inside the model on the first text that uses one. They were not trained together."""
@@ -111,10 +140,7 @@ class Text2TextGenerationPipeline(Pipeline):
         preprocess_params = {}
         if truncation is not None:
             preprocess_params["truncation"] = truncation
-        for name in ("num_beams", "num_return_sequences", "max_new_tokens"):
-            value = generate_kwargs.get(name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        check_generation_values(generate_kwargs, self.model.generation_config)
         self._check_generation_lengths(generate_kwargs)
 
         postprocess_params = {}
