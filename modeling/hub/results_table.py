@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..output_paths import write_text_atomically
 from ..training.reporting import format_duration
 from .model_card import load_results
 from .recipes import Recipe, load_recipes
@@ -335,8 +336,8 @@ def update_tables(args: TableArguments) -> int:
                 updated = _replace_block(updated, block, str(path), start, end)
         if updated != text:
             stale.append(name)
-            if not args.check:
-                path.write_text(updated, encoding="utf-8")
+            if not args.check:  # whole or not at all (vaswani.output_paths): a reader finds the old text or the new
+                write_text_atomically(path, updated, str(path))
     if args.check and stale:
         print(f"Out of date: {', '.join(stale)}. Run: python scripts/tools/results_table.py", file=sys.stderr)
         return 1
