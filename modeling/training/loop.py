@@ -52,6 +52,7 @@ from .checkpoints import (
     resumable_checkpoint,
     save_checkpoint,
 )
+from .chunked_loss import ChunkedLossUpdates, autocast_dtype, refusal as chunked_loss_refusal
 from .cuda_graphs import GraphedUpdates, UpdateGraphs, refusal as cuda_graphs_refusal
 from .errors import CheckpointError, MetricsWriteError, TrainingDiverged, TrainingError
 from .evaluation import evaluate
@@ -278,6 +279,8 @@ def _set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: Tra
         micro_batches = _micro_batches_per_update(args, accelerator.num_processes)
         if (problem := cuda_graphs_refusal(accelerator, args.torch_compile, micro_batches)) is not None:
             raise TrainingError(problem)
+    if args.chunked_loss and (problem := chunked_loss_refusal(accelerator)) is not None:
+        raise TrainingError(problem)
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched > 1 and accelerator.num_processes != launched:
         # without a GPU, Accelerate forms a process group only when told to run on the CPU; the processes would
@@ -379,7 +382,7 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
     shapes = (BatchShapes(args.max_tokens_per_batch, model.config.max_position_embeddings)
               if args.torch_compile or args.cuda_graphs else None)
     model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
-    update_model = model
+    update_model = ChunkedLossUpdates(model, autocast_dtype(accelerator)) if args.chunked_loss else model
     if args.torch_compile:
         update_model = compiled_for_updates(accelerator, update_model)
     if args.cuda_graphs:
@@ -407,7 +410,8 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
     if args.report_to != "none":
         accelerator.init_trackers("tensorboard", config={k: v for k, v in options.items() if v is not None})
     update_path = "".join(f"; {what}" for what, used in (
-        ("compiled", args.torch_compile), ("CUDA graphs (captured per batch shape)", args.cuda_graphs)) if used)
+        ("compiled", args.torch_compile), ("CUDA graphs (captured per batch shape)", args.cuda_graphs),
+        ("chunked loss", args.chunked_loss)) if used)
     accelerator.print(
         f"Training a model of {accelerator.unwrap_model(model).num_parameters():,} parameters: "
         f"{accelerator.num_processes} process(es) x {accumulation} micro-batch(es) of <= {args.max_tokens_per_batch} "
