@@ -204,7 +204,9 @@ class TrainArguments:
         metadata={"help": "Not in the paper: replay each update's forward and backward from CUDA graphs, captured once "
                   "per batch shape (the batches padded to a few shapes, as with --torch_compile): the host launches "
                   "two graphs an update instead of every kernel, for small models whose GPU waits on the host. One "
-                  "process on a CUDA GPU, fp32, without --torch_compile; evaluation and generation stay eager."},
+                  "process on a CUDA GPU; alone, fp32 and one micro-batch an update; with --torch_compile, the "
+                  "compiled update and the optimizer's step (fp32 or bf16, micro-batches added in place). Evaluation "
+                  "and generation stay eager."},
     )
     chunked_loss: bool = field(
         default=False,

@@ -203,16 +203,18 @@ class NeverGraphing(cuda_graphs.UpdateGraphs):
     graphing = property(lambda self: False, lambda self, value: None)
 
 
+@pytest.mark.parametrize("chunked_loss", [False, True], ids=["model's loss", "chunked loss"])
 def test_compiled_updates_from_graphs_give_the_losses_and_weights_of_eager_updates(tmp_path, monkeypatch,
-                                                                                   recorded_graphs):
+                                                                                   recorded_graphs, chunked_loss):
     # two micro-batches an update (added into the same gradients), in the padded shapes of --torch_compile
     options = dict(dropout=0.0, max_steps=6, eval_steps=6, save_steps=6, tokens_per_update=512, torch_compile=True,
                    cuda_graphs=True)
-    outcome = run_in_process(tiny_argv(tmp_path / "graphs", **options))
+    outcome = run_in_process(tiny_argv(tmp_path / "graphs", chunked_loss=chunked_loss, **options))
     assert outcome.summary["steps"] == 6
     # the first update without graphs; then each shape captured once (before its first replay), the update's end
     # once, and every later update replayed (RecordedGraph held each replay to its capture)
     assert recorded_graphs.count("finish") == 1 and recorded_graphs.count("accumulate") >= 2, recorded_graphs
+    # the reference: eager updates of the model's own loss
     monkeypatch.setattr(loop_module, "UpdateGraphs", NeverGraphing)
     monkeypatch.setattr(loop_module, "compiled_for_updates", lambda accelerator, model: model)
     run_in_process(tiny_argv(tmp_path / "eager", **options))
