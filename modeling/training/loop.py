@@ -171,8 +171,8 @@ class Run:
     started: float = 0.0  # time.perf_counter() when this process started the run
     earlier_seconds: float = 0.0  # wall time of the run before this process (from the checkpoint resumed)
     fingerprints: dict | None = None  # of the data and the tokenizer (input_fingerprints), saved in each checkpoint
-    # what the updates call: `model` compiled (--torch_compile), replayed from CUDA graphs (--cuda_graphs), or
-    # `model` itself; the same weights
+    # what the updates call: `model` itself, or its loss a chunk of rows at a time (--chunked_loss), compiled
+    # (--torch_compile), replayed from CUDA graphs (--cuda_graphs; with --torch_compile, the step too); the same weights
     update_model: torch.nn.Module | None = None
 
     @property
