@@ -1,4 +1,4 @@
-"""What issue 40 asks of one GPU, measured by one command in at most 10 minutes: training speed (MFU), the DeepSpeed
+"""One GPU measured by one command in at most 10 minutes: training speed (MFU), the DeepSpeed
 and FSDP engines really engaged, and the Multi30k en->de recipe on a clock.
 
     python scripts/tools/gpu_suite.py --output_dir results/benchmark               # on the GPU
