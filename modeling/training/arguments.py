@@ -205,7 +205,16 @@ class TrainArguments:
         metadata={"help": "Not in the paper: replay each update's forward and backward from CUDA graphs, captured once "
                   "per batch shape (the batches padded to a few shapes, as with --torch_compile): the host launches "
                   "two graphs an update instead of every kernel, for small models whose GPU waits on the host. One "
-                  "process on a CUDA GPU, fp32, without --torch_compile; evaluation and generation stay eager."},
+                  "process on a CUDA GPU; alone, fp32 and one micro-batch an update; with --torch_compile, the "
+                  "compiled update and the optimizer's step (fp32 or bf16, micro-batches added in place). Evaluation "
+                  "and generation stay eager."},
+    )
+    chunked_loss: bool = field(
+        default=False,
+        metadata={"help": "Not in the paper: compute the updates' loss from the decoder's last hidden state and the "
+                  "output projection a chunk of rows at a time, with its gradients (vaswani.training.chunked_loss), "
+                  "instead of the logits of the whole batch at once: the same loss, and far less memory at a large "
+                  "vocabulary. One process; evaluation and generation use the model's own output layer."},
     )
     dataloader_num_workers: int | None = field(
         default=None,
@@ -230,7 +239,7 @@ CHANGEABLE_ON_RESUME = (
     "cooldown_steps", "max_grad_norm", "logging_steps", "eval_steps", "save_steps", "keep_checkpoints",
     "eval_num_beams", "eval_length_penalty", "eval_max_new_tokens", "eval_batch_size", "max_eval_samples",
     "best_metric", "early_stopping_patience", "report_to", "cpu_threads", "preprocessing_num_workers",
-    "dataloader_num_workers",
+    "dataloader_num_workers", "chunked_loss",
 )
 
 

@@ -64,23 +64,21 @@ SIZES = {
     "gpu": Sizes(
         presets=("base", "big"), batch_size=392, length=64, vocab_size=32000,  # 392 x 64 = 25,088 tokens a side
         warmup_updates=3, timed_updates=20, matmul_size=8192, matmul_per_round=10,
-        recipe_batch=(512, 24), profiled_updates=3,  # 12,288 tokens a side: the recipe's update, of caption lengths
+        recipe_batch=(170, 24), profiled_updates=3,  # 4,080 tokens a side: the recipe's update, of caption lengths
         engine_options=ENGINE_RUN + (
             "--preset", "base", "--vocab_size", "8000", "--synthetic_train_size", "8000",
             "--synthetic_validation_size", "32", "--max_eval_samples", "16", "--max_tokens_per_batch", "8192",
             "--tokens_per_update", "16384", "--max_steps", "8",
         ),
-        # the CPU recipe's updates (9,000 of 4,096 tokens, its warmup and cooldown: 41.43 BLEU on the CPU) replayed from
-        # CUDA graphs, in place of the config's 3,200 of 12,288 (40.23, eager, on an H200): on an H100 shared by four
-        # runs it ran 7,400 of its 9,000 updates in 250 s (results/multi30k_en_de_gpu/notes.md)
-        recipe_options=(
-            "--cuda_graphs", "--max_steps", "9000", "--max_tokens_per_batch", "4096", "--tokens_per_update", "4096",
-            "--warmup_steps", "2000", "--cooldown_steps", "2700",
-        ),
+        # the config as it is: the CPU recipe's updates (9,000 of 4,096 tokens, its warmup and cooldown: 41.43 BLEU on
+        # the CPU) replayed from CUDA graphs (results/multi30k_en_de_gpu/notes.md)
+        recipe_options=(),
         evaluate_options=(),
-        # ceilings, 590 s; an H200 (2026-11-26) used 174 s for training (a row fewer) and 119 s for the engines, and
-        # the recipe's 3,200 updates took 175 s of training beside three other runs on the same GPU
-        seconds={"training": 210, "engines": 140, "recipe": 240},
+        # ceilings, 590 s (a device command has 600, the install about 20 of them). An H100 (2026-11-27) used 182 s of
+        # 210 for training (without the compiled graphs' row and the loss alone), 112 s for the engines (an H200:
+        # 119 s), and 206 s for the recipe of 3,200 updates, 153 s of it training; the recipe's 9,000 updates from
+        # graphs should train in under 180 s alone (else: --only recipe --seconds N)
+        seconds={"training": 230, "engines": 125, "recipe": 235},
         compile_seconds=120,
         evaluation_seconds=45,
     ),
@@ -93,10 +91,11 @@ SIZES = {
             "--synthetic_validation_size", "8", "--max_eval_samples", "4", "--max_tokens_per_batch", "256",
             "--tokens_per_update", "512", "--max_steps", "2", "--cpu_threads", "1",  # two micro-batches, as on a GPU
         ),
+        # the config's run, shortened; eager (a CPU replays no CUDA graphs)
         recipe_options=(
             "--max_steps", "2", "--warmup_steps", "1", "--cooldown_steps", "0", "--max_tokens_per_batch", "128",
             "--tokens_per_update", "128", "--max_eval_samples", "4", "--eval_num_beams", "1",
-            "--eval_max_new_tokens", "8", "--cpu_threads", "1",
+            "--eval_max_new_tokens", "8", "--cpu_threads", "1", "--cuda_graphs", "false",
         ),
         evaluate_options=("--max_new_tokens", "8", "--num_beams", "1"),
         seconds={"training": 240, "engines": 300, "recipe": 240},
@@ -127,6 +126,13 @@ def _training_worker(sizes: Sizes, work_dir: Path) -> None:
     peak = matmul_peak(probe, torch.bfloat16, size=sizes.matmul_size, per_round=sizes.matmul_per_round)
     _write_record(out, {"record": "peak", "bf16_flops": peak})
     print(f"bf16 matrix-multiply peak: {peak / 1e12:.1f} TFLOP/s", flush=True)
+    # the output layer's loss of the first preset's update, full and chunked (--chunked_loss), alone: seconds
+    try:
+        loss = _measure_loss(Setup(sizes.presets[0], "bf16", sizes.batch_size, sizes.length, sizes.length,
+                                   sizes.vocab_size, device), sizes)
+    except Exception as error:  # noqa: BLE001 - reported; the rows stand without it
+        loss = {"error": f"{type(error).__name__}: {error}"}
+    _write_record(out, {"record": "loss", **loss})
     # the recipe's own model and update first (a second of the part's time), then the presets, compiled last
     pairs, length = sizes.recipe_batch
     recipe = _recipe_model()
@@ -137,9 +143,12 @@ def _training_worker(sizes: Sizes, work_dir: Path) -> None:
             setup = Setup(preset, "bf16", sizes.batch_size, sizes.length, sizes.length, sizes.vocab_size, device)
             models = ("vaswani",) if compiled else ("vaswani", "marian")
             plan += [(preset, setup, {}, model, compiled, False) for model in models]
-    # last, the recipe's update replayed from CUDA graphs (train.py --cuda_graphs): a capture that fails can leave the
-    # device unusable for this process, and no other row comes after it
+    # last, the updates replayed from CUDA graphs: a capture that fails can leave the device unusable for this
+    # process, and no row without graphs comes after them. The recipe's eager update (train.py --cuda_graphs), then
+    # the first preset's compiled update with its step (train.py --cuda_graphs --torch_compile)
     plan.append((recipe["name"], recipe_setup, recipe["options"], "vaswani", False, True))
+    first = Setup(sizes.presets[0], "bf16", sizes.batch_size, sizes.length, sizes.length, sizes.vocab_size, device)
+    plan.append((sizes.presets[0], first, {}, "vaswani", True, True))
     for label, setup, options, model_name, compiled, graphed in plan:
         name = f"{label} {model_name}{' compiled' if compiled else ''}{' CUDA graphs' if graphed else ''}"
         try:
@@ -169,15 +178,18 @@ def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes
                      work_dir: Path, label: str, options: dict, graphed: bool = False) -> dict:
     """One training row: seconds per update of `sizes.timed_updates` updates after the warm-up ones, each update
     the real one of scripts/train.py on one micro-batch of random tokens (with `setup.precision` as train.py's
-    --mixed_precision; `graphed`: its forward and backward replayed from CUDA graphs, as --cuda_graphs does, the
-    first warm-up update capturing them; the dry run's stand-in runs the model as it is); then
-    `sizes.profiled_updates` more under torch.profiler (`_profile`)."""
+    --mixed_precision; `graphed`: replayed from CUDA graphs, as --cuda_graphs does, its forward and backward, and
+    compiled, the whole update with the optimizer's step as --cuda_graphs --torch_compile does; the warm-up updates
+    capture them; the dry run's stand-in runs the work as it is); then `sizes.profiled_updates` more under
+    torch.profiler (`_profile`). Peak memory: the allocator's high-water mark of tensors, and of the memory it
+    reserved from the GPU, which holds the CUDA graphs' private pool (their tensors are allocated only while they
+    are captured, before the timed updates)."""
     from torch._dynamo.utils import counters
 
     from .. import VaswaniConfig
     from ..serving.benchmarking import make_batch, marian_model, synchronize, training_flops, vaswani_model
     from .arguments import TrainArguments
-    from .cuda_graphs import GraphedUpdates
+    from .cuda_graphs import GraphedUpdates, UpdateGraphs
     from .loop import TrainingProgress, run_update
     from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 
@@ -188,6 +200,7 @@ def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes
     optimizer, schedule = build_optimizer_and_schedule(
         model, paper_peak_learning_rate(model.config.d_model, args.warmup_steps), args.warmup_steps,
         (args.adam_beta1, args.adam_beta2), args.adam_epsilon, args.weight_decay, max_steps=args.max_steps,
+        fused=True if compiled and graphed else None,  # the graphed step is fused Adam's (also on the dry run's CPU)
     )
     accelerator.gradient_accumulation_steps = 1
     amp, accelerator.native_amp = accelerator.native_amp, accelerator.native_amp and setup.precision == "bf16"
@@ -197,7 +210,9 @@ def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes
         accelerator.native_amp = amp
     if compiled:
         model = torch.compile(model, backend="inductor" if _on_gpu() else "eager")
-    if graphed:
+    if graphed and compiled:
+        model = UpdateGraphs(model, capture=None if _on_gpu() else (lambda work: work))
+    elif graphed:
         model = GraphedUpdates(model, capture=None if _on_gpu() else (lambda module, sample_args: module))
     micro_batches = [make_batch(replace(setup, device="cpu"))]  # on the host, as collate gives them
     progress = TrainingProgress()
@@ -213,6 +228,7 @@ def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes
     synchronize(setup)
     seconds = (time.perf_counter() - started) / sizes.timed_updates
     peak_memory = torch.cuda.max_memory_allocated() / 2**20 if _on_gpu() else None
+    peak_reserved = torch.cuda.max_memory_reserved() / 2**20 if _on_gpu() else None
     try:
         profile = _profile(lambda: run_update(accelerator, model, optimizer, schedule, micro_batches, args, progress),
                            setup, sizes.profiled_updates)
@@ -230,9 +246,54 @@ def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes
         "tokens_per_s": tokens / sizes.timed_updates / seconds,  # source + target, as train.py reports
         "mfu": training_flops(config, setup) / seconds / peak,
         "peak_memory_mib": peak_memory,
+        # what the process held from the GPU at most, the graphs' pool included; None on a CPU (the dry run)
+        "peak_reserved_mib": peak_reserved,
         "graph_breaks": sum(counters["graph_break"].values()) if compiled else None,
         "profile": profile,
     }
+
+
+def _measure_loss(setup, sizes: Sizes) -> dict:
+    """The output layer's loss of `setup`'s update alone, forward and backward, eager: as the model computes it (the
+    logits of every target token, float32 cross-entropy with label smoothing 0.1) and by --chunked_loss
+    (`linear_cross_entropy`), in bf16 as the presets' rows; milliseconds per loss (the mean of
+    `sizes.timed_updates` after one warm-up) and, on a GPU, the peak of tensors each allocated beyond its inputs."""
+    import torch.nn.functional as F
+
+    from .. import VaswaniConfig
+    from ..serving.benchmarking import synchronize
+    from .chunked_loss import linear_cross_entropy
+
+    config = VaswaniConfig.from_preset(setup.preset, vocab_size=setup.vocab_size)
+    rows = setup.batch_size * setup.target_length
+    torch.manual_seed(0)
+    hidden = torch.randn(rows, config.d_model, device=setup.device, requires_grad=True)
+    weight = (torch.randn(config.vocab_size, config.d_model, device=setup.device) * 0.05).requires_grad_()
+    labels = torch.randint(0, config.vocab_size, (rows,), device=setup.device)
+
+    def full():
+        logits = hidden.to(torch.bfloat16) @ weight.to(torch.bfloat16).T
+        return F.cross_entropy(logits.float(), labels, ignore_index=-100, label_smoothing=0.1)
+
+    def chunked():
+        return linear_cross_entropy(hidden, weight, labels, 0.1, compute_dtype=torch.bfloat16)
+
+    measured = {"tokens": rows, "vocab_size": config.vocab_size, "d_model": config.d_model}
+    for way, loss_of in (("full", full), ("chunked", chunked)):
+        loss_of().backward()  # warm-up
+        hidden.grad = weight.grad = None
+        synchronize(setup)
+        if _on_gpu():
+            torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated() if _on_gpu() else 0
+        started = time.perf_counter()
+        for _ in range(sizes.timed_updates):
+            loss_of().backward()
+            hidden.grad = weight.grad = None
+        synchronize(setup)
+        measured[f"{way}_ms"] = (time.perf_counter() - started) * 1000 / sizes.timed_updates
+        measured[f"{way}_peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20 if _on_gpu() else None
+    return measured
 
 
 def _profile(update, setup, updates: int, top: int = 6) -> dict:
@@ -392,11 +453,13 @@ def _run_training(suite: Suite, seconds: float) -> tuple[dict, str | None]:
     finished = _run_logged(suite, command + (["--dry_run"] if suite.dry_run else []), seconds)
     records = _read_records(records_file)
     peak = next((record["bf16_flops"] for record in records if record["record"] == "peak"), None)
+    loss = next(({k: v for k, v in record.items() if k != "record"} for record in records
+                 if record["record"] == "loss"), None)
     rows = [{k: v for k, v in record.items() if k != "record"} for record in records if record["record"] == "row"]
     errors = [f"{record['row']}: {record['error']}" for record in records if record["record"] == "error"]
     if (problem := _failure(finished, seconds)) is not None:
         errors.append(problem)
-    return {"peak_flops_bf16": peak, "training": rows}, "; ".join(errors) or None
+    return {"peak_flops_bf16": peak, "loss": loss, "training": rows}, "; ".join(errors) or None
 
 
 def _run_engines(suite: Suite, seconds: float) -> tuple[dict, str | None]:
@@ -541,6 +604,7 @@ def _new_report(dry_run: bool, train_py_compile: bool) -> dict:
         "dry_run": dry_run,
         "train_py_torch_compile": train_py_compile,
         "peak_flops_bf16": None,
+        "loss": None,  # the output layer's loss alone, full and chunked (`_measure_loss`)
         "training": [],
         "engines": [],
         "recipe": None,
@@ -568,8 +632,11 @@ def _number(value, style: str) -> str:
 
 
 def _update_path(row: dict) -> str:
-    """The "compiled" column: yes, no, or CUDA graphs (rows of earlier runs have no cuda_graphs field)."""
-    return "CUDA graphs" if row.get("cuda_graphs") else "yes" if row["compiled"] else "no"
+    """The "compiled" column: yes, no, CUDA graphs (eager), or yes + CUDA graphs (rows of earlier runs have no
+    cuda_graphs field)."""
+    if row.get("cuda_graphs"):
+        return "yes + CUDA graphs" if row["compiled"] else "CUDA graphs"
+    return "yes" if row["compiled"] else "no"
 
 
 def markdown(report: dict) -> str:
@@ -581,15 +648,23 @@ def markdown(report: dict) -> str:
         + (" (dry run: tiny sizes)" if report.get("dry_run") else ""),
         "",
         "| preset | model | precision | compiled | target tokens / update | tokens/s (source + target) | MFU "
-        "| peak memory (MiB) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| peak memory (MiB) | peak reserved, graphs' pool included (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["training"]:
         lines.append(
             f"| {row['preset']} | {row['model']} | {row['precision']} | {_update_path(row)} "
             f"| {_number(row['tokens_per_update'], 'count')} | {_number(row['tokens_per_s'], 'count')} "
-            f"| {_number(row['mfu'], 'percent')} | {_number(row['peak_memory_mib'], 'count')} |"
+            f"| {_number(row['mfu'], 'percent')} | {_number(row['peak_memory_mib'], 'count')} "
+            f"| {_number(row.get('peak_reserved_mib'), 'count')} |"
         )
+    loss = report.get("loss")
+    if loss and "error" not in loss:
+        lines += ["", "| output layer's loss alone, bf16 | tokens | vocabulary | ms (forward + backward) "
+                  "| peak memory beyond the inputs (MiB) |", "|---|---|---|---|---|"]
+        for way, name in (("full", "full logits (the model's)"), ("chunked", "chunked (--chunked_loss)")):
+            lines.append(f"| {name} | {_number(loss['tokens'], 'count')} | {_number(loss['vocab_size'], 'count')} "
+                         f"| {loss[f'{way}_ms']:.2f} | {_number(loss[f'{way}_peak_mib'], 'count')} |")
     profiled = [row for row in report["training"] if row.get("profile") and "error" not in row["profile"]]
     if profiled:
         lines += ["", "| preset | model | compiled | ms / update | kernels / update | GPU busy | most GPU time |",
@@ -615,6 +690,8 @@ def markdown(report: dict) -> str:
                   f"| {recipe['name']} | {_number(recipe['bleu'], 'score')} | {_number(recipe['sacrebleu'], 'score')} "
                   f"| {_number(recipe['training_seconds'], 'count')} |"]
     problems = dict(report.get("errors", {}))
+    if loss and "error" in loss:
+        problems["loss"] = loss["error"]
     problems.update({f"engines: {row['engine']}": row["error"] for row in report["engines"] if row.get("error")})
     if problems:
         lines += [""] + [f"- {part}: {message}" for part, message in problems.items()]

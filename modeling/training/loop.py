@@ -53,7 +53,8 @@ from .checkpoints import (
     resumable_checkpoint,
     save_checkpoint,
 )
-from .cuda_graphs import GraphedUpdates, refusal as cuda_graphs_refusal
+from .chunked_loss import ChunkedLossUpdates, autocast_dtype, refusal as chunked_loss_refusal
+from .cuda_graphs import GraphedUpdates, UpdateGraphs, refusal as cuda_graphs_refusal
 from .errors import CheckpointError, MetricsWriteError, TrainingDiverged, TrainingError
 from .evaluation import evaluate
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
@@ -178,8 +179,8 @@ class Run:
     started: float = 0.0  # time.perf_counter() when this process started the run
     earlier_seconds: float = 0.0  # wall time of the run before this process (from the checkpoint resumed)
     fingerprints: dict | None = None  # of the data and the tokenizer (input_fingerprints), saved in each checkpoint
-    # what the updates call: `model` compiled (--torch_compile), replayed from CUDA graphs (--cuda_graphs), or
-    # `model` itself; the same weights
+    # what the updates call: `model` itself, or its loss a chunk of rows at a time (--chunked_loss), compiled
+    # (--torch_compile), replayed from CUDA graphs (--cuda_graphs; with --torch_compile, the step too); the same weights
     update_model: torch.nn.Module | None = None
 
     @property
@@ -296,6 +297,8 @@ def _set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: Tra
         micro_batches = _micro_batches_per_update(args, accelerator.num_processes)
         if (problem := cuda_graphs_refusal(accelerator, args.torch_compile, micro_batches)) is not None:
             raise TrainingError(problem)
+    if args.chunked_loss and (problem := chunked_loss_refusal(accelerator)) is not None:
+        raise TrainingError(problem)
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched > 1 and accelerator.num_processes != launched:
         # without a GPU, Accelerate forms a process group only when told to run on the CPU; the processes would
@@ -419,7 +422,8 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
     optimizer, schedule = build_optimizer_and_schedule(
         model, peak_learning_rate, args.warmup_steps, (args.adam_beta1, args.adam_beta2), args.adam_epsilon,
         args.weight_decay, max_steps=args.max_steps, cooldown_steps=args.cooldown_steps,
-        fused=accelerator.device.type == "cuda" and accelerator.distributed_type in UNSHARDED,
+        # (the graphs of --cuda_graphs --torch_compile step the fused Adam, which reads its learning rate from a tensor)
+        fused=(accelerator.device.type == "cuda" or _graphs_step(args)) and accelerator.distributed_type in UNSHARDED,
     )
     accumulation = _micro_batches_per_update(args, accelerator.num_processes)
     accelerator.gradient_accumulation_steps = accumulation
@@ -427,10 +431,11 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
     shapes = (BatchShapes(args.max_tokens_per_batch, model.config.max_position_embeddings)
               if args.torch_compile or args.cuda_graphs else None)
     model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
+    update_model = ChunkedLossUpdates(model, autocast_dtype(accelerator)) if args.chunked_loss else model
+    if args.torch_compile:
+        update_model = compiled_for_updates(accelerator, update_model)
     if args.cuda_graphs:
-        update_model = GraphedUpdates(model)
-    else:
-        update_model = compiled_for_updates(accelerator, model) if args.torch_compile else model
+        update_model = UpdateGraphs(update_model) if args.torch_compile else GraphedUpdates(update_model)
 
     resegmented = BpeDropoutEpochs(prepared.train, tokenizer, data, accelerator) if data.bpe_dropout > 0 else None
     batches = TokenBudgetBatches(
@@ -453,8 +458,9 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
         write_text_atomically(output_dir / ARGUMENTS_FILE, json.dumps(options, indent=2))
     if args.report_to != "none":
         accelerator.init_trackers("tensorboard", config={k: v for k, v in options.items() if v is not None})
-    update_path = ("; CUDA graphs (captured per batch shape)" if args.cuda_graphs
-                   else "; compiled" if update_model is not model else "")
+    update_path = "".join(f"; {what}" for what, used in (
+        ("compiled", args.torch_compile), ("CUDA graphs (captured per batch shape)", args.cuda_graphs),
+        ("chunked loss", args.chunked_loss)) if used)
     accelerator.print(
         f"Training a model of {accelerator.unwrap_model(model).num_parameters():,} parameters: "
         f"{accelerator.num_processes} process(es) x {accumulation} micro-batch(es) of <= {args.max_tokens_per_batch} "
@@ -495,6 +501,11 @@ def compiled_for_updates(accelerator, model: torch.nn.Module) -> torch.nn.Module
 
     compiled.forward = forward
     return compiled
+
+
+def _graphs_step(args: TrainArguments) -> bool:
+    """Whether the optimizer's step is replayed from a CUDA graph (--cuda_graphs --torch_compile)."""
+    return args.cuda_graphs and args.torch_compile
 
 
 def _micro_batches_per_update(args: TrainArguments, num_processes: int) -> int:
@@ -836,7 +847,11 @@ def run_update(accelerator, model, optimizer, schedule, micro_batches, args, pro
     on the host tensors given), and the loss is summed on the device. Once per update, after the step, one read of
     the device brings back the loss, the gradient norm and whether the new weights are finite together (with
     `stop`, each process's stop-signal flag too: `stop.agreed` then says whether any process received one). A loss
-    or gradient that is not finite stops the run there, before anything of this update is saved."""
+    or gradient that is not finite stops the run there, before anything of this update is saved.
+
+    Under --cuda_graphs --torch_compile (`model` an `UpdateGraphs`), every update after the process's first is
+    replayed from CUDA graphs: the micro-batches copied into their shape's buffers, the step, the gradient norm and
+    the weights' check in the graphs (vaswani.training.cuda_graphs)."""
     if token_counts is None:
         token_counts = [_host_token_counts(batch) for batch in micro_batches]
     device, processes = accelerator.device, accelerator.num_processes
@@ -844,6 +859,31 @@ def run_update(accelerator, model, optimizer, schedule, micro_batches, args, pro
     # every process's counts, summed on the device (the weights below divide by them there; read after the step)
     all_tokens = (accelerator.reduce(_device_values(local_tokens, device), reduction="sum") if processes > 1
                   else local_tokens)
+    if isinstance(model, UpdateGraphs) and model.graphing:
+        # the whole update from CUDA graphs (one process): its loss sum, gradient norm and weights' check with it
+        loss_sum, norm, broken = model.update(micro_batches, all_tokens[1], optimizer, schedule, args.max_grad_norm)
+        accelerator.step += len(micro_batches)  # Accelerate's count of micro-batches, as `accumulate` keeps it
+    else:
+        loss_sum, norm = _micro_batch_updates(accelerator, model, optimizer, schedule, micro_batches, args,
+                                              token_counts, all_tokens)
+        broken = None
+        if isinstance(model, UpdateGraphs):
+            model.graphing = True  # after one update without graphs
+    check = _update_check(accelerator, loss_sum, all_tokens, norm, model.parameters(), stop, broken)
+    if not math.isfinite(check.loss):
+        raise _diverged(f"the loss is {check.loss}", progress, args, accelerator)
+    # fp16 overflows are the gradient scaler's business: it skipped that step and lowered its scale
+    if check.grad_norm is not None and not math.isfinite(check.grad_norm) and accelerator.mixed_precision != "fp16":
+        raise _diverged(f"the gradient norm is {check.grad_norm}", progress, args, accelerator)
+    if not check.weights_finite:
+        raise _diverged("the update made weights inf or nan", progress, args, accelerator, applied=True)
+    return check.loss, check.tokens, check.grad_norm
+
+
+def _micro_batch_updates(accelerator, model, optimizer, schedule, micro_batches, args, token_counts, all_tokens):
+    """The update's micro-batches through `model`, forward and backward, then the optimizer's step: the sum of their
+    losses each times its target tokens, and the gradient norm before clipping (None without clipping)."""
+    device, processes = accelerator.device, accelerator.num_processes
     loss_sum = torch.zeros((), device=device)
     norm = None
     for batch, (_, tokens) in zip(micro_batches, token_counts):
@@ -860,15 +900,7 @@ def run_update(accelerator, model, optimizer, schedule, micro_batches, args, pro
                 optimizer.step()
                 schedule.step()
                 optimizer.zero_grad(set_to_none=True)
-    check = _update_check(accelerator, loss_sum, all_tokens, norm, model.parameters(), stop)
-    if not math.isfinite(check.loss):
-        raise _diverged(f"the loss is {check.loss}", progress, args, accelerator)
-    # fp16 overflows are the gradient scaler's business: it skipped that step and lowered its scale
-    if check.grad_norm is not None and not math.isfinite(check.grad_norm) and accelerator.mixed_precision != "fp16":
-        raise _diverged(f"the gradient norm is {check.grad_norm}", progress, args, accelerator)
-    if not check.weights_finite:
-        raise _diverged("the update made weights inf or nan", progress, args, accelerator, applied=True)
-    return check.loss, check.tokens, check.grad_norm
+    return loss_sum, norm
 
 
 def _host_token_counts(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
@@ -900,13 +932,13 @@ class UpdateCheck:
 
 
 def _update_check(accelerator, loss_sum: torch.Tensor, all_tokens, norm, parameters,
-                 stop: StopSignals | None) -> UpdateCheck:
-    """Sum the update's loss, its new weights' non-finite flag and the stop flags over the processes in one
-    reduction, and read them with the token counts and the gradient norm in one transfer to the host."""
+                 stop: StopSignals | None, broken: torch.Tensor | None = None) -> UpdateCheck:
+    """Sum the update's loss, its new weights' non-finite flag (`broken`, where the update computed it; else
+    checked here) and the stop flags over the processes in one reduction, and read them with the token counts and
+    the gradient norm in one transfer to the host."""
     device = accelerator.device
-    summed = torch.stack([
-        loss_sum.float(), non_finite_flag(parameters, device), _stop_flag(stop, device)
-    ])
+    broken = non_finite_flag(parameters, device) if broken is None else broken
+    summed = torch.stack([loss_sum.float(), broken, _stop_flag(stop, device)])
     summed = accelerator.reduce(summed, reduction="sum")
     read = [summed.double() if device.type != "mps" else summed]
     if torch.is_tensor(all_tokens):

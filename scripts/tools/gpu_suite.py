@@ -1,4 +1,4 @@
-"""What issue 40 asks of one GPU, measured by one command in at most 8 minutes: training speed (MFU), the DeepSpeed
+"""One GPU measured by one command in at most 10 minutes: training speed (MFU), the DeepSpeed
 and FSDP engines really engaged, and the Multi30k en->de recipe on a clock.
 
     python scripts/tools/gpu_suite.py --output_dir results/benchmark               # on the GPU
@@ -13,15 +13,20 @@ over still leaves the others' results, and its error, in the JSON:
             (`vaswani.training.loop.run_update`, under an Accelerator with bf16 mixed precision, the optimizer and
             schedule of `vaswani.training.optimization`), eager and `torch.compile`d, beside transformers' Marian of
             the same architecture in the same update (eager); first, the Multi30k GPU recipe's own model on its
-            12,288-token update, fp32, eager, and last the same replayed from CUDA graphs (train.py --cuda_graphs;
-            the dry run stands in with the model itself). MFU against the bf16 matrix-multiply peak measured
-            first in the same process (`vaswani.serving.benchmarking`, shared with scripts/tools/benchmark.py).
+            4,080-token update, fp32, eager, and last the updates replayed from CUDA graphs: the recipe's (train.py
+            --cuda_graphs), then the base preset's compiled, its optimizer step in the graphs (train.py
+            --cuda_graphs --torch_compile; the dry run stands in with the work itself). MFU against the bf16
+            matrix-multiply peak measured first in the same process (`vaswani.serving.benchmarking`, shared with
+            scripts/tools/benchmark.py). Each row: tokens/s, MFU, the peak memory of tensors and the peak reserved
+            from the GPU (which holds the CUDA graphs' pool), and a profile of a few more updates (kernels per
+            update, the GPU's busy share, the kernels of most time). Before the rows, the base update's output-layer
+            loss alone, full logits against --chunked_loss: milliseconds and peak memory (the JSON's "loss").
   engines   `accelerate launch --config_file scripts/configs/accelerate_{ddp,deepspeed,fsdp}.yaml --num_processes 1
             scripts/train.py` on the synthetic task with the base preset: whether the engine engaged is read from the
             run's own summary.json (`distributed_type`), never assumed; a run that refuses or fails is a row with
             engaged false and its error.
-  recipe    scripts/train.py with scripts/configs/multi30k_en_de_gpu.yaml and the GPU sizes' `recipe_options` (now
-            the CPU recipe's 9,000 updates of 4,096 tokens, --cuda_graphs; the JSON's recipe "options"), then
+  recipe    scripts/train.py with scripts/configs/multi30k_en_de_gpu.yaml as it is (the CPU recipe's 9,000 updates of
+            4,096 tokens, from CUDA graphs; the dry run: 2 updates, --cuda_graphs false), then
             scripts/evaluate_model.py on test_2016_flickr: tokenized BLEU, sacreBLEU, and train.py's own training
             time (summary.json's train_seconds: updates only, without data preparation, evaluation and saving).
 
@@ -36,7 +41,8 @@ recipe): tests/tools/test_gpu_suite.py runs it, so that the command cannot rot b
 without a GPU, DeepSpeed and FSDP cannot engage (train.py refuses them), which the JSON records as engaged false;
 DDP runs on CPU processes (ACCELERATE_USE_CPU=1). What differs on a GPU is in vaswani.training.gpu_suite's
 `_on_gpu()` and its callers: the compiler backend (inductor; the CPU dry run only traces, with the `eager` backend),
-the engine DDP is expected to be, and peak memory (torch.cuda.max_memory_allocated; none on a CPU).
+the engine DDP is expected to be, the captures (a stand-in on a CPU), and peak memory (torch.cuda.max_memory_allocated
+and max_memory_reserved; none on a CPU).
 """
 
 import argparse
