@@ -84,6 +84,7 @@ def test_the_output_projection_through_either_library_gives_generates_tokens(en_
     MKL elsewhere: forced either way at every row count, the tokens are generate's."""
     monkeypatch.setattr(cpu_decoding, "ONEDNN_VOCAB", through_onednn)
     monkeypatch.setattr(cpu_decoding, "ONEDNN_VOCAB_ROWS", 1)
+    monkeypatch.setattr(cpu_decoding, "ONEDNN_LAYERS", False)  # (the layers' products: their own test below)
     projections = []
     linear = torch.ops.mkldnn._linear_pointwise
     monkeypatch.setattr(cpu_decoding.torch.ops.mkldnn, "_linear_pointwise",
@@ -95,6 +96,30 @@ def test_the_output_projection_through_either_library_gives_generates_tokens(en_
         assert_same_tokens(plain, fast, batch, max_new_tokens=25, **settings)
     assert bool(projections) == through_onednn
     assert len(searches) == 2
+
+
+@pytest.mark.parametrize("through_onednn", [True, False])
+def test_the_layers_products_through_either_library_give_generates_tokens(en_de, searches, monkeypatch,
+                                                                           through_onednn):
+    """The layers' products go through oneDNN on AMD's Zen 5 and later (ONEDNN_LAYERS) from ONEDNN_MIN_WORK
+    multiply-adds, through MKL elsewhere: forced either way for every product, the tokens are generate's."""
+    monkeypatch.setattr(cpu_decoding, "ONEDNN_LAYERS", through_onednn)
+    monkeypatch.setattr(cpu_decoding, "ONEDNN_MIN_WORK", 1)
+    monkeypatch.setattr(cpu_decoding, "ONEDNN_VOCAB", False)  # (the output projection's own test is above)
+    products = []
+    linear = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(cpu_decoding.torch.ops.mkldnn, "_linear_pointwise",
+                        lambda *args: products.append(args[0].shape) or linear(*args), raising=False)
+    plain, tokenizer = en_de
+    fast = copy.deepcopy(plain)
+    vars(fast).pop("_cpu_generate_state", None)  # (laid out anew, under the settings above)
+    batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    for settings in ({"num_beams": 1}, {"num_beams": 4}):
+        assert_same_tokens(plain, fast, batch, max_new_tokens=25, **settings)
+    assert bool(products) == through_onednn
+    assert len(searches) == 2
+    if through_onednn:  # every product of the encoder and the decoder: more calls than steps times products
+        assert len(products) > 2 * plain.config.decoder_layers * 6
 
 
 def test_beam_search_computes_one_row_per_input_at_its_first_step(en_de, monkeypatch):

@@ -150,7 +150,7 @@ one click, and the same answers come through its API (`gradio_client`, or "Use v
 
 {model_line} The app (`app.py`) runs the project's web demo on it, from the project's sources{version} in
 `{PACKAGE_FOLDER}/` (the package is not on PyPI); `requirements.txt` lists their dependencies. The model decodes with
-its generation config, as its card reports, on the package's fast CPU path where the Space has no GPU.
+its generation config, as its card reports, on its own CPU decoder (its default) where the Space has no GPU.
 
 Run it on your machine: `pip install -r requirements.txt gradio=={sdk_version} && python app.py`, then open
 http://127.0.0.1:7860.

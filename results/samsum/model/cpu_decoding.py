@@ -107,24 +107,59 @@ ONEDNN_VOCAB_HINT = 64
 MIN_KEYS = 16
 
 
+# On AMD CPUs of the Zen 5 family (cpu family 26) and later, the layers' products also go through oneDNN with their
+# weights reordered once (`Product`), where MKL takes its slow generic path: one thread on a 2-core EPYC of that family,
+# 64 rows x 128 -> 384 (a shipped model's query, key and value) took 63 us through MKL against 37 through oneDNN, 256
+# x 512 -> 128 312 against 142; at a few rows MKL's is faster (4 x 128 -> 128: 4 against 12 us), the two meeting
+# at about 700,000 multiply-adds a product (`ONEDNN_MIN_WORK`). On the Zen 4 EPYC of the earlier measurements oneDNN
+# was slower below 64 rows and 5-20% faster above 256, so that CPU (and Intel's) keep MKL for these products.
+ONEDNN_LAYERS = ONEDNN_VOCAB and int(proc_field("/proc/cpuinfo", "cpu family") or 0) >= 26
+ONEDNN_MIN_WORK = 700_000
+
+
+class Product:
+    """A linear layer laid out for this path: `product(x)` is `x @ weight.T + bias`, through MKL's `addmm` on the
+    weight transposed to (in, out), or where `ONEDNN_LAYERS` and the product is large enough (`ONEDNN_MIN_WORK`)
+    through oneDNN on the weight reordered once for its kernel."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor):
+        with torch.no_grad():
+            self.weight = weight.t().contiguous()  # (in, out)
+            self.bias = bias.detach().clone()
+            self.packed = None  # (an opaque oneDNN tensor: it cannot be copied, see CpuGenerate.__getstate__)
+            if ONEDNN_LAYERS:
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), ONEDNN_VOCAB_HINT)
+        self.onednn_rows = -(-ONEDNN_MIN_WORK // (self.weight.shape[0] * self.weight.shape[1]))
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[1]
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        if self.packed is not None and x.shape[0] >= self.onednn_rows:
+            product = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+            return product if out is None else out.copy_(product)
+        return torch.addmm(self.bias, x, self.weight, out=out)
+
+
 class LayerWeights:
-    """One layer's weights (an encoder layer has no cross-attention), each matrix transposed to (in, out) for
-    `addmm(bias, x, weight)`; the query projections carry the attention's 1 / sqrt(d_k)."""
+    """One layer's weights (an encoder layer has no cross-attention), each linear layer a `Product`; the query
+    projections carry the attention's 1 / sqrt(d_k)."""
 
     def __init__(self, layer: nn.Module):
         attention = layer.self_attn
         scaling = attention.scaling
         self.heads, self.head_dim = attention.num_heads, attention.head_dim
-        self.qkv_weight = torch.cat(
-            [attention.q_proj.weight * scaling, attention.k_proj.weight, attention.v_proj.weight]
-        ).t().contiguous()
-        self.qkv_bias = torch.cat([attention.q_proj.bias * scaling, attention.k_proj.bias, attention.v_proj.bias])
+        self.qkv = Product(
+            torch.cat([attention.q_proj.weight * scaling, attention.k_proj.weight, attention.v_proj.weight]),
+            torch.cat([attention.q_proj.bias * scaling, attention.k_proj.bias, attention.v_proj.bias]),
+        )
         self.self_out = _linear_weights(attention.out_proj)
         self.self_norm = _norm_weights(layer.self_attn_residual.layer_norm)
         cross = getattr(layer, "encoder_attn", None)
         if cross is not None:
             query = cross.q_proj
-            self.cross_query = ((query.weight * cross.scaling).t().contiguous(), query.bias * cross.scaling)
+            self.cross_query = Product(query.weight * cross.scaling, query.bias * cross.scaling)
             self.cross_out = _linear_weights(cross.out_proj)
             self.cross_norm = _norm_weights(layer.encoder_attn_residual.layer_norm)
         self.fc1 = _linear_weights(layer.feed_forward.fc1)
@@ -136,8 +171,8 @@ class LayerWeights:
         self.relative_bias = None if bias is None else (bias.bias.detach().clone(), bias.max_distance)
 
 
-def _linear_weights(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
-    return linear.weight.t().contiguous(), linear.bias.detach().clone()
+def _linear_weights(linear: nn.Linear) -> Product:
+    return Product(linear.weight, linear.bias)
 
 
 def _norm_weights(norm: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -240,18 +275,17 @@ FEED_FORWARD_BLOCK = 2**17
 
 def _feed_forward(layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
     rows = hidden.shape[0]
-    block = max(1, FEED_FORWARD_BLOCK // layer.fc1[0].shape[1])
+    block = max(1, FEED_FORWARD_BLOCK // layer.fc1.out_features)
     if rows <= block:
-        return torch.addmm(layer.fc2[1], _inner_activations(layer, hidden), layer.fc2[0])
-    output = hidden.new_empty(rows, layer.fc2[0].shape[1])
+        return layer.fc2(_inner_activations(layer, hidden))
+    output = hidden.new_empty(rows, layer.fc2.out_features)
     for start in range(0, rows, block):
-        torch.addmm(layer.fc2[1], _inner_activations(layer, hidden[start : start + block]), layer.fc2[0],
-                    out=output[start : start + block])
+        layer.fc2(_inner_activations(layer, hidden[start : start + block]), out=output[start : start + block])
     return output
 
 
 def _inner_activations(layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
-    inner = torch.addmm(layer.fc1[1], hidden, layer.fc1[0])
+    inner = layer.fc1(hidden)
     return inner.relu_() if layer.relu else layer.activation(inner)
 
 
@@ -359,7 +393,7 @@ def _encoder_self_attention(layer: LayerWeights, packed: torch.Tensor, *, layout
     heads, length, length) or None and the `padding` bias (batch, 1, 1, length) or None; the output projection
     packed."""
     heads, head_dim = layer.heads, layer.head_dim
-    projected = torch.addmm(layer.qkv_bias, packed, layer.qkv_weight)
+    projected = layer.qkv(packed)
     if layout is not None:
         projected = layout[1].index_copy_(0, layout[0], projected)
     batch = groups[-1].last
@@ -382,7 +416,7 @@ def _encoder_self_attention(layer: LayerWeights, packed: torch.Tensor, *, layout
         output[inputs, columns] = attended.transpose(1, 2)
     output = output.view(-1, heads * head_dim)
     output = output.index_select(0, layout[0]) if layout is not None else output
-    return torch.addmm(layer.self_out[1], output, layer.self_out[0])
+    return layer.self_out(output)
 
 
 class Workspace(threading.local):
@@ -458,13 +492,13 @@ class CpuDecoder:
         packed = states.index_select(0, real) if real is not None else states
         padded = states.new_zeros(states.shape) if real is not None else None
 
-        def project(weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-            projected = torch.addmm(bias, packed, weight)
+        def project(product: Product) -> torch.Tensor:
+            projected = product(packed)
             return (padded.index_copy_(0, real, projected) if real is not None else projected).view(split)
 
         split = (inputs, source_length, self.heads, self.head_dim)
-        keys = [project(*pair).permute(0, 2, 3, 1).contiguous() for pair in weights.cross_keys]
-        values = [project(*pair).permute(0, 2, 1, 3).contiguous() for pair in weights.cross_values]
+        keys = [project(product).permute(0, 2, 3, 1).contiguous() for product in weights.cross_keys]
+        values = [project(product).permute(0, 2, 1, 3).contiguous() for product in weights.cross_values]
         self.source_bias = _padding_bias(source_mask, encoder_states.dtype)  # (slots, 1, 1, source) or None
         if source_length < MIN_KEYS:  # a short source: zero keys and values after it, masked (MIN_KEYS)
             extra = MIN_KEYS - source_length
@@ -582,7 +616,7 @@ class CpuDecoder:
         the cache in one copy, then two batched products and a softmax over the keys so far."""
         new, keys, values, bias = attention
         slots, beams, heads, head_dim = self.slot_count, self.row_beams, self.heads, self.head_dim
-        projected = torch.addmm(layer.qkv_bias, hidden, layer.qkv_weight).view(slots, beams, 3, heads, head_dim)
+        projected = layer.qkv(hidden).view(slots, beams, 3, heads, head_dim)
         new[index].copy_(projected[:, :, 1:].permute(2, 0, 3, 1, 4))
         query = projected[:, :, 0].transpose(1, 2).reshape(slots * heads, beams, head_dim)
         if bias[index] is not None:
@@ -590,7 +624,7 @@ class CpuDecoder:
         else:
             scores = torch.bmm(query, keys[index])
         output = torch.bmm(torch.softmax(scores, dim=-1), values[index])
-        return torch.addmm(layer.self_out[1], self.merge_heads(output), layer.self_out[0])
+        return layer.self_out(self.merge_heads(output))
 
     def merge_heads(self, states: torch.Tensor) -> torch.Tensor:
         """(slots * heads, row_beams, head_dim) -> (slots * row_beams, heads * head_dim)"""
@@ -609,7 +643,7 @@ class CpuDecoder:
 
     def cross_attention(self, index: int, layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
         slots, beams, heads, head_dim = self.slot_count, self.row_beams, self.heads, self.head_dim
-        query = torch.addmm(layer.cross_query[1], hidden, layer.cross_query[0])
+        query = layer.cross_query(hidden)
         if beams == 1:
             query = query.view(slots * heads, 1, head_dim)
         else:
@@ -620,7 +654,7 @@ class CpuDecoder:
         else:
             scores = torch.bmm(query, keys)
         output = torch.bmm(torch.softmax(scores, dim=-1), values)
-        return torch.addmm(layer.cross_out[1], self.merge_heads(output), layer.cross_out[0])
+        return layer.cross_out(self.merge_heads(output))
 
     def keep(self, rows: torch.Tensor, inputs: torch.Tensor | None) -> None:
         """Go on with these rows (indices into the rows still decoding) of these inputs (see
