@@ -53,8 +53,27 @@ def start_run(task_arguments, argv: list[str] | None, training_arguments=Trainin
     check_run(training_args)
     _check_paths(model_args, data_args, training_args)
     _take_output_dir(training_args)
+    _stop_at_once_while_setting_up(training_args)
     set_seed(training_args.seed)
     return model_args, data_args, task_args, training_args
+
+
+# A stop signal (SIGTERM, SIGUSR1) while a run is being set up (data, tokenizer, model: nothing trained yet) stops it at
+# once with this line and the resumable exit status, 75; from `train_and_evaluate` on, the Trainer saves first.
+SET_UP_STOP = ("while the run was being set up, before its first update: nothing was trained, so nothing is lost; "
+               "the same command starts it again")
+_set_up_signals: dict[str, StopSignals] = {}  # --output_dir -> its set-up's signals, until its training starts
+
+
+def _stop_at_once_while_setting_up(training_args: TrainingArguments) -> None:
+    signals = StopSignals(at_once=SET_UP_STOP)
+    _set_up_signals[str(Path(training_args.output_dir))] = signals.__enter__()
+
+
+def _set_up_done(training_args: TrainingArguments) -> None:
+    signals = _set_up_signals.pop(str(Path(training_args.output_dir)), None)
+    if signals is not None:
+        signals.__exit__(None, None, None)
 
 
 # What the numeric options of a fine-tuning run allow, ours and those of TrainingArguments that it takes as given
@@ -389,6 +408,7 @@ def train_and_evaluate(
     which are also written to train_results.json / eval_results.json / all_results.json in --output_dir. The run's
     `arguments` (its model, data and task dataclasses) and training arguments go to arguments.json beside the model,
     which the model card reads (transformers' training_args.bin is a pickle: nothing of this project reads it)."""
+    _set_up_done(training_args)
     try:
         return _train_and_evaluate(trainer, training_args, extra, arguments)
     finally:

@@ -305,3 +305,33 @@ def test_resuming_a_finished_run_or_an_absurd_progress_is_refused_and_nothing_ch
     state_file.write_text(saved)
     assert {key: value for key, value in snapshot(run).items() if key != ".run.lock"} == {
         key: value for key, value in before.items() if key != ".run.lock"}
+
+
+def test_sigterm_while_the_run_is_set_up_exits_75_with_its_line(tokenizer_dir, data, tmp_path, monkeypatch):
+    """A stop signal before the first update (here while the data are loaded) ends the run at once, nothing being
+    trained: one line and status 75, so that a job requeued on it starts again (it was 143, and no line)."""
+    import os
+    import signal
+
+    import vaswani.finetuning as finetuning
+    from helpers import REPO, command_in_process
+
+    load_splits = finetuning.load_splits
+
+    def load_then_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return load_splits(*args, **kwargs)
+
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGUSR1)}
+    monkeypatch.setattr(finetuning, "load_splits", load_then_signal)
+    try:
+        done = command_in_process(REPO / "scripts" / "finetune_classification.py",
+                                  scratch_args(tokenizer_dir, data, tmp_path / "run", "--do_train", "--max_steps", "2"))
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    assert done.returncode == 75
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        "finetune_classification.py: stopped by SIGTERM while the run was being set up, before its first update: "
+        "nothing was trained, so nothing is lost")
+    assert not (tmp_path / "run" / "config.json").exists()
