@@ -36,11 +36,12 @@ over once num_beams hypotheses have finished), so that every engine computes the
 rule (`early_stopping=False`, a longer search CTranslate2 cannot run) is timed beside, in process
 (`vaswani_cpu_early_stopping_false`). Each row gives the milliseconds per batch, the generated tokens per second
 (the tokens the plain model generates), the ratios to CTranslate2 fp32, whether `vaswani_cpu`, `default_generate`
-and CTranslate2 fp32 gave the tokens of transformers' loop (and `default_pipeline` their text), and the load average before and after (a loaded machine's numbers are noise). The table of
-results/benchmark/README.md comes from:
+and CTranslate2 fp32 gave the tokens of transformers' loop (and `default_pipeline` their text), and the load average
+before and after (a loaded machine's numbers are noise). The table of results/benchmark/README.md comes from:
 
     python scripts/tools/benchmark.py --engines --threads 1 2 --rounds 5 --alone_pairs 5 \\
-        --workloads base multi30k_en_de multi30k_de_en samsum --json results/benchmark/engines_cpu_amd_epyc_workloads.json
+        --workloads base multi30k_en_de multi30k_de_en samsum \\
+        --json results/benchmark/engines_cpu_amd_epyc_zen5_workloads.json
 """
 
 import argparse

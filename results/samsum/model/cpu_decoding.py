@@ -845,7 +845,8 @@ def _model_runs_here(model: nn.Module) -> bool:
     parameter = next(model.parameters())
     if model.training or parameter.device.type != "cpu" or parameter.dtype != torch.float32:
         return False
-    return all(isinstance(module.weight, torch.Tensor) for module in model.modules() if "Linear" in type(module).__name__)
+    linears = (module for module in model.modules() if "Linear" in type(module).__name__)
+    return all(isinstance(module.weight, torch.Tensor) for module in linears)
 
 
 def search_settings(model, input_ids, logits_processor, stopping_criteria, generation_config, kwargs):
