@@ -113,12 +113,13 @@ def check_output_file(
 
 
 def check_replaceable(output_dir: PathLike, option: str = "--output_dir", overwrite: bool = False,
-                      folders: tuple[str, ...] = ()) -> None:
+                      folders: tuple[str, ...] = (), files: tuple[str, ...] = ()) -> None:
     """An existing output folder that is not empty is refused, unless `overwrite` (the command's
     `--overwrite_output_dir`), and then only if everything in it is a regular file this project writes
     (`PROJECT_FILES`), or one of the subfolders the command writes (`folders`: a Space's `model/` and `vaswani/`),
-    holding such files only, in folders of their own or Python's `__pycache__`: a link, a special file or any other
-    file or folder is the user's, and named."""
+    holding such files only, in folders of their own or Python's `__pycache__`; `files`: more name patterns the
+    command writes (the GPU suite's wheels): a link, a special file or any other file or folder is the user's, and
+    named."""
     output_dir = Path(output_dir)
     if not output_dir.is_dir() or output_dir.is_symlink():
         return
@@ -129,8 +130,8 @@ def check_replaceable(output_dir: PathLike, option: str = "--output_dir", overwr
             "replace what this project wrote there with --overwrite_output_dir."
         )
     for path in entries:
-        foreign = _not_written_here(path, in_subfolder=False) if path.name not in folders else next(
-            (inner for inner in sorted(path.rglob("*")) if _not_written_here(inner, in_subfolder=True)), None)
+        foreign = _not_written_here(path, False, files) if path.name not in folders else next(
+            (inner for inner in sorted(path.rglob("*")) if _not_written_here(inner, True, files)), None)
         if foreign:
             foreign = path if foreign is True else foreign
             raise FileExistsError(
@@ -140,14 +141,14 @@ def check_replaceable(output_dir: PathLike, option: str = "--output_dir", overwr
             )
 
 
-def _not_written_here(path: Path, in_subfolder: bool) -> bool:
+def _not_written_here(path: Path, in_subfolder: bool, files: tuple[str, ...] = ()) -> bool:
     """Whether `path` is not what this project writes into a folder it publishes (see `check_replaceable`)."""
     kind = path_kind(path)
     if kind == "a folder":
         return not in_subfolder
     if kind != "a file":
         return True
-    patterns = (*PROJECT_FILES, "*.pyc") if in_subfolder else PROJECT_FILES
+    patterns = (*PROJECT_FILES, *files, *(("*.pyc",) if in_subfolder else ()))
     return not any(fnmatch(path.name, pattern) for pattern in patterns)
 
 
@@ -321,9 +322,9 @@ class OutputFolder:
     temporary one; a write that fails (a full disk) is one line naming the file."""
 
     def __init__(self, path: PathLike, inputs: Inputs, option: str = "--output_dir", overwrite: bool = False,
-                 folders: tuple[str, ...] = ()):
+                 folders: tuple[str, ...] = (), files: tuple[str, ...] = ()):
         self.path, self.inputs, self.option, self.overwrite = Path(path), inputs, option, overwrite
-        self.folders = folders  # the subfolders the command writes (`check_replaceable`)
+        self.folders, self.files = folders, files  # the subfolders and files the command writes (`check_replaceable`)
         self.lock: int | None = None
 
     @property
@@ -332,11 +333,11 @@ class OutputFolder:
 
     def __enter__(self) -> "OutputFolder":
         check_output_dir(self.path, self.inputs, self.option)
-        check_replaceable(self.path, self.option, self.overwrite, self.folders)
+        check_replaceable(self.path, self.option, self.overwrite, self.folders, self.files)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.lock, _ = take_output_dir(self.path, lock_file=self.lock_file, option=self.option)
         try:  # again, now that no other command of this project can change it
-            check_replaceable(self.path, self.option, self.overwrite, self.folders)
+            check_replaceable(self.path, self.option, self.overwrite, self.folders, self.files)
         except BaseException:
             self._release()
             raise
@@ -374,7 +375,7 @@ class OutputFolder:
         retired = None
         if os.path.lexists(self.path):
             _refuse_link_or_special(self.path, self.option)
-            check_replaceable(self.path, self.option, self.overwrite, self.folders)
+            check_replaceable(self.path, self.option, self.overwrite, self.folders, self.files)
             if any(self.path.iterdir()):
                 retired = self._aside("replaced")
                 self.path.rename(retired)

@@ -16,6 +16,8 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from ..output_paths import OutputFolder
+
 MULTI30K_FILES = ("train.jsonl", "validation.jsonl", "test_2016_flickr.jsonl")
 TRAVEL_LIMIT_MIB = 64  # the device tool's limit on the tree a call sends
 
@@ -161,16 +163,20 @@ def gather(args, repo: Path) -> None:
     would install on the lent machine, and that the device call stays under its limit (`args`: the command's
     options; `repo`: the checkout)."""
     wheel_dir, data_dir = Path(args.wheel_dir), repo / ".data"
-    wheel_dir.mkdir(parents=True, exist_ok=True)
-    for old in wheel_dir.glob("*.whl"):
-        old.unlink()  # one version of each: two would stop the install on the machine
-    _download_wheels(_carried_versions(), wheel_dir, args.python_version)
-    build_project_wheel(wheel_dir, repo)
+    # the folder is written whole, as every command's output (vaswani.output_paths): an earlier gathering is replaced
+    # only with --overwrite_output_dir, and only where it holds wheels and nothing of the user's (one version of each
+    # package: two would stop the install on the machine)
+    with OutputFolder(wheel_dir, {"--multi30k_dir": None if args.no_data else args.multi30k_dir}, option="--wheel_dir",
+                      overwrite=args.overwrite_output_dir, files=("*.whl",)) as output:
+        with output.publish() as staging:
+            _download_wheels(_carried_versions(), staging, args.python_version)
+            build_project_wheel(staging, repo)
+            staged = sorted(staging.glob("*.whl"))
+            problems = [f"several wheels of {name}" for name in duplicated(staged)]
+            problems += unmet_requirements(staged, args.python_version)
+            if problems:
+                raise ValueError("the gathered wheels would not work on the lent machine: " + "; ".join(problems))
     wheels = sorted(wheel_dir.glob("*.whl"))
-    problems = [f"several wheels of {name}" for name in duplicated(wheels)]
-    problems += unmet_requirements(wheels, args.python_version)
-    if problems:
-        raise ValueError("the gathered wheels would not work on the lent machine: " + "; ".join(problems))
     if not args.no_data:
         _copy_multi30k(Path(args.multi30k_dir), data_dir / "multi30k")
     for wheel in wheels:

@@ -1,7 +1,7 @@
 """Gather what a lent GPU machine lacks to run scripts/tools/gpu_suite.py, into two git-ignored folders of this
 checkout that the device call carries (`carry: [".whl", ".data"]`):
 
-    .venv/bin/python scripts/tools/gather_gpu_wheels.py
+    .venv/bin/python scripts/tools/gather_gpu_wheels.py    # again after a change: add --overwrite_output_dir
 
   .whl/             wheels, installed there by `python3 -m pip install --no-index --no-deps --target /tmp/site
                     .whl/*.whl` and PYTHONPATH=/tmp/site (the command is in results/benchmark/README.md)
@@ -34,7 +34,9 @@ def main(argv=None):
     parser.add_argument("--python_version", default=PYTHON_VERSION,
                         help="the Python that installs the wheels (the lent machine's; another to try them here)")
     parser.add_argument("--wheel_dir", default=str(REPO / ".whl"),
-                        help="where the wheels go (the wheels already there are removed first)")
+                        help="where the wheels go, a folder written whole (an earlier one: see --overwrite_output_dir)")
+    parser.add_argument("--overwrite_output_dir", action="store_true",
+                        help="replace an earlier --wheel_dir (only where it holds wheels, nothing else)")
     return gather(parser.parse_args(argv), REPO)
 
 

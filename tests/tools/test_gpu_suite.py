@@ -298,3 +298,54 @@ def test_a_call_over_the_limit_is_told_to_leave_the_shipped_weights_behind():
     shipped = sorted(REPO.glob("results/*/model/model.safetensors"))
     assert shipped and f"({len(shipped)} files," in advice
     assert "rm results/*/model/model.safetensors" in advice and "git checkout -- results" in advice
+
+
+def test_gathering_writes_its_wheel_folder_whole_and_replaces_only_its_own(tmp_path, monkeypatch):
+    """--wheel_dir is every command's output: a folder of the user's is never emptied (it used to lose its wheels),
+    an earlier gathering is replaced only with --overwrite_output_dir, and a gathering that fails leaves it whole."""
+    import argparse
+
+    from vaswani.training import gpu_wheels
+
+    def download(versions, wheel_dir, python_version):
+        (wheel_dir / "torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"wheel")
+
+    def build(wheel_dir, repo):
+        wheel = wheel_dir / "vaswani_transformer-0.1.0-py3-none-any.whl"
+        wheel.write_bytes(b"ours")
+        return wheel
+
+    monkeypatch.setattr(gpu_wheels, "_carried_versions", lambda: {})
+    monkeypatch.setattr(gpu_wheels, "_download_wheels", download)
+    monkeypatch.setattr(gpu_wheels, "build_project_wheel", build)
+    monkeypatch.setattr(gpu_wheels, "unmet_requirements", lambda wheels, python_version: [])
+    monkeypatch.setattr(gpu_wheels, "duplicated", lambda wheels: [])  # (they read the wheels' metadata: tested above)
+    wheel_dir, repo = tmp_path / "wheels", tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)  # (the size of what travels counts its files)
+
+    def gather(overwrite=False):
+        arguments = argparse.Namespace(wheel_dir=str(wheel_dir), multi30k_dir=str(tmp_path / "none"), no_data=True,
+                                       python_version="3.12", overwrite_output_dir=overwrite)
+        gpu_wheels.gather(arguments, repo)
+
+    wheel_dir.mkdir()
+    (wheel_dir / "mine-1.0-py3-none-any.whl").write_bytes(b"the user's")
+    (wheel_dir / "notes.txt").write_text("the user's")
+    with pytest.raises(FileExistsError, match="exists and is not empty"):
+        gather()
+    with pytest.raises(FileExistsError, match="notes.txt"):
+        gather(overwrite=True)
+    assert sorted(path.name for path in wheel_dir.iterdir()) == ["mine-1.0-py3-none-any.whl", "notes.txt"]
+    (wheel_dir / "notes.txt").unlink()
+    (wheel_dir / "mine-1.0-py3-none-any.whl").unlink()
+    gather()
+    assert sorted(path.name for path in wheel_dir.iterdir()) == [
+        "torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl", "vaswani_transformer-0.1.0-py3-none-any.whl"]
+    with pytest.raises(FileExistsError, match="--overwrite_output_dir"):
+        gather()
+    monkeypatch.setattr(gpu_wheels, "unmet_requirements", lambda wheels, python_version: ["sympy is missing"])
+    with pytest.raises(ValueError, match="sympy is missing"):
+        gather(overwrite=True)
+    assert sorted(path.name for path in wheel_dir.iterdir()) == [
+        "torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl", "vaswani_transformer-0.1.0-py3-none-any.whl"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["repo", "wheels"]  # no temporary folder left
