@@ -17,12 +17,7 @@ from vaswani import VaswaniForConditionalGeneration
 from vaswani.training.chunked_loss import ChunkedLossUpdates, linear_cross_entropy, loss_chunks, refusal
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
 
 def rows_and_projection(rows=300, d_model=64, vocabulary=1000, seed=0):

@@ -28,12 +28,7 @@ from vaswani.training.loop import TrainingProgress, compiled_for_updates, run_up
 from vaswani.training.optimization import build_optimizer_and_schedule
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/conftest.py)
 
 
 def test_a_machine_without_a_cuda_gpu_is_refused_before_the_folder_is_touched(tmp_path):
