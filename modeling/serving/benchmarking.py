@@ -269,6 +269,7 @@ class Workload:
     folder: Path  # the checkpoint of the models (saved to the scratch folder for a preset)
     texts: list | None = None  # a shipped workload's inputs as text, and its pipeline task (`default_pipeline`)
     task: str | None = None
+    pipeline: object = None  # that pipeline, built once (`default_pipeline`)
 
 
 def _ctranslate2_export(model, folder: Path, quantization: str | None) -> Path:
@@ -337,8 +338,9 @@ def _shipped_workload(name: str, args, scratch: Path) -> Workload:
     if generation.no_repeat_ngram_size:
         settings["no_repeat_ngram_size"] = generation.no_repeat_ngram_size
     setup = Setup(name, "fp32", len(texts), inputs["input_ids"].shape[1], 0, ours.config.vocab_size, "cpu")
+    task = SHIPPED_TASKS[name]
     return Workload(name, setup, models, exports, inputs, sources, settings, forced_length=False, folder=folder,
-                    texts=texts, task=SHIPPED_TASKS[name])
+                    texts=texts, task=task, pipeline=default_pipeline(task, folder))
 
 
 def _generate_function(model, workload: Workload, num_beams: int, early_stopping: bool = True, **options):
@@ -373,12 +375,12 @@ def _decoding_settings(workload: Workload, num_beams: int, early_stopping: bool 
     return settings
 
 
-def default_pipeline(workload: Workload):
+def default_pipeline(task: str, folder: Path):
     """The pipeline a user builds from the shipped folder, as the README shows it: transformers' `pipeline(task,
     model=FOLDER, trust_remote_code=True)`, which runs the checkpoint's own code."""
     import transformers
 
-    return transformers.pipeline(workload.task, model=str(workload.folder), trust_remote_code=True)
+    return transformers.pipeline(task, model=str(folder), trust_remote_code=True)
 
 
 def _pipeline_function(pipe, workload: Workload, num_beams: int):
@@ -519,8 +521,8 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
     options = _ctranslate2_options(workload, beams)
     calls = {name: _generate_function(model, workload, beams) for name, model in workload.models.items()}
     calls["vaswani"] = _generate_function(workload.models["vaswani"], workload, beams, cpu_decoding=False)
-    if workload.task is not None:
-        calls["default_pipeline"] = _pipeline_function(default_pipeline(workload), workload, beams)
+    if workload.pipeline is not None:
+        calls["default_pipeline"] = _pipeline_function(workload.pipeline, workload, beams)
     if beams > 1:  # the shipped configs' stopping rule, which CTranslate2 cannot run (see _decoding_settings)
         calls["vaswani_cpu_early_stopping_false"] = _generate_function(
             workload.models["vaswani_cpu"], workload, beams, early_stopping=False)
@@ -539,8 +541,7 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
            == generated_tokens(plain, config.eos_token_id),
            "load_average": [load_before, _load_average()]}
     if "default_pipeline" in calls:  # its texts against the plain model's tokens decoded
-        tokenizer = VaswaniTokenizer.from_pretrained(workload.folder)
-        row["default_pipeline_same_text"] = calls["default_pipeline"]() == tokenizer.batch_decode(
+        row["default_pipeline_same_text"] = calls["default_pipeline"]() == workload.pipeline.tokenizer.batch_decode(
             plain, skip_special_tokens=True)
     if beams > 1:  # a longer search: its own tokens
         row["vaswani_cpu_early_stopping_false_new_tokens"] = new_tokens(
