@@ -12,7 +12,6 @@ Here, the same classes built directly, and `pipeline`, which also builds them fr
     translator = TranslationPipeline(model=model, tokenizer=tokenizer)        # a pipeline class built directly
 """
 
-import copy
 import json
 from pathlib import Path
 
@@ -37,18 +36,16 @@ PIPELINE_CLASSES = {**GENERATION_PIPELINE_CLASSES, "token-classification": Token
 
 def pipeline(task: str | None = None, model=None, **kwargs) -> transformers.Pipeline:
     """`transformers.pipeline`, with "translation", "summarization", "text2text-generation" and
-    "token-classification" served by this package's classes, for a model object as well as for a checkpoint folder
-    (no `trust_remote_code` needed here). Every other task, and every argument, goes to `transformers.pipeline`
-    unchanged."""
+    "token-classification" served by this package's classes from a checkpoint folder (no `trust_remote_code` needed
+    here); a model object is served as by `transformers.pipeline` itself, which its class told what it serves
+    (`pipeline_tasks.py`). A generation task is refused, by name, for a checkpoint that does not declare it. Every
+    other task, and every argument, goes to `transformers.pipeline` unchanged."""
     pipeline_class = PIPELINE_CLASSES.get(task)
     if pipeline_class is not None:
         if task in GENERATION_PIPELINE_CLASSES:
             check_serves(task, model)
-        kwargs.setdefault("pipeline_class", pipeline_class)
-        if kwargs.get("config") is None and model is not None and not isinstance(model, (str, Path)):
-            # transformers finds the task in the config's `custom_pipelines` and rewrites that entry in place
-            # (class names become classes), which would leave the model's own config unsaveable: give it a copy.
-            kwargs["config"] = copy.deepcopy(model.config)
+        if isinstance(model, (str, Path)):
+            kwargs.setdefault("pipeline_class", pipeline_class)
     return transformers.pipeline(task, model=model, **kwargs)
 
 
