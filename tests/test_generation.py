@@ -1,4 +1,4 @@
-"""`generate()` with the models of vaswani/modeling_vaswani.py: the cache, greedy decoding, beam search and sampling."""
+"""`generate()` with the models of modeling/modeling_vaswani.py: the cache, greedy decoding, beam search and sampling."""
 
 import functools
 
