@@ -640,7 +640,7 @@ def _update_path(row: dict) -> str:
 
 
 def markdown(report: dict) -> str:
-    """The tables of results/benchmark/README.md."""
+    """The run's tables in Markdown, as a run's file in results/benchmark/runs/ shows them."""
     peak = report.get("peak_flops_bf16")
     lines = [
         f"{report['device']}, torch {report['torch']}, {report['date']}"
