@@ -3,7 +3,9 @@
 
 import ast
 import itertools
+import json
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -238,6 +240,30 @@ def test_the_quickstart_translates_sentences_of_the_toy_grammar():
     grammar = toy_grammar()
     for sentence in sentences:
         assert grammar.fullmatch(sentence[0].lower() + sentence[1:]), f"{sentence!r} is not a sentence of the toy task"
+
+
+def test_the_readme_trains_evaluates_and_serves_near_the_top_and_its_evaluation_says_what_its_command_gives():
+    """The section after the set-up shows a train, an evaluate and a serve command. The evaluate command is the
+    shipped en->de model's slice evaluation (its data, sample count and decoding are those of the slice results file,
+    which tests/test_shipped_models.py reproduces from the folder), and the scores the README gives are that file's."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    sections = readme.split("\n## ")
+    assert sections[1].startswith("Set up") and sections[2].startswith("Train, evaluate, serve"), sections[2][:40]
+    commands = re.findall(r"^```bash\n(.*?)\n```", sections[2], flags=re.MULTILINE | re.DOTALL)
+    [train] = [command for command in commands if "scripts/train.py" in command]
+    [evaluate] = [command for command in commands if "scripts/evaluate_model.py" in command]
+    [serve] = [command for command in commands if "scripts/app.py" in command]
+    assert "--config scripts/configs/quickstart.yaml" in train and serve.startswith(".venv/bin/python scripts/app.py")
+    words = shlex.split(evaluate.replace("\\\n", " "))
+    options = dict(zip(words[2::2], words[3::2]))
+    assert options["--model"] == "results/multi30k_en_de/model" and options["--output_file"].startswith("outputs/")
+    results = json.loads((REPO / "results/multi30k_en_de/evaluation_results_first100.json").read_text(encoding="utf-8"))
+    assert results["dataset"]["num_examples"] == int(options["--max_eval_samples"])
+    assert Path(options["--test_file"]).stem == results["dataset"]["split"]
+    assert {key: float(options[f"--{key}"]) for key in results["decoding"]} == results["decoding"]
+    stated = re.findall(r"sacreBLEU (\d+\.\d+) and tokenized BLEU (\d+\.\d+)", sections[2])
+    assert stated and {float(value) for value in stated[0]} <= {metric["value"] for metric in results["metrics"]}, (
+        f"README.md gives {stated}; the results file: {results['metrics']}")
 
 
 def test_the_demos_outputs_are_named_in_the_readme_and_ignored_by_git():
