@@ -1,8 +1,8 @@
-"""The GPU suite of scripts/tools/gpu_suite.py (issue 40; its parts, sizes and files are described in the command's
-docstring): training speed (MFU) of the real update beside Marian's, the DeepSpeed and FSDP engines really engaged,
-and the Multi30k en->de recipe on a clock, each part in processes of its own within a time limit of its own, into one
-JSON report and its markdown tables. It runs the checkout's scripts (`Suite.repo`), and refuses an installed package
-that is not that checkout's source.
+"""The GPU suite of scripts/tools/gpu_suite.py (the project's GPU targets, results/benchmark/README.md; its parts,
+sizes and files are described in the command's docstring): training speed (MFU) of the real update beside Marian's,
+the DeepSpeed and FSDP engines really engaged, and the Multi30k en->de recipe on a clock, each part in processes of
+its own within a time limit of its own, into one JSON report and its markdown tables. It runs the checkout's scripts
+(`Suite.repo`), and refuses an installed package that is not that checkout's source.
 """
 
 import gc
@@ -74,7 +74,7 @@ SIZES = {
         # the CPU) replayed from CUDA graphs (results/multi30k_en_de_gpu/notes.md)
         recipe_options=(),
         evaluate_options=(),
-        # ceilings, 590 s (a device command has 600, the install about 20 of them). An H100 (2026-11-27) used 182 s of
+        # ceilings, 590 s (a device command has 600, the install about 20 of them). An H100 used 182 s of
         # 210 for training (without the compiled graphs' row and the loss alone), 112 s for the engines (an H200:
         # 119 s), and 206 s for the recipe of 3,200 updates, 153 s of it training; the recipe's 9,000 updates from
         # graphs should train in under 180 s alone (else: --only recipe --seconds N)
@@ -640,7 +640,7 @@ def _update_path(row: dict) -> str:
 
 
 def markdown(report: dict) -> str:
-    """The tables of results/benchmark/README.md."""
+    """The run's tables in Markdown, as a run's file in results/benchmark/runs/ shows them."""
     peak = report.get("peak_flops_bf16")
     lines = [
         f"{report['device']}, torch {report['torch']}, {report['date']}"
@@ -728,8 +728,8 @@ def check_installed_package(repo: Path) -> None:
 def child_environment() -> dict:
     """The environment of every process the suite starts: offline (the lent machine reaches nothing), progress bars
     that write a line every 10 s instead of 10 a second into the log, and torch.compile's recompilations logged with
-    their reason (on an H200, 2026-11-26, inductor compiled the recipe's update again before its tenth; on the CPU,
-    dynamo keeps one graph for an epoch of the recipe's batches)."""
+    their reason (on an H200 inductor compiled the recipe's update again before its tenth; on the CPU, dynamo keeps
+    one graph for an epoch of the recipe's batches)."""
     env = dict(os.environ)
     env.setdefault("TORCH_LOGS", "recompiles")
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TQDM_MININTERVAL="10",
@@ -758,7 +758,7 @@ def _run_part(suite: Suite, part: str, report: dict) -> None:
 
 def _passes_torch_compile(choice: str) -> bool:
     """Whether the recipe's train.py gets --torch_compile: with `yes` only. The recipe trains a 2.35M-parameter model
-    for three minutes, and on an H100 (2026-11-26) inductor compiled its update in 39 s, then again for dynamic
+    for three minutes, and on an H100 inductor compiled its update in 39 s, then again for dynamic
     shapes in 77 s, then a third time: more than the compiled update saves in that time. train.py has compiled one
     graph for every shape since; whether that one compilation pays is for a lent GPU to show (`yes`). The engine
     runs are eager whatever the choice: they show an engine engaging in 8 updates, and FSDP and DeepSpeed do not

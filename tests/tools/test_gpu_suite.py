@@ -1,5 +1,5 @@
-"""scripts/tools/gpu_suite.py and scripts/tools/gather_gpu_wheels.py (issue 40): the suite's dry run, its own code on
-the CPU with tiny sizes, writes every field the issue lists and the markdown table, with DeepSpeed and FSDP (which
+"""scripts/tools/gpu_suite.py and scripts/tools/gather_gpu_wheels.py: the suite's dry run, its own code on the CPU
+with tiny sizes, writes every field of the report and the markdown table, with DeepSpeed and FSDP (which
 cannot engage without GPUs) as rows that say so rather than a crash; a part over its time limit leaves the others; a
 stale installed package is refused; the gathered wheels cover every requirement, and this package's wheel installed
 as on the lent machine is the checkout's source."""
