@@ -6,5 +6,6 @@
     diagnostics     whether a model's outputs depend on its input, and whether its encoder keeps tokens apart
     attention_map   the cross-attention of one translated sentence, as a matrix and a heatmap
     extractive      summaries made of a document's own lines: the baselines a summarizer must beat
-    metrics         the metrics the project reports, as local `evaluate` modules (no Hub needed)
+    metrics         the metrics the project reports: local `evaluate` modules (no Hub needed), their names, and
+                    compute_scores, which every caller scores with
 """

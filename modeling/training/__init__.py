@@ -9,7 +9,7 @@
     ownership       one run per output folder (a lock), workers that die with their launcher
     preemption      SIGTERM / SIGUSR1: finish the update, checkpoint, exit with status 75 (resumable)
     checkpoints     atomic full checkpoints without pickles to load, resuming, published `best/` and `last/` models
-    evaluation      validation loss and sacreBLEU / ROUGE of beam-search outputs, across processes
+    validation      validation loss and the scores (sacreBLEU, tokenized BLEU / ROUGE) of beam-search outputs
     reporting       metrics as JSON Lines, the training-curves PNG, the closing summary
     loop            the training loop that puts them together
     cuda_graphs     --cuda_graphs: the updates replayed from CUDA graphs (with --torch_compile, the step too)

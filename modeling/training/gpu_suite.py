@@ -530,7 +530,8 @@ def _run_recipe(suite: Suite, seconds: float) -> tuple[dict, str | None]:
     """Train the GPU recipe, then score its last model on test_2016_flickr with the recipe's decoding."""
     deadline = time.perf_counter() + seconds
     recipe = {"name": RECIPE_CONFIG.stem, "options": list(suite.sizes.recipe_options) + _compile_option(suite),
-              "bleu": None, "sacrebleu": None, "training_seconds": None, "steps": None, "tokens_per_s": None}
+              "tokenized_bleu": None, "sacrebleu": None, "training_seconds": None, "steps": None,
+              "tokens_per_s": None}
     missing = [name for name in MULTI30K_FILES if not (suite.multi30k_dir / name).is_file()]
     if missing:
         return {"recipe": recipe}, (f"--multi30k_dir {suite.multi30k_dir} lacks {', '.join(missing)}: name the "
@@ -564,7 +565,7 @@ def _run_recipe(suite: Suite, seconds: float) -> tuple[dict, str | None]:
         return {"recipe": recipe}, f"evaluate_model.py: {problem}"
     shutil.copy(results_file, suite.output_dir / "recipe_evaluation_results.json")
     scores = {metric["type"]: metric["value"] for metric in _read_json(results_file)["metrics"]}
-    recipe.update(bleu=scores.get("bleu"), sacrebleu=scores.get("sacrebleu"))
+    recipe.update(tokenized_bleu=scores.get("tokenized_bleu"), sacrebleu=scores.get("sacrebleu"))
     return {"recipe": recipe}, None
 
 
@@ -687,7 +688,8 @@ def markdown(report: dict) -> str:
     recipe = report.get("recipe")
     if recipe is not None:
         lines += ["", "| recipe | BLEU (tokenized, lowercased) | sacreBLEU | training seconds |", "|---|---|---|---|",
-                  f"| {recipe['name']} | {_number(recipe['bleu'], 'score')} | {_number(recipe['sacrebleu'], 'score')} "
+                  f"| {recipe['name']} | {_number(recipe['tokenized_bleu'], 'score')} "
+                  f"| {_number(recipe['sacrebleu'], 'score')} "
                   f"| {_number(recipe['training_seconds'], 'count')} |"]
     problems = dict(report.get("errors", {}))
     if loss and "error" in loss:

@@ -56,7 +56,7 @@ from .checkpoints import (
 from .chunked_loss import ChunkedLossUpdates, autocast_dtype, refusal as chunked_loss_refusal
 from .cuda_graphs import GraphedUpdates, UpdateGraphs, refusal as cuda_graphs_refusal
 from .errors import CheckpointError, MetricsWriteError, TrainingDiverged, TrainingError
-from .evaluation import evaluate
+from .validation import evaluate
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 from .ownership import die_with_the_launcher, release_output_dir
 from .preemption import RESUMABLE, STOP_SIGNALS, StoppedBySignal, StopSignals
