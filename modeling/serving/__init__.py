@@ -7,7 +7,8 @@ at the package's top, beside the model file that runs them):
     exporting               what the exports share: the checks of the checkpoint read and the folder written
     ctranslate2_export      the export to CTranslate2 and the decoding options that match `generate`'s
     ctranslate2_generation  a CTranslate2 export called as the project's pipelines are
-    onnx_export             the export to ONNX and decoding with onnxruntime
+    onnx_export             the export to ONNX: an encoder graph and a decoder graph with a cache, checked
+    onnx_generation         an ONNX export decoded with onnxruntime, to the tokens of `generate`
     benchmarking            the speed measurements: setups, the Marian twin, FLOPs, the matmul peak; benchmark.py's runs
     app                     the web demo (scripts/app.py): a Gradio page with a tab per model
     demo_tasks              what each tab runs: a checkpoint loaded safely, its task, its answers and messages
