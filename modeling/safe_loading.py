@@ -14,12 +14,12 @@ import torch
 from safetensors import safe_open
 
 from .configuration_vaswani import VaswaniConfig, check_json_file
+from .loading_checks import check_model_files
 from .modeling_vaswani import (
     VaswaniForConditionalGeneration,
     VaswaniForSequenceClassification,
     VaswaniForTokenClassification,
     VaswaniModel,
-    check_model_files,
 )
 from .tokenization_vaswani import check_tokenizer_files
 from .training.checkpoints import read_json_record

@@ -7,7 +7,7 @@ steps in, the logits and the grown cache out), the tokenizer, `config.json` and 
 with onnxruntime, greedy or beam search, to the tokens of `model.generate(...)` with the same settings (by default the
 generation config's, as for `generate`):
 
-    from vaswani.serving.onnx_export import OnnxGenerator
+    from vaswani.serving.onnx_generation import OnnxGenerator
     print(OnnxGenerator("onnx/multi30k_en_de", num_threads=1)(["A man is riding a horse."]))
     print(OnnxGenerator("onnx/multi30k_en_de", num_threads=1)(["A man is riding a horse."], num_beams=4))
 
@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> Path:
     listing = "\n".join(f"  {path.name}  ({path.stat().st_size:,} bytes)" for path in files)
     print(
         f"Exported {args.model} to {output_dir}:\n{listing}\n"
-        f"Decode with onnxruntime: vaswani.serving.onnx_export.OnnxGenerator({str(output_dir)!r})(texts, num_beams=...)"
+        f"Decode with onnxruntime: vaswani.serving.onnx_generation.OnnxGenerator({str(output_dir)!r})(texts, "
+        "num_beams=...)"
     )
     return output_dir
 

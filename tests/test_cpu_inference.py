@@ -1,5 +1,6 @@
 """vaswani.serving.cpu_inference: oneDNN fp32 gives the plain model's outputs; int8 stays close to them, on the trained
-en->de model the project ships (real weights and real sentences: random weights would make agreement meaningless)."""
+en->de model the project ships (real weights and real sentences: random weights would make agreement meaningless);
+`CPUInference` holds the model it runs, changing nothing of it but its Linear layers."""
 
 import copy
 import json
@@ -17,7 +18,7 @@ from vaswani import VaswaniForConditionalGeneration
 import vaswani.cpu_decoding as cpu_decoding
 from vaswani.cpu_decoding import CpuGenerate
 from vaswani.serving import cpu_inference
-from vaswani.serving.cpu_inference import OneDNNLinear, for_cpu_inference
+from vaswani.serving.cpu_inference import CPUInference, OneDNNLinear, for_cpu_inference
 
 
 EN_DE = REPO / "results" / "multi30k_en_de" / "model"
@@ -53,6 +54,30 @@ def test_onednn_fp32_gives_the_plain_models_logits_and_tokens(plain, tokenizer):
         assert generated(fast, tokenizer, SENTENCES, max_new_tokens=40, **settings) == generated(
             plain, tokenizer, SENTENCES, max_new_tokens=40, **settings
         )
+
+
+def test_the_object_holds_the_model_and_gives_its_logits_and_tokens(plain, tokenizer):
+    """CPUInference runs the model it was given (fp32: the same object, its Linear layers through oneDNN, the same
+    parameters): its forward and generate give the plain model's logits and tokens, and nothing else of the model is
+    replaced (no `generate` of its own, no transformers hook overridden)."""
+    model = copy.deepcopy(plain)
+    parameters = [id(parameter) for parameter in model.parameters()]
+    inference = CPUInference(model)
+    assert inference.model is model and inference.decoder is None
+    assert [id(parameter) for parameter in model.parameters()] == parameters
+    assert all(type(module) is OneDNNLinear for module in model.modules() if isinstance(module, nn.Linear))
+    assert not {"generate", "_supports_default_dynamic_cache"} & set(vars(model))
+    batch = tokenizer(SENTENCES, text_target=[target for _, target in PAIRS], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        torch.testing.assert_close(inference(**batch).logits, plain(**batch).logits, rtol=1e-4, atol=1e-4)
+    inputs = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    for settings in ({"num_beams": 1}, {"num_beams": 4, "length_penalty": 0.6}):
+        assert inference.generate(**inputs, max_new_tokens=40, **settings).tolist() == generated(
+            plain, tokenizer, SENTENCES, max_new_tokens=40, **settings)
+    int8 = CPUInference(model, quantization="int8")
+    assert int8.model is not model and int8.decoder is None
+    assert any(isinstance(module, torch.ao.nn.quantized.dynamic.Linear) for module in int8.model.modules())
+    assert all(type(module) is OneDNNLinear for module in model.modules() if isinstance(module, nn.Linear))
 
 
 def test_onednn_layers_train_as_plain_ones():
@@ -150,7 +175,12 @@ def test_a_model_class_without_the_default_path_gets_it_from_the_switch(plain, t
 
     older = Older(plain.config).eval()
     older.load_state_dict(plain.state_dict())
-    fast = for_cpu_inference(older)
-    assert isinstance(vars(fast).get("generate"), CpuGenerate)
     expected = generated(plain, tokenizer, SENTENCES, max_new_tokens=20, num_beams=2, cpu_decoding=False)
+    inference = CPUInference(older)  # holds the path: the model's generate stays its class's
+    assert isinstance(inference.decoder, CpuGenerate) and "generate" not in vars(older)
+    inputs = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        assert inference.generate(**inputs, max_new_tokens=20, num_beams=2).tolist() == expected
+    fast = for_cpu_inference(older)  # a model passed on as a model: the path in front of its generate
+    assert isinstance(vars(fast).get("generate"), CpuGenerate)
     assert generated(fast, tokenizer, SENTENCES, max_new_tokens=20, num_beams=2) == expected

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import vaswani.configuration_vaswani
-import vaswani.modeling_vaswani
+import vaswani.loading_checks
 from helpers import (
     QUIET,
     REPO,
@@ -355,7 +355,7 @@ NOT_ENOUGH = r"This config's weights need about [\d.]+ KB \([\d,]+ parameters in
 @pytest.fixture
 def little_memory(monkeypatch):
     """A machine with 1 KB free: the tiny model (about 300 KB of weights) does not fit."""
-    monkeypatch.setattr(vaswani.modeling_vaswani, "available_memory", lambda device: 1_000)
+    monkeypatch.setattr(vaswani.loading_checks, "available_memory", lambda device: 1_000)
 
 
 def test_weights_that_do_not_fit_are_refused_by_from_pretrained(checkpoint, little_memory):
@@ -385,9 +385,9 @@ def test_the_estimate_of_the_weights_is_within_ten_percent(overrides):
 
 
 def test_the_memory_check_reads_the_machines_free_memory(checkpoint):
-    available = vaswani.modeling_vaswani.available_memory(torch.device("cpu"))
+    available = vaswani.loading_checks.available_memory(torch.device("cpu"))
     assert available is None or available > 0
-    assert vaswani.modeling_vaswani.available_memory(torch.device("meta")) is None
+    assert vaswani.loading_checks.available_memory(torch.device("meta")) is None
     AutoModelForSeq2SeqLM.from_pretrained(checkpoint)  # a tiny model fits
 
 
@@ -417,7 +417,7 @@ def test_merges_beyond_the_vocabulary_are_refused_before_the_tokenizer_is_built(
     with pytest.raises(ValueError, match=r"BPE merge 3 \("):
         VaswaniTokenizer.from_pretrained(folder)
     path.write_text(json.dumps(content))
-    monkeypatch.setattr(vaswani.modeling_vaswani, "cpu_memory_available", lambda: path.stat().st_size * 10)
+    monkeypatch.setattr(vaswani.loading_checks, "cpu_memory_available", lambda: path.stat().st_size * 10)
     with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} \([\d,]+ bytes\) would take about [\d,]+ bytes of "
                                          "memory to build, more than the"):
         VaswaniTokenizer.from_pretrained(folder)

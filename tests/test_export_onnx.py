@@ -1,8 +1,8 @@
-"""The ONNX export (vaswani.serving.onnx_export, scripts/export_onnx.py): onnxruntime's decoding with the encoder graph
-and the decoder graph with a cache gives the tokens of `generate(do_sample=False)`, token for token, greedy (with logits
-within 1e-4 of PyTorch's) and beam search with the same settings, for the shipped en->de model (sinusoidal positions,
-post-LayerNorm) on real sentences and for a tiny pre-LayerNorm model with learned positions; what cannot be exported
-is refused.
+"""The ONNX export and its decoding (vaswani.serving.onnx_export and onnx_generation, scripts/export_onnx.py):
+onnxruntime's decoding with the encoder graph and the decoder graph with a cache gives the tokens of
+`generate(do_sample=False)`, token for token, greedy (with logits within 1e-4 of PyTorch's) and beam search with the
+same settings, for the shipped en->de model (sinusoidal positions, post-LayerNorm) on real sentences and for a tiny
+pre-LayerNorm model with learned positions; what cannot be exported is refused.
 
 onnx, onnxscript and onnxruntime are optional dependencies (`pip install 'vaswani-transformer[onnx]'`): without
 them these tests skip.
@@ -27,7 +27,8 @@ pytest.importorskip("onnxscript", reason=f"onnxscript (the dynamo exporter's ONN
 pytest.importorskip("onnxruntime", reason=f"onnxruntime {SKIP_REASON}")
 
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification  # noqa: E402
-from vaswani.serving.onnx_export import OnnxGenerator, export_to_onnx, onnx_greedy_generate  # noqa: E402
+from vaswani.serving.onnx_export import export_to_onnx  # noqa: E402
+from vaswani.serving.onnx_generation import OnnxGenerator, onnx_greedy_generate  # noqa: E402
 
 export_onnx = load_script("export_onnx")
 

@@ -3,11 +3,13 @@
 (`scripts/app.py`). One module per job (the CPU decoder every checkpoint carries, `cpu_decoding`, and its `search` are
 at the package's top, beside the model file that runs them):
 
-    cpu_inference           `for_cpu_inference(model)`: the explicit CPU switch, oneDNN Linear layers or int8 ones
+    cpu_inference           `CPUInference(model)`, the explicit CPU path holding the model (oneDNN Linear layers or
+                            int8 ones), and `for_cpu_inference(model)`, its model for callers that take a model
     exporting               what the exports share: the checks of the checkpoint read and the folder written
     ctranslate2_export      the export to CTranslate2 and the decoding options that match `generate`'s
     ctranslate2_generation  a CTranslate2 export called as the project's pipelines are
-    onnx_export             the export to ONNX and decoding with onnxruntime
+    onnx_export             the export to ONNX: an encoder graph and a decoder graph with a cache, checked
+    onnx_generation         an ONNX export decoded with onnxruntime, to the tokens of `generate`
     benchmarking            the speed measurements: setups, the Marian twin, FLOPs, the matmul peak; benchmark.py's runs
     app                     the web demo (scripts/app.py): a Gradio page with a tab per model
     demo_tasks              what each tab runs: a checkpoint loaded safely, its task, its answers and messages

@@ -11,6 +11,10 @@
     checkpoints     atomic full checkpoints without pickles to load, resuming, published `best/` and `last/` models
     validation      validation loss and the scores (sacreBLEU, tokenized BLEU / ROUGE) of beam-search outputs
     reporting       metrics as JSON Lines, the training-curves PNG, the closing summary
+    state           what a run works with (`Run`) and where it is (`TrainingProgress`, recorded in each checkpoint)
+    engine          the run set up on Accelerate's engine, checked against what was asked (precision, FSDP, DeepSpeed)
+    resuming        --resume: the newest checkpoint the run can continue from exactly, and the checks before it
+    update          one optimizer update (micro-batches weighted by their tokens, clipping) and its finiteness checks
     loop            the training loop that puts them together
     cuda_graphs     --cuda_graphs: the updates replayed from CUDA graphs (with --torch_compile, the step too)
     chunked_loss    --chunked_loss: the output layer's loss a chunk of rows at a time, without the batch's logits

@@ -159,6 +159,12 @@ class TokenBudgetBatches:
             epoch, position = epoch + 1, 0
 
 
+def micro_batches_per_update(tokens_per_update: int, max_tokens_per_batch: int, num_processes: int) -> int:
+    """Micro-batches each of `num_processes` processes takes per update, so that an update holds about
+    `tokens_per_update` tokens in batches of at most `max_tokens_per_batch` (at least one)."""
+    return max(1, round(tokens_per_update / (max_tokens_per_batch * num_processes)))
+
+
 def share_length(batches: int, num_processes: int, first_batch: int = 0) -> int:
     """How many batches each of `num_processes` processes takes of an epoch of `batches` batches, from batch
     `first_batch` on (the rest, fewer than `num_processes`, is left out)."""
@@ -259,6 +265,7 @@ __all__ = [
     "collate",
     "evaluation_batches",
     "generation_shards",
+    "micro_batches_per_update",
     "share_length",
     "token_counts",
 ]

@@ -355,12 +355,10 @@ def describe_write_error(error: BaseException, folder: Path) -> str:
 
 def save_checkpoint(
     accelerator, model, tokenizer, root: Path, step: int, keep: int, records: dict[str, dict] | None = None,
-    before_publishing: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write the full checkpoint of update `step` atomically, with `records` (file name -> content) as JSON files;
-    keep the last `keep`. `before_publishing` is called with the temporary folder once its files are written, before
-    it is renamed (where the tests kill a save halfway). Raises CheckpointError (on every process) if it cannot be
-    written, with the earlier checkpoints left as they were."""
+    keep the last `keep`. Raises CheckpointError (on every process) if it cannot be written, with the earlier
+    checkpoints left as they were."""
     final = checkpoint_path(root, step)
     temporary = root / f"{TEMPORARY_PREFIX}{final.name}"
     error = None
@@ -382,8 +380,6 @@ def save_checkpoint(
             if not is_write_failure(caught):
                 raise
             error = caught
-    if before_publishing is not None:
-        before_publishing(temporary)
     if all_processes_succeeded(accelerator, error is None) and accelerator.is_main_process:
         try:
             fsync_tree(temporary)

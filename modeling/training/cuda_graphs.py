@@ -211,7 +211,7 @@ class UpdateGraphs(nn.Module):
     def _capture_finish(self, optimizer) -> Callable[[], None]:
         """The graph of the end of an update, warmed up once at a learning rate of 0 (on zero gradients), the
         optimizer's state then put back as it was: the warm-up changes no weight and no state."""
-        from .loop import non_finite_flag
+        from .update import non_finite_flag
 
         scalars, parameters = self.scalars, self.trained
         result = scalars["result"]

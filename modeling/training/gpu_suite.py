@@ -190,7 +190,8 @@ def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes
     from ..serving.benchmarking import make_batch, marian_model, synchronize, training_flops, vaswani_model
     from .arguments import TrainArguments
     from .cuda_graphs import GraphedUpdates, UpdateGraphs
-    from .loop import TrainingProgress, run_update
+    from .state import TrainingProgress
+    from .update import run_update
     from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 
     torch.manual_seed(0)
@@ -517,7 +518,7 @@ def _engine_row(engine: str, finished: Finished, seconds: float, output_dir: Pat
 
 def refused_distributed_type(output: str) -> str:
     """What Accelerate set up in a run that train.py stopped because the config's engine could not engage
-    (vaswani.training.loop.check_engine says "... but Accelerate set up MULTI_CPU on cpu ..."); "none" when the run
+    (vaswani.training.engine.check_engine says "... but Accelerate set up MULTI_CPU on cpu ..."); "none" when the run
     stopped before (DeepSpeed not installed, a crash)."""
     marker = "but Accelerate set up "
     for line in reversed(output.splitlines()):

@@ -11,7 +11,7 @@ from .. import PRESETS, VaswaniConfig, VaswaniForConditionalGeneration, VaswaniT
 from ..cli import parse_config_overrides
 from ..data import split_paths
 from ..output_paths import Inputs, check_output_dir
-from ..modeling_vaswani import check_fits_in_memory
+from ..loading_checks import check_fits_in_memory
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments
 from .checkpoints import ARGUMENTS_FILE, remove_leftovers
 from .errors import TrainingError

@@ -10,7 +10,7 @@ over still leaves the others' results, and its error, in the JSON:
 
   training  one process (`--worker training`): the base and big presets, bf16, each update one micro-batch of about
             25,000 target tokens (and as many source tokens) through the real training update of scripts/train.py
-            (`vaswani.training.loop.run_update`, under an Accelerator with bf16 mixed precision, the optimizer and
+            (`vaswani.training.update.run_update`, under an Accelerator with bf16 mixed precision, the optimizer and
             schedule of `vaswani.training.optimization`), eager and `torch.compile`d, beside transformers' Marian of
             the same architecture in the same update (eager); first, the Multi30k GPU recipe's own model on its
             4,080-token update, fp32, eager, and last the updates replayed from CUDA graphs: the recipe's (train.py

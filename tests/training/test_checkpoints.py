@@ -58,21 +58,20 @@ def test_an_average_of_folders_that_are_not_checkpoints_names_them(tmp_path):
 # --- a kill during a save ---------------------------------------------------------------------------------------------
 
 
-# train.py in a process that saves a checkpoint at update {step} and dies (SIGKILL) halfway through that save: its files
-# written, not yet published (vaswani.training.loop.hooks)
+# train.py in a process that dies (SIGKILL) halfway through the save of the checkpoint of update {step}: its files
+# written, not yet published (monkeypatched: the fsync that comes before the rename that publishes them)
 KILLED_DURING_A_SAVE = """
 import os, runpy, signal, sys
-from vaswani.training import loop
+from vaswani.training import checkpoints
 
-class KillDuringTheSave(loop.TrainingHooks):
-    def extra_save(self, step):
-        return step == {step}
+fsync_tree = checkpoints.fsync_tree
 
-    def checkpoint_written(self, folder):
-        if folder.name.endswith("{step:08d}"):
-            os.kill(os.getpid(), signal.SIGKILL)
+def die_before_publishing(folder):
+    if folder.name.endswith("{step:08d}"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    fsync_tree(folder)
 
-loop.hooks = KillDuringTheSave()
+checkpoints.fsync_tree = die_before_publishing
 sys.argv[0] = {script!r}
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
@@ -89,10 +88,10 @@ def test_kill_during_a_save_then_resume_gives_the_weights_of_an_uninterrupted_ru
     run_in_process(tiny_argv(tmp_path / "straight", **options))
 
     interrupted = tmp_path / "interrupted"
-    killed = run_script_killed_during_a_save(tiny_argv(interrupted, **options), step=5)
+    killed = run_script_killed_during_a_save(tiny_argv(interrupted, **options), step=6)
     assert killed.returncode == -9, killed.stderr[-2000:]  # SIGKILL
     leftovers = [p.name for p in (interrupted / "checkpoints").iterdir()]
-    assert ".tmp-step-00000005" in leftovers, "the kill must come in the middle of a save"
+    assert ".tmp-step-00000006" in leftovers, "the kill must come in the middle of a save"
     assert latest_checkpoint(interrupted / "checkpoints").name == "step-00000004"
 
     progress_file = interrupted / "checkpoints" / "step-00000004" / "training_progress.json"

@@ -19,12 +19,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from helpers import PAIRS, tiny_config
 from training_helpers import metrics_records, reset_accelerate, run_in_process, tiny_argv
 from vaswani import VaswaniForConditionalGeneration
-from vaswani.training import cuda_graphs
-from vaswani.training import loop as loop_module
+from vaswani.training import cuda_graphs, engine
 from vaswani.training.arguments import parse_arguments
 from vaswani.training.batching import collate, token_counts
 from vaswani.training.errors import TrainingError
-from vaswani.training.loop import TrainingProgress, compiled_for_updates, run_update
+from vaswani.training.engine import compiled_for_updates
+from vaswani.training.state import TrainingProgress
+from vaswani.training.update import run_update
 from vaswani.training.optimization import build_optimizer_and_schedule
 
 
@@ -77,7 +78,7 @@ def test_each_batch_shape_is_captured_once_and_replayed_giving_the_losses_withou
 
     # one micro-batch an update, as --cuda_graphs takes
     options = dict(dropout=0.0, max_steps=6, eval_steps=6, save_steps=6, tokens_per_update=256, cuda_graphs=True)
-    monkeypatch.setattr(loop_module, "cuda_graphs_refusal", lambda accelerator, torch_compile, micro_batches: None)
+    monkeypatch.setattr(engine, "cuda_graphs_refusal", lambda accelerator, torch_compile, micro_batches: None)
     monkeypatch.setattr(cuda_graphs.GraphedUpdates, "_capture_on_cuda", lambda self, module, sample_args:
                         capture(module, sample_args))
     outcome = run_in_process(tiny_argv(tmp_path / "graphs", **options))
@@ -88,7 +89,7 @@ def test_each_batch_shape_is_captured_once_and_replayed_giving_the_losses_withou
     assert all(source[1] % 8 == 0 and target[1] % 8 == 0 for source, _, target in captured), captured
     assert len(replays) > len(captured)  # shapes seen again were replayed, not captured again
     # the same run with the updates calling the model itself: the same padded batches, the same losses
-    monkeypatch.setattr(loop_module, "GraphedUpdates", lambda model: model)
+    monkeypatch.setattr(engine, "GraphedUpdates", lambda model: model)
     run_in_process(tiny_argv(tmp_path / "eager", **options))
     graphed, eager = ([r["loss"] for r in metrics_records(tmp_path / name) if "loss" in r]
                       for name in ("graphs", "eager"))
@@ -184,9 +185,9 @@ def recorded_graphs(monkeypatch):
     """--cuda_graphs --torch_compile on a CPU: no refusal, captures by `RecordedGraph`, the `eager` compiler backend
     for speed (dynamo traces the update with fullgraph; inductor's code generation is the GPU's)."""
     RecordedGraph.captures = []
-    monkeypatch.setattr(loop_module, "cuda_graphs_refusal", lambda accelerator, torch_compile, micro_batches: None)
+    monkeypatch.setattr(engine, "cuda_graphs_refusal", lambda accelerator, torch_compile, micro_batches: None)
     monkeypatch.setattr(cuda_graphs.UpdateGraphs, "_capture_on_cuda", lambda self, work: RecordedGraph(work))
-    monkeypatch.setattr(loop_module, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(engine, "COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()
     yield RecordedGraph.captures
     torch._dynamo.reset()
@@ -210,8 +211,8 @@ def test_compiled_updates_from_graphs_give_the_losses_and_weights_of_eager_updat
     # once, and every later update replayed (RecordedGraph held each replay to its capture)
     assert recorded_graphs.count("finish") == 1 and recorded_graphs.count("accumulate") >= 2, recorded_graphs
     # the reference: eager updates of the model's own loss
-    monkeypatch.setattr(loop_module, "UpdateGraphs", NeverGraphing)
-    monkeypatch.setattr(loop_module, "compiled_for_updates", lambda accelerator, model: model)
+    monkeypatch.setattr(engine, "UpdateGraphs", NeverGraphing)
+    monkeypatch.setattr(engine, "compiled_for_updates", lambda accelerator, model: model)
     run_in_process(tiny_argv(tmp_path / "eager", **options))
     graphed, eager = ([r["loss"] for r in metrics_records(tmp_path / name) if "loss" in r]
                       for name in ("graphs", "eager"))

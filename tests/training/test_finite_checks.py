@@ -9,7 +9,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
-from vaswani.training.loop import all_finite
+from vaswani.training.update import all_finite
 
 
 class OneProcess:

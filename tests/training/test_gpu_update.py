@@ -15,16 +15,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from helpers import PAIRS, tiny_config
 from training_helpers import reset_accelerate
 from vaswani import VaswaniForConditionalGeneration
-from vaswani.training import loop as loop_module
+from vaswani.training import engine, loop
 from vaswani.training.arguments import parse_arguments
 from vaswani.training.batching import BatchShapes, TokenBudgetBatches, collate, token_counts
-from vaswani.training.loop import (
-    TrainingProgress,
-    compiled_for_updates,
-    default_mixed_precision,
-    non_finite_flag,
-    run_update,
-)
+from vaswani.training.engine import compiled_for_updates, default_mixed_precision
+from vaswani.training.state import TrainingProgress
+from vaswani.training.update import non_finite_flag, run_update
 from vaswani.training.optimization import build_optimizer_and_schedule
 
 
@@ -202,7 +198,7 @@ def fake_run(tokenizer, workers: int, epoch: int = 0, position: int = 0):
 
 def test_batches_collated_in_workers_are_those_of_the_training_process_and_resume_alike(tokenizer):
     def first(workers, count, epoch=0, position=0):
-        stream = loop_module.training_batches(fake_run(tokenizer, workers, epoch, position))
+        stream = loop.training_batches(fake_run(tokenizer, workers, epoch, position))
         return [next(stream) for _ in range(count)]
 
     alone, in_workers = first(0, 12), first(2, 12)
@@ -242,7 +238,7 @@ def test_compiled_updates_take_every_shape_in_one_graph_giving_eagers_losses(tok
         finally:
             reset_accelerate()
 
-    monkeypatch.setattr(loop_module, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(engine, "COMPILE_BACKEND", "eager")
     torch._dynamo.reset()
     counters.clear()
     with torch._dynamo.config.patch(recompile_limit=1, fail_on_recompile_limit_hit=True):

@@ -1,7 +1,7 @@
-"""vaswani.training.loop: one update (micro-batches weighted by their tokens, gradients clipped before the step), a
-run's course (early stopping, mixed precision, activation checkpointing, torch.compile, the quick-start config), and
-what stops a run: processes without a process group, a loss or weights no longer finite, an engine that cannot
-engage. DeepSpeed's batch numbers, and a run without the plot and TensorBoard extras."""
+"""vaswani.training's update, engine and loop: one update (micro-batches weighted by their tokens, gradients clipped
+before the step), a run's course (early stopping, mixed precision, activation checkpointing, torch.compile, the
+quick-start config), and what stops a run: processes without a process group, a loss or weights no longer finite, an
+engine that cannot engage. DeepSpeed's batch numbers, and a run without the plot and TensorBoard extras."""
 
 import importlib.util
 import json
@@ -21,7 +21,8 @@ from vaswani.training.arguments import parse_arguments
 from vaswani.training.batching import collate
 from vaswani.training.checkpoints import latest_checkpoint, list_checkpoints
 from vaswani.training.errors import TrainingDiverged, TrainingError
-from vaswani.training.loop import TrainingProgress, run_update
+from vaswani.training.state import TrainingProgress
+from vaswani.training.update import run_update
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -128,16 +129,16 @@ def test_torch_compile_trains_through_one_compiled_graph_giving_eagers_losses(tm
     compilation taken out (the same padded batches, eager updates)."""
     from torch._dynamo.utils import counters
 
-    from vaswani.training import loop as loop_module
+    from vaswani.training import engine
 
     options = dict(dropout=0.0, max_steps=4, eval_steps=4, save_steps=4, torch_compile=True)
-    monkeypatch.setattr(loop_module, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(engine, "COMPILE_BACKEND", "eager")
     torch._dynamo.reset()
     counters.clear()
     with torch._dynamo.config.patch(recompile_limit=1, fail_on_recompile_limit_hit=True):
         run_in_process(tiny_argv(tmp_path / "compiled", **options))
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
-    monkeypatch.setattr(loop_module, "compiled_for_updates", lambda accelerator, model: model)
+    monkeypatch.setattr(engine, "compiled_for_updates", lambda accelerator, model: model)
     run_in_process(tiny_argv(tmp_path / "eager", **options))
     compiled, eager = ([r["loss"] for r in metrics_records(tmp_path / name) if "loss" in r] for name in
                        ("compiled", "eager"))
@@ -228,7 +229,7 @@ def test_deepspeed_gets_a_micro_batch_size_and_the_runs_accumulation():
 
     from accelerate.utils import DeepSpeedPlugin
 
-    from vaswani.training.loop import fit_deepspeed_config
+    from vaswani.training.engine import fit_deepspeed_config
 
     plugin = DeepSpeedPlugin(zero_stage=2, gradient_clipping=1.0)  # what accelerate_deepspeed.yaml gives
     assert plugin.is_auto("train_micro_batch_size_per_gpu")
@@ -243,9 +244,10 @@ def test_deepspeed_gets_a_micro_batch_size_and_the_runs_accumulation():
 def test_without_the_plot_and_tensorboard_extras_a_run_still_finishes(tmp_path, monkeypatch, capsys):
     """matplotlib and tensorboard are extras: without them --report_to auto logs nowhere, the curves are skipped with
     a line saying why, and --report_to tensorboard is refused before the run starts."""
-    from vaswani.training import loop
+    from vaswani.training import engine, loop
 
-    monkeypatch.setattr(loop, "installed", lambda package: package not in ("matplotlib", "tensorboard"))
+    for module in (engine, loop):  # the set-up asks for tensorboard, the end of the run for matplotlib
+        monkeypatch.setattr(module, "installed", lambda package: package not in ("matplotlib", "tensorboard"))
     with pytest.raises(TrainingError, match=r"--report_to tensorboard: tensorboard is not installed"):
         run_in_process(tiny_argv(tmp_path / "refused", report_to="tensorboard"))
     assert not (tmp_path / "refused").exists()

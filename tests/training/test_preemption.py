@@ -33,7 +33,7 @@ from transformers import AutoModelForSeq2SeqLM
 from helpers import PAIRS, QUIET, REPO, launch, load_script, write_jsonl
 from training_helpers import metrics_records, processes_writing_to, reset_accelerate, run_in_process, tiny_argv
 from vaswani.cli import run_command
-from vaswani.training import loop
+from vaswani.training import engine, loop
 from vaswani.training.checkpoints import list_checkpoints
 from vaswani.training.errors import CheckpointError, MetricsWriteError, TrainingError
 from vaswani.training.preemption import EXIT_RESUMABLE, STOP_SIGNALS, StoppedBySignal
@@ -179,13 +179,13 @@ def test_under_the_resumable_launcher_a_stopped_run_exits_75(tmp_path):
 def test_sigterm_during_the_set_up_exits_75_with_its_line(tmp_path, monkeypatch, capsys):
     """A signal before the first update (here while the data are prepared) ends the run at once, nothing being
     trained: one line and status 75, so that a job requeued on it starts again (it was 143, and no line)."""
-    prepare_data = loop.prepare_data
+    prepare_data = engine.prepare_data
 
     def prepare_data_then_signal(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         return prepare_data(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "prepare_data", prepare_data_then_signal)
+    monkeypatch.setattr(engine, "prepare_data", prepare_data_then_signal)
     assert run_train_command(tiny_argv(tmp_path, **OPTIONS), monkeypatch) == EXIT_RESUMABLE
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "train.py: stopped by SIGTERM while the run was being set up, before its first update: nothing was trained, "

@@ -24,7 +24,7 @@ from training_helpers import metrics_records, run_in_process, tiny_argv
 from vaswani.training.batching import TokenBudgetBatches
 from vaswani.training.checkpoints import checkpoint_problem, list_checkpoints
 from vaswani.training.errors import CheckpointError, TrainingError
-from vaswani.training.loop import TrainingProgress
+from vaswani.training.state import TrainingProgress
 from vaswani.training.synthetic import generate_pairs
 
 

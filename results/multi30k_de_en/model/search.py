@@ -1,7 +1,7 @@
 """Greedy and beam search as transformers' `generate` runs them, over any decoder that gives the next token's logits.
 
 Two decoders use it: `vaswani.cpu_decoding` (the CPU decoder `generate` runs on a CPU, on the model's weights) and
-`vaswani.serving.onnx_export.OnnxGenerator` (the exported graphs in onnxruntime). Both give the tokens of `generate`
+`vaswani.serving.onnx_generation.OnnxGenerator` (the exported graphs in onnxruntime). Both give the tokens of `generate`
 with the same settings, because the search is the one transformers 5 runs (`GenerationMixin._sample` without sampling,
 and the vectorized `GenerationMixin._beam_search`), step for step:
 

@@ -455,7 +455,7 @@ def check_bpe_model(path: Path) -> None:
     vocabulary (a merge joins two tokens of the vocabulary into a third, so there are no more merges than tokens):
     ValueError naming the file. A file of 149 MB (91 merges repeated to 10 million) took 98 s and 7.6 GB to build."""
     try:
-        from .modeling_vaswani import cpu_memory_available  # absent where a folder carries the tokenizer alone
+        from .loading_checks import cpu_memory_available  # absent where a folder carries the tokenizer alone
     except ImportError:
         cpu_memory_available = None
     size = path.stat().st_size
