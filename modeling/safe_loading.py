@@ -8,6 +8,8 @@ of this project is involved, and a foreign checkpoint (`--trust_remote_code`) br
 command checks the whole folder first, with the same checks. A failure is one line naming the file.
 """
 
+import json
+import pickle
 from pathlib import Path
 
 import torch
@@ -21,16 +23,16 @@ from .modeling_vaswani import (
     VaswaniModel,
     check_model_files,
 )
+from .runs.records import TRAINER_STATE_FILE
 from .tokenization_vaswani import check_tokenizer_files
-from .training.checkpoints import read_json_record
 
 
-# What the Trainer reads from a checkpoint it resumes from, besides the model: its progress as JSON, and the states it
-# pickles, which it loads with torch.load(weights_only=True) (tensors and plain data only; no code runs).
-TRAINER_STATE_JSON = "trainer_state.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 MODEL_CLASSES = (VaswaniModel, VaswaniForConditionalGeneration, VaswaniForSequenceClassification,
                  VaswaniForTokenClassification)
+# What the Trainer reads from a checkpoint it resumes from, besides the model: its progress as JSON
+# (TRAINER_STATE_FILE), and the states it pickles, which it loads with torch.load(weights_only=True) (tensors and plain
+# data only; no code runs).
 TRAINER_STATE_PICKLES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth")
 
 
@@ -118,12 +120,10 @@ def check_trainer_checkpoint(path) -> None:
     # imported here: they load the Trainer's and Accelerate's modules, which only fine-tuning needs
     from transformers.trainer_pt_utils import safe_globals
 
-    from .training.checkpoints import describe_load_error
-
     folder = Path(str(path))
     check_checkpoint_folder(folder)
-    if (folder / TRAINER_STATE_JSON).is_file():
-        check_json_file(folder / TRAINER_STATE_JSON)
+    if (folder / TRAINER_STATE_FILE).is_file():
+        check_json_file(folder / TRAINER_STATE_FILE)
     for pattern in TRAINER_STATE_PICKLES:
         for state_file in sorted(folder.glob(pattern)):
             try:
@@ -135,4 +135,23 @@ def check_trainer_checkpoint(path) -> None:
                 ) from None
 
 
-__all__ = ["check_checkpoint_folder", "check_trainer_checkpoint"]
+def read_json_record(path: Path) -> dict:
+    """A JSON object from a checkpoint; ValueError (with the file's name) if it is not one."""
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as error:  # ValueError: not JSON, or an integer of 5,000 digits
+        raise ValueError(f"{path.name} cannot be read ({error})") from None
+    if not isinstance(content, dict):
+        raise ValueError(f"{path.name} is not a JSON object")
+    return content
+
+
+def describe_load_error(error: Exception) -> str:
+    """One line for an error of loading a checkpoint file."""
+    if isinstance(error, pickle.UnpicklingError):
+        return "it holds objects other than tensors and plain data, which are refused: no code in it ran"
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
+
+
+__all__ = ["check_checkpoint_folder", "check_trainer_checkpoint", "describe_load_error", "read_json_record"]

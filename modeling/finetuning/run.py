@@ -1,6 +1,6 @@
 """One fine-tuning run on the standard `Trainer` path: parsing the command line, the checks before anything is
 loaded, the checkpoint to resume from, the callbacks and settings a Vaswani model needs under the Trainer, and the
-train -> save -> evaluate sequence, which a stop signal (SIGTERM, SIGUSR1: `vaswani.training.preemption`) ends
+train -> save -> evaluate sequence, which a stop signal (SIGTERM, SIGUSR1: `vaswani.runs.preemption`) ends
 after the update under way, with a checkpoint to resume from."""
 
 import copy
@@ -28,11 +28,11 @@ from ..cli import (
     require_folder_or_hub_id,
 )
 from ..data import split_paths
-from ..hub.model_card import ARGUMENTS_FILE
 from ..output_paths import check_output_dir, write_text_atomically
+from ..runs.ownership import release_output_dir, take_output_dir
+from ..runs.preemption import RESUMABLE, StoppedBySignal, StopSignals
+from ..runs.records import ARGUMENTS_FILE
 from ..safe_loading import check_trainer_checkpoint
-from ..training.ownership import release_output_dir, take_output_dir
-from ..training.preemption import RESUMABLE, StoppedBySignal, StopSignals
 from .head_loading import ModelArguments
 from .splits import DataArguments
 
@@ -237,7 +237,7 @@ _output_dir_locks: dict[str, int] = {}  # --output_dir -> the main process's hol
 
 
 def _take_output_dir(training_args: TrainingArguments) -> None:
-    """One run per --output_dir (vaswani.training.ownership's lock, held by the main process until the run ends),
+    """One run per --output_dir (vaswani.runs.ownership's lock, held by the main process until the run ends),
     and none that would replace an earlier run or a model there: only one that resumes it may write there (checked
     under the lock, so that of two runs started together on a new folder the second is refused)."""
     if training_args.process_index != 0:

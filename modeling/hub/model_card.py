@@ -18,6 +18,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..data import looks_like_hub_dataset
+from ..runs.records import ARGUMENTS_FILE, TRAINER_STATE_FILE
 
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "model_card.md"  # the repository's (beside modeling/)
@@ -104,10 +105,9 @@ def _dataset_label(name: str) -> str:
     return first.parent.name or first.stem
 
 
-# What a run leaves beside its model: train.py's options (in the run folder, above best/ and last/) or the fine-tuning
-# scripts' (in --output_dir), and the Trainer's state. JSON only: transformers' training_args.bin is a pickle.
-ARGUMENTS_FILE = "arguments.json"  # written by train.py (its run folder and every checkpoint) and the fine-tuning scripts
-TRAINER_STATE_FILE = "trainer_state.json"
+# What a run leaves beside its model (vaswani.runs.records): train.py's options (in the run folder, above best/ and
+# last/) or the fine-tuning scripts' (in --output_dir), and the Trainer's state. JSON only: transformers'
+# training_args.bin is a pickle.
 MAX_RECORD_BYTES = 1_000_000
 TRAIN_PY_DATA_OPTIONS = (
     "train_file", "dataset_name", "dataset_config_name", "train_split", "validation_file", "validation_split", "task",
@@ -269,7 +269,6 @@ def render_model_card(
 
 
 __all__ = [
-    "ARGUMENTS_FILE",
     "TASKS",
     "TEMPLATE",
     "load_results",

@@ -27,6 +27,7 @@ from .. import (
 )
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
 from ..output_paths import OutputFolder
+from ..runs.records import RESULTS_FILE
 from ..safe_loading import check_checkpoint_folder
 from ..serving.demo_tasks import read_task
 from . import space
@@ -36,7 +37,6 @@ from .recipes import Recipe, find_recipe, load_recipes
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: modeling/hub/ is two folders down
 RECIPES_FILE = REPO / "scripts" / "configs" / "recipes.yaml"
-RESULTS_FILE = "evaluation_results.json"  # what scripts/evaluate_model.py writes into the checkpoint by default
 CODE_FILES = ("configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py")
 REQUIRED_FILES = ("README.md", "config.json", "tokenizer.json", "tokenizer_config.json")
 # the decoding settings a results file records (scripts/evaluate_model.py) that are GenerationConfig fields

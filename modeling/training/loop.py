@@ -27,6 +27,11 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from ..output_paths import write_text_atomically
+from ..runs.errors import CheckpointError, MetricsWriteError, TrainingDiverged, TrainingError
+from ..runs.ownership import die_with_the_launcher, release_output_dir
+from ..runs.preemption import RESUMABLE, STOP_SIGNALS, StoppedBySignal, StopSignals
+from ..runs.records import ARGUMENTS_FILE
+from ..safe_loading import describe_load_error, read_json_record
 from .arguments import (
     CHANGEABLE_ON_RESUME,
     TrainDataArguments,
@@ -38,28 +43,22 @@ from .arguments import (
 )
 from .batching import BatchShapes, CollatingDataset, StreamBatch, TokenBudgetBatches, share_length
 from .checkpoints import (
-    ARGUMENTS_FILE,
     DATA_FILE,
     PROGRESS_FILE,
     all_processes_succeeded,
     checkpoint_path,
-    describe_load_error,
     describe_value,
     is_count,
     latest_checkpoint,
     list_checkpoints,
     publish_model,
-    read_json_record,
     resumable_checkpoint,
     save_checkpoint,
 )
 from .chunked_loss import ChunkedLossUpdates, autocast_dtype, refusal as chunked_loss_refusal
 from .cuda_graphs import GraphedUpdates, UpdateGraphs, refusal as cuda_graphs_refusal
-from .errors import CheckpointError, MetricsWriteError, TrainingDiverged, TrainingError
 from .evaluation import evaluate
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
-from .ownership import die_with_the_launcher, release_output_dir
-from .preemption import RESUMABLE, STOP_SIGNALS, StoppedBySignal, StopSignals
 from .preparation import (
     build_model,
     check_lengths_before_work,

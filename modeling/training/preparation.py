@@ -13,9 +13,10 @@ from ..data import split_paths
 from ..output_paths import Inputs, check_output_dir
 from ..modeling_vaswani import check_fits_in_memory
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments
-from .checkpoints import ARGUMENTS_FILE, remove_leftovers
-from .errors import TrainingError
-from .ownership import release_output_dir, take_output_dir
+from ..runs.errors import TrainingError
+from ..runs.ownership import release_output_dir, take_output_dir
+from ..runs.records import ARGUMENTS_FILE
+from .checkpoints import remove_leftovers
 from .seq2seq_data import training_texts
 
 

@@ -23,7 +23,7 @@ from vaswani.training import cuda_graphs
 from vaswani.training import loop as loop_module
 from vaswani.training.arguments import parse_arguments
 from vaswani.training.batching import collate, token_counts
-from vaswani.training.errors import TrainingError
+from vaswani.runs.errors import TrainingError
 from vaswani.training.loop import TrainingProgress, compiled_for_updates, run_update
 from vaswani.training.optimization import build_optimizer_and_schedule
 
