@@ -14,13 +14,13 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedT
 from ..cli import parse_config_overrides
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
 from ..configuration_vaswani import PRESETS, VaswaniConfig
+from ..data.label_sets import LabelSet, resolve_label_set
+from ..data.splits import Splits
 # the pipelines make the same check where a model and a tokenizer meet; it lives in their file, which travels with
 # every checkpoint and can import nothing of this package
 from ..pipelines.pipeline_vaswani import check_vocabulary
 from ..safe_loading import check_checkpoint_folder
 from ..tokenization_vaswani import VaswaniTokenizer
-from .label_sets import LabelSet, resolve_label_set
-from .splits import Splits
 
 
 logger = logging.getLogger(__name__)
@@ -171,7 +171,7 @@ def load_tokenizer(model_args: ModelArguments):
 def load_labelled_head(
     auto_class, model_args: ModelArguments, tokenizer, splits: Splits, column: str, label_set: list[str] | None
 ) -> tuple[LabelSet, PreTrainedModel, LoadingReport | None]:
-    """The label set of `column` (see vaswani.finetuning.label_sets) and a classification head (`auto_class`) sized to it."""
+    """The label set of `column` (see vaswani.data.label_sets) and a classification head (`auto_class`) sized to it."""
     reference, reference_source = splits.reference
     # a checkpoint already fine-tuned with this kind of head keeps its label ids
     head_suffix = auto_class.__name__.removeprefix("AutoModel")  # e.g. "ForTokenClassification"

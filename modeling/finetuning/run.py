@@ -27,14 +27,14 @@ from ..cli import (
     check_numbers,
     require_folder_or_hub_id,
 )
-from ..data import split_paths
+from ..data.arguments import TrainingDataArguments
+from ..data.loading import split_paths
 from ..output_paths import check_output_dir, write_text_atomically
 from ..runs.ownership import release_output_dir, take_output_dir
 from ..runs.preemption import RESUMABLE, StoppedBySignal, StopSignals
 from ..runs.records import ARGUMENTS_FILE
 from ..safe_loading import check_trainer_checkpoint
 from .head_loading import ModelArguments
-from .splits import DataArguments
 
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ RESUME_LATEST = ("last", "latest", "true", "True")
 def start_run(task_arguments, argv: list[str] | None, training_arguments=TrainingArguments):
     """Parse the command line into (model, data, task, training) arguments, set up logging, check that the run
     makes sense and seed everything."""
-    parser = HfArgumentParser((ModelArguments, DataArguments, task_arguments, training_arguments))
+    parser = HfArgumentParser((ModelArguments, TrainingDataArguments, task_arguments, training_arguments))
     model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     check_numbers((model_args, data_args, task_args, training_args), NUMBER_RULES)
     _check_training_length(training_args)
@@ -210,7 +210,7 @@ class UpdatesLeftToTrain(TrainerCallback):
             )
 
 
-def _check_paths(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
+def _check_paths(model_args: ModelArguments, data_args: TrainingDataArguments, training_args: TrainingArguments) -> None:
     """The checkpoint and tokenizer folders are there (or are Hub ids), and --output_dir, where the Trainer saves
     the model and its checkpoints and deletes the older ones, stays apart from them and from the data files
     (vaswani.output_paths)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..data import looks_like_hub_dataset
+from ..data.loading import looks_like_hub_dataset
 from ..runs.records import ARGUMENTS_FILE, TRAINER_STATE_FILE
 
 

@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 
 from .. import PRESETS, VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from ..cli import parse_config_overrides
-from ..data import split_paths
+from ..data.loading import split_paths
 from ..output_paths import Inputs, check_output_dir
 from ..modeling_vaswani import check_fits_in_memory
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments

@@ -23,7 +23,7 @@ from vaswani import (
     VaswaniTokenizer,
 )
 from vaswani.finetuning.token_alignment import align_word_labels, inside_label_ids
-from vaswani.finetuning.label_sets import LabelSet
+from vaswani.data.label_sets import LabelSet
 from vaswani.pipelines import (
     SummarizationPipeline,
     Text2TextGenerationPipeline,
