@@ -6,6 +6,9 @@ refused, and the memory their weights need), also where a checkpoint is loaded w
 command loads through transformers' Auto classes, which parse config.json and tokenizer_config.json before any class
 of this project is involved, and a foreign checkpoint (`--trust_remote_code`) brings classes of its own: so each
 command checks the whole folder first, with the same checks. A failure is one line naming the file.
+
+A checkpoint loaded to be scored must also have trained weights for its task's head (`require_trained_head`): a head
+that a checkpoint lacks would be initialized at random, and scored.
 """
 
 import json
@@ -14,6 +17,7 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
+from transformers import AutoConfig
 
 from .configuration_vaswani import VaswaniConfig, check_json_file
 from .modeling_vaswani import (
@@ -135,6 +139,38 @@ def check_trainer_checkpoint(path) -> None:
                 ) from None
 
 
+def require_trained_head(auto_class, model_name_or_path: str, task: str, trust_remote_code: bool = False):
+    """Load a checkpoint for evaluation, refusing one that lacks weights of the task's head (they would be random)."""
+    check_checkpoint_folder(model_name_or_path)
+    model, info = auto_class.from_pretrained(
+        model_name_or_path, trust_remote_code=trust_remote_code, output_loading_info=True
+    )
+    if info["missing_keys"]:
+        # the config as saved names the class the checkpoint was trained as
+        saved = AutoConfig.from_pretrained(model_name_or_path, trust_remote_code=trust_remote_code)
+        trained_as = ", ".join(saved.architectures or ["an unknown architecture"])
+        raise ValueError(
+            f"{model_name_or_path} is a checkpoint of {trained_as}, not fine-tuned for {task}: it has no weights for "
+            f"{', '.join(module_names(info['missing_keys']))}, which would be random. Fine-tune it for {task} first "
+            "(scripts/finetune_*.py), then evaluate the fine-tuned checkpoint."
+        )
+    return model
+
+
+def module_names(keys) -> list[str]:
+    """Weight names shortened to the modules that hold them, one entry per stack of layers:
+    `model.decoder.layers.1.self_attn.q_proj.weight` -> `model.decoder.layers`, `classifier.bias` -> `classifier`."""
+    names = set()
+    for key in keys:
+        parts = key.split(".")[:-1] or key.split(".")
+        for position, part in enumerate(parts):
+            if part.isdigit():
+                parts = parts[:position]
+                break
+        names.add(".".join(parts))
+    return sorted(names)
+
+
 def read_json_record(path: Path) -> dict:
     """A JSON object from a checkpoint; ValueError (with the file's name) if it is not one."""
     try:
@@ -154,4 +190,11 @@ def describe_load_error(error: Exception) -> str:
     return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
 
 
-__all__ = ["check_checkpoint_folder", "check_trainer_checkpoint", "describe_load_error", "read_json_record"]
+__all__ = [
+    "check_checkpoint_folder",
+    "check_trainer_checkpoint",
+    "describe_load_error",
+    "module_names",
+    "read_json_record",
+    "require_trained_head",
+]

@@ -27,10 +27,10 @@ from transformers import (
 from .. import pipelines as vaswani_pipelines
 from ..cli import POSITIVE, at_least, check_numbers, require_folder_or_hub_id
 from ..data.label_sets import LabelSet
-from ..finetuning.head_loading import check_vocabulary, require_trained_head
 from ..output_paths import check_output_file
-from ..safe_loading import check_checkpoint_folder
+from ..pipelines.vocabulary import check_vocabulary
 from ..runs.records import RESULTS_FILE, weights_provenance
+from ..safe_loading import check_checkpoint_folder, require_trained_head
 from ..serving.cpu_inference import for_cpu_inference
 from .diagnostics import (
     encoder_collapse,

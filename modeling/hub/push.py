@@ -37,7 +37,9 @@ from .recipes import Recipe, find_recipe, load_recipes
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: modeling/hub/ is two folders down
 RECIPES_FILE = REPO / "scripts" / "configs" / "recipes.yaml"
-CODE_FILES = ("configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py")
+CODE_FILES = (
+    "configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py", "vocabulary.py",
+)
 REQUIRED_FILES = ("README.md", "config.json", "tokenizer.json", "tokenizer_config.json")
 # the decoding settings a results file records (scripts/evaluate_model.py) that are GenerationConfig fields
 DECODING_SETTINGS = ("num_beams", "length_penalty", "no_repeat_ngram_size", "max_new_tokens")

@@ -1,7 +1,8 @@
 """Serving a trained checkpoint fast: on CPUs from its own weights, or exported to another engine
 (`scripts/export_ctranslate2.py`, `scripts/export_onnx.py`, `scripts/tools/benchmark.py`); and in a web page
-(`scripts/app.py`). One module per job (the CPU decoder every checkpoint carries, `cpu_decoding`, and its `search` are
-at the package's top, beside the model file that runs them):
+(`scripts/app.py`), with the heatmap of where the model looks (`scripts/attention_heatmap.py`, `scripts/demo.py`).
+One module per job (the CPU decoder every checkpoint carries, `cpu_decoding`, and its `search` are at the package's
+top, beside the model file that runs them):
 
     cpu_inference           `for_cpu_inference(model)`: the explicit CPU switch, oneDNN Linear layers or int8 ones
     exporting               what the exports share: the checks of the checkpoint read and the folder written
@@ -11,4 +12,5 @@ at the package's top, beside the model file that runs them):
     benchmarking            the speed measurements: setups, the Marian twin, FLOPs, the matmul peak; benchmark.py's runs
     app                     the web demo (scripts/app.py): a Gradio page with a tab per model
     demo_tasks              what each tab runs: a checkpoint loaded safely, its task, its answers and messages
+    attention_map           the cross-attention of one translated sentence, as a matrix and a heatmap
 """

@@ -1255,8 +1255,8 @@ class VaswaniForTokenClassification(VaswaniPreTrainedModel):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-# The pipeline code files named in `config.custom_pipelines`; see `pipelines/`.
-SHIPPED_PIPELINE_FILES: list[str] = ["pipeline_vaswani.py"]
+# The pipeline code files (`pipelines/`): the one named in `config.custom_pipelines`, and the module it imports.
+SHIPPED_PIPELINE_FILES: list[str] = ["pipeline_vaswani.py", "vocabulary.py"]
 # The modules this file imports (transformers copies them too, as it finds them in the source): the pipeline tasks'
 # registration, and the CPU decoder with its search.
 SHIPPED_MODEL_FILES: list[str] = ["pipeline_tasks.py", "cpu_decoding.py", "search.py", "proc_files.py"]
