@@ -9,7 +9,6 @@ top, beside the model file that runs them):
     ctranslate2_export      the export to CTranslate2 and the decoding options that match `generate`'s
     ctranslate2_generation  a CTranslate2 export called as the project's pipelines are
     onnx_export             the export to ONNX and decoding with onnxruntime
-    benchmarking            the speed measurements: setups, the Marian twin, FLOPs, the matmul peak; benchmark.py's runs
     app                     the web demo (scripts/app.py): a Gradio page with a tab per model
     demo_tasks              what each tab runs: a checkpoint loaded safely, its task, its answers and messages
     attention_map           the cross-attention of one translated sentence, as a matrix and a heatmap

@@ -12,6 +12,4 @@
     loop            the training loop that puts them together
     cuda_graphs     --cuda_graphs: the updates replayed from CUDA graphs (with --torch_compile, the step too)
     chunked_loss    --chunked_loss: the output layer's loss a chunk of rows at a time, without the batch's logits
-    gpu_suite       the GPU suite of scripts/tools/gpu_suite.py: MFU, the engines engaged, a recipe on a clock
-    gpu_wheels      what a lent GPU machine lacks for the suite, gathered by scripts/tools/gather_gpu_wheels.py
 """

@@ -20,7 +20,7 @@ import sys
 
 from transformers import HfArgumentParser
 
-from vaswani.hub.results_table import TableArguments, update_tables
+from vaswani_tools.results_table import TableArguments, update_tables
 
 
 def main(argv: list[str] | None = None) -> int:
