@@ -86,7 +86,11 @@ class PushArguments:
     tags: list[str] = field(default_factory=list, metadata={"help": "Extra tags for the card's metadata."})
     training_data: str | None = field(default=None, metadata={"help": "The card's 'Training data' section (text)."})
     training_procedure: str | None = field(default=None, metadata={"help": "The card's 'Training procedure' section (text)."})
-    template: str = field(default=str(TEMPLATE), metadata={"help": "The model card template (Jinja2 markdown)."})
+    template: str | None = field(
+        default=None,
+        metadata={"help": "The model card template (Jinja2 markdown); default: the package's own, the repository's "
+                  f"{TEMPLATE}."},
+    )
     space: bool = field(
         default=False,
         metadata={"help": "Stage a Gradio Space instead of a model repository: the web demo serving the checkpoint "
