@@ -34,7 +34,11 @@ function for one new token per row, with the model's weights laid out for it (`M
     group padded to its own longest (`ATTENTION_GROUP`), and its attention mask with rows of a multiple of 16 floats
     (PyTorch's attention copies any other: on SAMSum's 64 x 256 tokens the encoder took 716 ms with that copy, 394
     without);
-  * the encoder and the search run in `torch.inference_mode()` (see `CpuGenerate`).
+  * the encoder and the search run in `torch.inference_mode()` (see `CpuGenerate`);
+  * the process keeps the memory a call frees for the next call (`keep_freed_memory`, once per process, on Linux with
+    glibc): with glibc's defaults, pages given back after a call fault again at their first write in the next.
+    Malloc settings given through the environment (`MALLOC_TRIM_THRESHOLD_`, ...) are left as they are, and so are
+    they after `leave_freed_memory()` (`for_cpu_inference(model, release_freed_memory=True)`).
 
 The search itself (greedy, beam search with its length penalty, early stopping, `no_repeat_ngram_size`,
 `min_length` / `min_new_tokens`) is `vaswani.search`, which follows transformers' step for step. `generate`
@@ -52,8 +56,11 @@ folder alone decodes this way; it imports from this project only with relative i
 modeling_vaswani.py.
 """
 
+import ctypes
 import functools
 import math
+import os
+import platform
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -425,7 +432,7 @@ class Workspace(threading.local):
     A buffer allocated afresh at every call comes from the system as new pages, and each page's first write faults:
     on the shipped en->de model, 64 captions, greedy, setting up the decoder took 15-18 ms with glibc's defaults
     against 8 ms with the memory kept (one thread, 2-core Xeon). The cache is 21 MB there, 84 MB with 4 beams, and
-    glibc maps anything over 32 MB afresh whatever its settings (`cpu_inference.keep_freed_memory`). Each thread has
+    glibc maps anything over 32 MB afresh whatever its settings (`keep_freed_memory`). Each thread has
     its own buffers (threading.local), so calls from several threads never share one. A buffer larger than
     `MAX_BYTES` is not kept."""
 
@@ -447,6 +454,54 @@ class Workspace(threading.local):
             if size * buffer.element_size() <= self.MAX_BYTES:
                 self.buffers[name] = buffer
         return buffer[:size].view(shape)
+
+
+# The memory a decoding call frees, kept by the process for its next call (`keep_freed_memory`): a call allocates and
+# frees many tensors of a few hundred KB to a few MB, and with glibc's defaults part of that memory goes back to the
+# system after each call, every page of it faulting again at its first write in the next: about 3,600 faults a greedy
+# call on the shipped en->de model, 64 captions, one thread, against none with the memory kept (`ru_minflt` around
+# the call). glibc's mallopt parameters (malloc.h) and the values set:
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+KEPT_ALLOCATION_BYTES = 32 * 2**20  # allocations up to this size come from the heap (M_MMAP_THRESHOLD's maximum)
+KEPT_FREE_BYTES = 512 * 2**20  # the heap returns free memory to the system beyond this much (M_TRIM_THRESHOLD)
+# the environment through which a user gives glibc's malloc settings of their own, which are then left as given
+MALLOC_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
+
+
+class FreedMemory:
+    """Whether the process's malloc settings are decided: by the CPU path's first call (`keep_freed_memory`), or by
+    `leave_freed_memory` (`for_cpu_inference(model, release_freed_memory=True)`). Decided once per process."""
+
+    lock = threading.Lock()
+    decided = False
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc keep the memory the process frees for its next allocations, as PyTorch's CPU tuning guide
+    does by loading jemalloc or tcmalloc: the process holds up to `KEPT_FREE_BYTES` of freed memory. The CPU path's
+    first call does this once per process. True where it applied; False where the C library is not glibc (macOS,
+    musl) or the environment gives malloc settings of its own (`MALLOC_VARIABLES`, `glibc.malloc` tunables), which
+    are left as they are."""
+    with FreedMemory.lock:
+        FreedMemory.decided = True
+        if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or _malloc_set_by_environment():
+            return False
+        mallopt = _mallopt()
+        return bool(mallopt(M_MMAP_THRESHOLD, KEPT_ALLOCATION_BYTES) and mallopt(M_TRIM_THRESHOLD, KEPT_FREE_BYTES))
+
+
+def leave_freed_memory() -> None:
+    """Leave the process's malloc settings as they are: the CPU path will not change them."""
+    with FreedMemory.lock:
+        FreedMemory.decided = True
+
+
+def _malloc_set_by_environment() -> bool:
+    return any(name in os.environ for name in MALLOC_VARIABLES) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
+
+
+def _mallopt() -> Callable[[int, int], int]:
+    return ctypes.CDLL(None).mallopt
 
 
 class CpuDecoder:
@@ -740,6 +795,8 @@ class CpuGenerate:
                 and not _asks_for_a_hub_method(kwargs, config) and not _asks_for_a_cache(kwargs, config)
                 and not _asks_for_more_than_tokens(kwargs, config)):
             kwargs["custom_generate"] = self.decoding_loop
+            if not FreedMemory.decided:
+                keep_freed_memory()
             if (input_ids := self.encodable_inputs(args, kwargs)) is not None:
                 self.call.weights = self.current_weights()
                 with torch.inference_mode():

@@ -21,7 +21,7 @@ from transformers import AutoModelForSequenceClassification, DataCollatorWithPad
 from vaswani.cli import run_command
 from vaswani.data.label_sets import encode_labels
 from vaswani.data.splits import input_length, load_splits, prepare_splits
-from vaswani.evaluation.metrics import load_metric
+from vaswani.evaluation.metrics import compute_scores, score_values
 from vaswani.finetuning import (
     argmax_logits,
     load_labelled_head,
@@ -40,16 +40,12 @@ class ClassificationArguments:
 
 
 def classification_metrics(num_labels: int):
-    """Accuracy, and F1 (of label 1 when there are two labels, else averaged over labels), both in 0-1."""
-    accuracy, f1 = load_metric("accuracy", keep_in_memory=True), load_metric("f1", keep_in_memory=True)
-    average = "binary" if num_labels == 2 else "macro"
+    """compute_metrics of the predicted labels: `accuracy`, and `f1` (of label 1 when there are two labels, else
+    averaged over labels), both in 0-1 (vaswani.evaluation.metrics.compute_scores)."""
 
     def compute_metrics(prediction) -> dict:
         predicted, references = prediction.predictions.reshape(-1), prediction.label_ids.reshape(-1)
-        return {
-            **accuracy.compute(predictions=predicted, references=references),
-            **f1.compute(predictions=predicted, references=references, average=average),
-        }
+        return score_values(compute_scores("text-classification", predicted, references, num_labels=num_labels))
 
     return compute_metrics
 

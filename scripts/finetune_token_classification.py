@@ -22,7 +22,7 @@ from vaswani.cli import run_command
 from vaswani.data.label_sets import encode_labels
 from vaswani.data.loading import require_same_lengths
 from vaswani.data.splits import input_length, load_splits, prepare_splits
-from vaswani.evaluation.metrics import load_metric
+from vaswani.evaluation.metrics import compute_scores, score_values
 from vaswani.finetuning import (
     argmax_logits,
     load_labelled_head,
@@ -42,20 +42,14 @@ class TokenClassificationArguments:
 
 
 def entity_metrics(id2label: dict[int, str], word_starts: WordStarts):
-    """Entity-level precision, recall and F1 and word accuracy, from the tag predicted at each word's first token."""
-    seqeval = load_metric("seqeval", keep_in_memory=True)
+    """Entity-level `precision`, `recall` and `f1` and word `accuracy` (vaswani.evaluation.metrics.compute_scores),
+    from the tag predicted at each word's first token."""
 
     def compute_metrics(prediction) -> dict:
         predicted, references = word_level_tags(
             prediction.predictions, prediction.label_ids, prediction.inputs, word_starts, id2label
         )
-        scores = seqeval.compute(predictions=predicted, references=references)
-        return {
-            "precision": scores["overall_precision"],
-            "recall": scores["overall_recall"],
-            "f1": scores["overall_f1"],
-            "accuracy": scores["overall_accuracy"],
-        }
+        return score_values(compute_scores("token-classification", predicted, references))
 
     return compute_metrics
 

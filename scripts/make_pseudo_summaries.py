@@ -35,7 +35,7 @@ from transformers import HfArgumentParser
 from vaswani.cli import run_command
 from vaswani.data.loading import data_source, load_split, require_columns, split_paths, write_train_validation
 from vaswani.evaluation.extractive import METHODS, extract
-from vaswani.evaluation.metrics import rouge_percent
+from vaswani.evaluation.metrics import compute_scores, score_values
 from vaswani.output_paths import OutputFolder
 
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict[str, int | float]:
     )
     if args.reference_column:
         # every document counts: one without a lead sentence scores an empty prediction
-        rouge = rouge_percent(extracts, dataset[args.reference_column])
+        rouge = score_values(compute_scores("summarization", extracts, dataset[args.reference_column]))
         counts.update({name: round(value, 2) for name, value in rouge.items()})
         scores = ", ".join(f"{name} {value:.2f}" for name, value in rouge.items())
         print(f"{args.method} baseline against {args.reference_column}: {scores}")

@@ -1,4 +1,4 @@
-"""vaswani/configuration_vaswani.py: VaswaniConfig's defaults (the paper's base model), presets, checks of every
+"""modeling/configuration_vaswani.py: VaswaniConfig's defaults (the paper's base model), presets, checks of every
 field and size, and the round trip through AutoConfig."""
 
 import json

@@ -6,6 +6,7 @@ whatever the path does not do."""
 import copy
 import json
 import pickle
+import platform
 import threading
 
 import pytest
@@ -447,6 +448,57 @@ def test_the_path_is_the_default_and_can_be_turned_off(en_de, searches):
         generated(model, batch, cpu_decoding="yes")
 
 
+@pytest.fixture
+def mallopt_calls(monkeypatch):
+    """The calls the CPU path makes to glibc's mallopt (recorded, not made), in a process whose malloc settings are
+    not decided yet and whose environment gives none."""
+    calls = []
+    monkeypatch.setattr(cpu_decoding.FreedMemory, "decided", False)
+    monkeypatch.setattr(cpu_decoding, "_mallopt", lambda: lambda parameter, value: calls.append((parameter, value)) or 1)
+    for name in cpu_decoding.MALLOC_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    return calls
+
+
+GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+KEPT = [(cpu_decoding.M_MMAP_THRESHOLD, cpu_decoding.KEPT_ALLOCATION_BYTES),
+        (cpu_decoding.M_TRIM_THRESHOLD, cpu_decoding.KEPT_FREE_BYTES)]
+
+
+def test_the_paths_first_call_keeps_freed_memory_once_per_process(en_de, mallopt_calls):
+    """The default path's first call has glibc keep the memory a call frees (pages given back fault again in the
+    next call); later calls, and transformers' loop, change nothing."""
+    plain, tokenizer = en_de
+    model = copy.deepcopy(plain)
+    batch = tokenizer(SENTENCES[:2], return_tensors="pt", padding=True)
+    generated(model, batch, max_new_tokens=4, cpu_decoding=False)
+    assert mallopt_calls == [] and not cpu_decoding.FreedMemory.decided
+    generated(model, batch, max_new_tokens=4)
+    generated(copy.deepcopy(plain), batch, num_beams=2, max_new_tokens=4)
+    assert mallopt_calls == (KEPT if GLIBC else []) and cpu_decoding.FreedMemory.decided
+
+
+@pytest.mark.parametrize("leave", ["environment", "tunables", "leave_freed_memory", "for_cpu_inference"])
+def test_malloc_settings_of_the_users_are_left_as_they_are(en_de, mallopt_calls, monkeypatch, leave):
+    """Malloc settings given in the environment (glibc reads MALLOC_TRIM_THRESHOLD_ and the like, or its tunables),
+    `leave_freed_memory()` or `for_cpu_inference(model, release_freed_memory=True)`: the path changes nothing."""
+    plain, tokenizer = en_de
+    model = copy.deepcopy(plain)
+    if leave == "environment":
+        monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    elif leave == "tunables":
+        monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=131072")
+    elif leave == "leave_freed_memory":
+        cpu_decoding.leave_freed_memory()
+    else:
+        for_cpu_inference(model, release_freed_memory=True)
+    generated(model, tokenizer(SENTENCES[:2], return_tensors="pt", padding=True), max_new_tokens=4)
+    assert mallopt_calls == [] and cpu_decoding.FreedMemory.decided
+    if leave in ("environment", "tunables"):
+        assert cpu_decoding.keep_freed_memory() is False and mallopt_calls == []
+
+
 def test_a_model_cast_or_in_training_mode_after_a_call_decodes_as_transformers_loop(en_de, searches):
     """After a first call on the path: cast to bfloat16 (or put in training mode), the model runs transformers' loop
     with what that loop gives; cast back to float32, the path again, with the new tensors' weights."""
@@ -502,10 +554,12 @@ def test_a_checkpoint_folder_alone_decodes_on_its_own_cpu_path(tiny_checkpoint):
             for beams in (1, 3):
                 rows[beams] = [model.generate(**batch, num_beams=beams, max_new_tokens=10).tolist(),
                                model.generate(**batch, num_beams=beams, max_new_tokens=10, cpu_decoding=False).tolist()]
-        print(json.dumps({{"rows": rows, "searches": len(searches), "module": decoder.__name__}}))
+        print(json.dumps({{"rows": rows, "searches": len(searches), "module": decoder.__name__,
+                          "malloc_decided": decoder.FreedMemory.decided}}))
         """)
     result = json.loads(stdout.strip().splitlines()[-1])
     assert result["module"].startswith("transformers_modules.") and result["searches"] == 2
+    assert result["malloc_decided"]  # its own decoder kept the freed memory (or left the environment's settings)
     for default, loop in result["rows"].values():
         assert default == loop
 

@@ -14,6 +14,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationMixin
 
 from helpers import PAIRS, REPO, SHARED_DATA, needs_shared_data, spread_weights, tiny_config
 from vaswani import VaswaniForConditionalGeneration
+import vaswani.cpu_decoding as cpu_decoding
 from vaswani.cpu_decoding import CpuGenerate
 from vaswani.serving import cpu_inference
 from vaswani.serving.cpu_inference import OneDNNLinear, for_cpu_inference
@@ -117,6 +118,7 @@ def test_freed_memory_is_kept_for_reuse_unless_asked_not_to(plain, monkeypatch):
     """On Linux with glibc, for_cpu_inference has malloc keep freed memory (no fresh pages to fault in at every call);
     elsewhere nothing is changed; release_freed_memory=True leaves the process's setting alone."""
     glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    monkeypatch.setattr(cpu_decoding.FreedMemory, "decided", False)  # (restored after the test)
     assert cpu_inference.keep_freed_memory() is glibc
     calls = []
     monkeypatch.setattr(cpu_inference, "keep_freed_memory", lambda: calls.append(1) or glibc)

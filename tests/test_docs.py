@@ -1,7 +1,11 @@
-"""The project's Markdown guides hold together: every relative link (and its #anchor) leads somewhere, and the README's
-set-up commands are the ones CI runs."""
+"""The project's Markdown holds together: every relative link (and its #anchor) and every repository path or
+`vaswani.` module it cites in code leads somewhere, and the README's set-up commands are the ones CI runs."""
 
+import ast
+import itertools
+import json
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -10,22 +14,48 @@ import pytest
 from helpers import REPO
 
 
-GUIDES = sorted(
-    {
-        REPO / "README.md",
-        REPO / "model_card.md",
-        *(REPO / folder / "README.md" for folder in ("modeling", "scripts", "results", "results/benchmark")),
-        *(REPO / "results").glob("*/notes.md"),
-    }
+# every Markdown file of the repository: the guides, the card template, each recipe's notes, the benchmark's runs and
+# the cards rendered into the shipped model folders (they cite the recipe's commands)
+MARKDOWN = sorted(
+    {REPO / "README.md", REPO / "model_card.md"}
+    | {path for folder in ("modeling", "pipelines", "scripts", "tests", "results")
+       for path in (REPO / folder).rglob("*.md")
+       if not any(part.startswith(".") for part in path.relative_to(REPO).parts)}
 )
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+CODE_BLOCK = re.compile(r"^```.*?^```", flags=re.MULTILINE | re.DOTALL)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+COMMENT = re.compile(r"<!--.*?-->", flags=re.DOTALL)
+# a path in code: characters of file names, globs and brace lists, with at least one slash
+PATH = re.compile(r"(?<![\w./$~-])[\w.*{},-]+/[\w./*{},-]*")
+# a placeholder in a path: scripts/NAME.py, results/<recipe>/..., scripts/finetune_....py, ${path}
+PLACEHOLDER = re.compile(r"\.\.\.|[<>$]|(?:^|/)[A-Z][A-Z_]*[A-Z](?=\.py$|/|$)")
+MODULE = re.compile(r"(?<![\w.])vaswani(?:\.[A-Za-z_]\w*)+(?![\w(])")
+# the repository's top-level folders a path may start from (results/... in a command means the repository's)
+TOP_LEVEL = ("modeling", "pipelines", "scripts", "tests", "results", ".ci")
+
+
+def blanked(text: str, pattern: re.Pattern) -> str:
+    """The text with each match of `pattern` replaced by spaces, its line breaks kept (so line numbers stay)."""
+    return pattern.sub(lambda match: re.sub(r"[^\n]", " ", match.group()), text)
 
 
 def prose(text: str) -> str:
-    """The Markdown without code blocks, inline code and comments, where brackets are not links."""
-    text = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
-    text = re.sub(r"<!--.*?-->", "", text, flags=re.DOTALL)
-    return re.sub(r"`[^`\n]*`", "", text)
+    """The Markdown without code blocks, inline code and comments, where brackets are not links; lines kept."""
+    return blanked(blanked(blanked(text, CODE_BLOCK), COMMENT), INLINE_CODE)
+
+
+def code(text: str) -> str:
+    """The Markdown's code alone (code blocks and inline code, not inside comments); lines kept."""
+    text = blanked(text, COMMENT)
+    kept = [False] * len(text)
+    for match in itertools.chain(CODE_BLOCK.finditer(text), INLINE_CODE.finditer(blanked(text, CODE_BLOCK))):
+        kept[match.start():match.end()] = [True] * (match.end() - match.start())
+    return "".join(character if keep or character == "\n" else " " for character, keep in zip(text, kept))
+
+
+def line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
 
 
 def anchors(path: Path) -> set[str]:
@@ -40,19 +70,121 @@ def anchors(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("guide", GUIDES, ids=lambda path: str(path.relative_to(REPO)))
-def test_every_relative_link_leads_somewhere(guide):
+def expanded(path: str) -> list[str]:
+    """A path with `{a,b}` brace lists, as the shell expands it."""
+    match = re.search(r"\{([^{}]*)\}", path)
+    if not match:
+        return [path]
+    return [expanded_path for choice in match.group(1).split(",")
+            for expanded_path in expanded(path[:match.start()] + choice + path[match.end():])]
+
+
+def missing_path(cited: str, folder: Path) -> str | None:
+    """Why a path cited in the code of a file in `folder` leads nowhere, or None where it exists or is not a path of
+    this repository (a folder a command creates, another machine's, ../shared, a placeholder)."""
+    cited = cited.rstrip(".,:;")
+    if PLACEHOLDER.search(cited):
+        return None
+    first = cited.split("/", 1)[0]
+    if first == "vaswani":  # the import package's name, not a folder of the checkout
+        rest = cited.split("/", 1)[1]
+        return f"no folder vaswani/ in the repository: the package's sources are in modeling/{rest}" if rest else None
+    if first in TOP_LEVEL:
+        base = REPO
+    elif first not in (".", "..") and (folder / first).is_dir():  # scripts/README.md's tools/..., configs/...
+        base = folder
+    else:
+        return None
+    for path in expanded(cited):
+        if "*" in path:
+            if not any(base.glob(path)):
+                return f"nothing matches {(base / path).relative_to(REPO)}"
+        elif not (base / path).exists():
+            return f"no {(base / path).relative_to(REPO)}"
+    return None
+
+
+def missing_module(dotted: str) -> str | None:
+    """Why a `vaswani.` name (a module, or a name defined in one) leads nowhere, or None."""
+    parts = dotted.split(".")[1:]
+    folder = REPO / "modeling"
+    if parts[0] == "pipelines":
+        folder, parts = REPO / "pipelines", parts[1:]
+    module, rest = folder / "__init__.py", []
+    for index, part in enumerate(parts):
+        if (folder / part).is_dir():
+            folder, module = folder / part, folder / part / "__init__.py"
+        elif (folder / f"{part}.py").is_file():
+            module, rest = folder / f"{part}.py", parts[index + 1:]
+            break
+        else:
+            rest = parts[index:]
+            break
+    if not module.is_file():
+        return f"no module {module.relative_to(REPO)}"
+    if rest and not re.search(rf"\b{re.escape(rest[0])}\b", module.read_text(encoding="utf-8")):
+        if module.name == "__init__.py":
+            return f"no module {(folder / rest[0]).relative_to(REPO)}.py, nor {rest[0]} in {module.relative_to(REPO)}"
+        return f"{module.relative_to(REPO)} defines no {rest[0]}"
+    return None
+
+
+def where(path: Path, text: str, offset: int) -> str:
+    return f"{path.relative_to(REPO)}:{line_of(text, offset)}"
+
+
+@pytest.mark.parametrize("page", MARKDOWN, ids=lambda path: str(path.relative_to(REPO)))
+def test_every_relative_link_leads_somewhere(page):
+    text = page.read_text(encoding="utf-8")
     broken = []
-    for target in LINK.findall(prose(guide.read_text(encoding="utf-8"))):
+    for match in LINK.finditer(prose(text)):
+        target = match.group(1)
         if re.match(r"[a-z]+:", target):  # https:, mailto:
             continue
         path, _, anchor = target.partition("#")
-        resolved = (guide.parent / path) if path else guide
+        resolved = (page.parent / path) if path else page
         if not resolved.exists():
-            broken.append(f"{target} (no {resolved.relative_to(REPO) if resolved.is_relative_to(REPO) else resolved})")
+            shown = resolved.resolve().relative_to(REPO) if resolved.resolve().is_relative_to(REPO) else resolved
+            broken.append(f"{where(page, text, match.start())}: {target} (no {shown})")
         elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
-            broken.append(f"{target} (no heading with that anchor)")
-    assert not broken, f"{guide.relative_to(REPO)}: broken links: {broken}"
+            broken.append(f"{where(page, text, match.start())}: {target} (no heading with that anchor)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_every_path_and_module_the_markdown_cites_in_code_exists():
+    """A path of the repository in a Markdown file's code (`scripts/tools/benchmark.py`, a command's
+    `--config scripts/configs/quickstart.yaml`, `tools/...` relative to the file's folder, globs and {a,b} lists) and
+    each `vaswani.` module or name it cites exist, so that moving a file shows every page that still names the old
+    place. Folders a command creates (outputs/, runs/ of the user's), ../shared and placeholders are not checked."""
+    missing = []
+    for page in MARKDOWN:
+        text = page.read_text(encoding="utf-8")
+        cited = code(text)
+        for match in PATH.finditer(cited):
+            why = missing_path(match.group(), page.parent)
+            if why:
+                missing.append(f"{where(page, text, match.start())}: `{match.group()}` ({why})")
+        for match in MODULE.finditer(cited):
+            why = missing_module(match.group())
+            if why:
+                missing.append(f"{where(page, text, match.start())}: `{match.group()}` ({why})")
+    assert not missing, f"{len(missing)} paths the Markdown cites do not exist:\n" + "\n".join(missing)
+
+
+def test_every_path_and_module_a_test_file_says_it_covers_exists():
+    """Each test file's docstring opens with what it covers (the README's Tests section): the paths and `vaswani.`
+    modules of that first paragraph exist, so that a moved module shows the tests that still name its old place."""
+    missing = []
+    for test_file in sorted((REPO / "tests").rglob("*.py")):
+        docstring = ast.get_docstring(ast.parse(test_file.read_text(encoding="utf-8")), clean=False) or ""
+        first = docstring.split("\n\n", 1)[0]
+        for match in itertools.chain(PATH.finditer(first), MODULE.finditer(first)):
+            check = missing_module if match.re is MODULE else (lambda cited: missing_path(cited, test_file.parent))
+            why = check(match.group())
+            if why:
+                line = 1 + first.count("\n", 0, match.start())  # the docstring opens each test file
+                missing.append(f"{test_file.relative_to(REPO)}:{line}: {match.group()} ({why})")
+    assert not missing, f"{len(missing)} paths the test files' first lines cite do not exist:\n" + "\n".join(missing)
 
 
 def test_ci_runs_the_readme_test_command():
@@ -83,7 +215,7 @@ def test_the_library_asks_for_ranges_and_only_the_install_commands_pin_torch():
 
 
 def toy_grammar() -> re.Pattern:
-    """The English sentences vaswani/training/synthetic.py writes, as one pattern."""
+    """The English sentences modeling/training/synthetic.py writes, as one pattern."""
     from vaswani.training import synthetic
 
     def one_of(words) -> str:
@@ -108,6 +240,30 @@ def test_the_quickstart_translates_sentences_of_the_toy_grammar():
     grammar = toy_grammar()
     for sentence in sentences:
         assert grammar.fullmatch(sentence[0].lower() + sentence[1:]), f"{sentence!r} is not a sentence of the toy task"
+
+
+def test_the_readme_trains_evaluates_and_serves_near_the_top_and_its_evaluation_says_what_its_command_gives():
+    """The section after the set-up shows a train, an evaluate and a serve command. The evaluate command is the
+    shipped en->de model's slice evaluation (its data, sample count and decoding are those of the slice results file,
+    which tests/test_shipped_models.py reproduces from the folder), and the scores the README gives are that file's."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    sections = readme.split("\n## ")
+    assert sections[1].startswith("Set up") and sections[2].startswith("Train, evaluate, serve"), sections[2][:40]
+    commands = re.findall(r"^```bash\n(.*?)\n```", sections[2], flags=re.MULTILINE | re.DOTALL)
+    [train] = [command for command in commands if "scripts/train.py" in command]
+    [evaluate] = [command for command in commands if "scripts/evaluate_model.py" in command]
+    [serve] = [command for command in commands if "scripts/app.py" in command]
+    assert "--config scripts/configs/quickstart.yaml" in train and serve.startswith(".venv/bin/python scripts/app.py")
+    words = shlex.split(evaluate.replace("\\\n", " "))
+    options = dict(zip(words[2::2], words[3::2]))
+    assert options["--model"] == "results/multi30k_en_de/model" and options["--output_file"].startswith("outputs/")
+    results = json.loads((REPO / "results/multi30k_en_de/evaluation_results_first100.json").read_text(encoding="utf-8"))
+    assert results["dataset"]["num_examples"] == int(options["--max_eval_samples"])
+    assert Path(options["--test_file"]).stem == results["dataset"]["split"]
+    assert {key: float(options[f"--{key}"]) for key in results["decoding"]} == results["decoding"]
+    stated = re.findall(r"sacreBLEU (\d+\.\d+) and tokenized BLEU (\d+\.\d+)", sections[2])
+    assert stated and {float(value) for value in stated[0]} <= {metric["value"] for metric in results["metrics"]}, (
+        f"README.md gives {stated}; the results file: {results['metrics']}")
 
 
 def test_the_demos_outputs_are_named_in_the_readme_and_ignored_by_git():

@@ -77,11 +77,12 @@ def test_translation_results_come_from_the_pipeline_with_the_given_decoding(seq2
     assert results["dataset"] == {"name": "bentrevett/multi30k", "config": None, "split": "test",
                                   "columns": {"source": "en", "target": "de"}, "num_examples": len(PAIRS)}
     assert results["decoding"] == {"num_beams": 2, "length_penalty": 1.0, "max_new_tokens": 12}
-    sacrebleu, bleu = results["metrics"]
+    sacrebleu, tokenized_bleu = results["metrics"]
     assert (sacrebleu["type"], sacrebleu["name"], sacrebleu["value"]) == ("sacrebleu", "sacreBLEU", 100.0)
     assert sacrebleu["signature"].startswith("nrefs:1|case:mixed")
-    assert (bleu["type"], bleu["name"], bleu["value"]) == ("bleu", "BLEU (tokenized, lowercased)", 100.0)
-    assert "moses-tok:de" in bleu["signature"]
+    assert (tokenized_bleu["type"], tokenized_bleu["name"], tokenized_bleu["value"]) == (
+        "tokenized_bleu", "BLEU (tokenized, lowercased)", 100.0)
+    assert "moses-tok:de" in tokenized_bleu["signature"]
     assert "beam 2" in results["conventions"]
     assert "weights: the checkpoint as given (no checkpoint averaging recorded in it)" in results["conventions"]
 

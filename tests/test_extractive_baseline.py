@@ -62,7 +62,7 @@ def test_bad_settings_are_errors(tmp_path, option, value, message):
     ("aeslc_lead_sentence", "aeslc", ["--method", "lead_sentence", "--max_words", "20"], [17.16, 7.76, 15.76]),
 ])
 def test_the_committed_floors_are_what_the_command_gives(tmp_path, folder, data, options, floor):
-    """The baselines of the results table, as the issue measured them (SAMSum's first 3 utterances 32.53 / 10.07 /
+    """The baselines of the results table, as first measured (SAMSum's first 3 utterances 32.53 / 10.07 /
     25.35, longest 3 33.0 / 11.1 / 25.3; AESLC's first sentence 17.16 / 7.76 / 15.76), and as committed."""
     results = script.main(["--validation_file", str(SHARED_DATA / data / "validation.jsonl"), *options,
                            "--output_file", str(tmp_path / "results.json")])

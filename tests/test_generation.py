@@ -1,4 +1,5 @@
-"""`generate()` with the models of vaswani/modeling_vaswani.py: the cache, greedy decoding, beam search and sampling."""
+"""`generate()` with the models of modeling/modeling_vaswani.py: the cache, greedy decoding, beam search and
+sampling."""
 
 import functools
 
@@ -241,7 +242,7 @@ def test_beam_search_projects_each_distinct_encoder_output_once():
     assert torch.equal(cache.layers[0].keys, expected)
 
 
-# --- compiled decoding (issue 41): fullgraph, a static cache -------------------------------------------------------
+# --- compiled decoding: fullgraph, a static cache -----------------------------------------------------------------
 
 
 def compiled_generation_config(model, **settings):

@@ -1,4 +1,4 @@
-"""vaswani/modeling_vaswani.py: positions, attention, the models' outputs and losses, exact padding, the heads
+"""modeling/modeling_vaswani.py: positions, attention, the models' outputs and losses, exact padding, the heads
 (decoding is tested in test_generation.py, saving and loading in test_save_load.py)."""
 
 import math

@@ -144,7 +144,7 @@ def test_an_output_that_is_inside_or_holds_an_input_is_refused_and_nothing_chang
 
 
 def test_average_checkpoints_into_its_first_checkpoint_is_refused(pristine, tmp_path):
-    """The case of the issue: `--checkpoints A B --output_dir A` replaced A's weights with the mean."""
+    """The case that was found: `--checkpoints A B --output_dir A` replaced A's weights with the mean."""
     first = shutil.copytree(pristine["model"], tmp_path / "A")
     second = shutil.copytree(pristine["model"], tmp_path / "B")
     before = snapshot(tmp_path)

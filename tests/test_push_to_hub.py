@@ -42,7 +42,7 @@ RESULTS = {
     "decoding": {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": 64},
     "metrics": [
         {"type": "sacrebleu", "name": "sacreBLEU", "value": 12.34, "signature": "nrefs:1|case:mixed|tok:13a"},
-        {"type": "bleu", "name": "BLEU (tokenized, lowercased)", "value": 14.56, "signature": "moses|lc"},
+        {"type": "tokenized_bleu", "name": "BLEU (tokenized, lowercased)", "value": 14.56, "signature": "moses|lc"},
     ],
     "conventions": "Beam 4, length penalty 0.6, no checkpoint averaging.",
     "time_seconds": 1.5,
@@ -116,7 +116,7 @@ def test_model_card_metadata_and_sections(dry_run_folder):
     assert metadata["pipeline_tag"] == "translation"
     assert metadata["library_name"] == "transformers"
     assert metadata["datasets"] == ["bentrevett/multi30k"]
-    assert metadata["metrics"] == ["sacrebleu", "bleu"]
+    assert metadata["metrics"] == ["sacrebleu", "tokenized_bleu"]
     assert "vaswani" in metadata["tags"]
     [entry] = metadata["model-index"]
     assert entry["name"] == REPO_ID.split("/")[1]
@@ -351,15 +351,21 @@ def test_an_invalid_repo_id_is_refused_before_any_work(checkpoint, tmp_path):
         ({"task": "poetry"}, "`task` is 'poetry'"),
         ({"dataset": {"split": "test"}}, r"`dataset.name` is missing"),
         ({"metrics": []}, "`metrics` is empty"),
-        ({"metrics": [{"type": "bleu", "name": "BLEU", "value": "high"}]}, r"`metrics\[0\].value` is missing or not"),
+        ({"metrics": [{"type": "sacrebleu", "name": "BLEU", "value": "high"}]},
+         r"`metrics\[0\].value` is missing or not"),
+        # a results file of an older version: its `bleu` is refused, naming the command that renames it
+        ({"metrics": [{"type": "sacrebleu", "name": "sacreBLEU", "value": 1.0},
+                      {"type": "bleu", "name": "BLEU", "value": 2.0}]},
+         r"`metrics\[1\].type` is `bleu`, a retired metric name \(here: tokenized_bleu\); python "
+         r"scripts/tools/results_table.py --rename_metrics --rename_paths .*results\.json rewrites it"),
         ({"decoding": [4]}, "`decoding` is not a mapping"),
         ({"decoding": {"num_beams": 0}}, r"`decoding.num_beams` is 0; expected an integer >= 1"),
         ({"decoding": {"num_beams": 4, "no_repeat_ngram_size": "3"}}, r"`decoding.no_repeat_ngram_size` is '3'"),
         ({"decoding": {"num_beams": 4, "length_penalty": "long"}}, r"`decoding.length_penalty` is 'long'"),
         # JSON as Python reads it takes NaN and Infinity: the card's model-index would publish them as scores
-        ({"metrics": [{"type": "bleu", "name": "BLEU", "value": float("nan")}]},
+        ({"metrics": [{"type": "sacrebleu", "name": "BLEU", "value": float("nan")}]},
          r"`metrics\[0\].value` is nan; expected a finite number"),
-        ({"metrics": [{"type": "bleu", "name": "BLEU", "value": float("-inf")}]},
+        ({"metrics": [{"type": "sacrebleu", "name": "BLEU", "value": float("-inf")}]},
          r"`metrics\[0\].value` is -inf; expected a finite number"),
         ({"decoding": {"num_beams": 4, "length_penalty": float("inf")}},
          r"`decoding.length_penalty` is inf; expected a finite number"),

@@ -27,7 +27,7 @@ demo = load_script("demo")
 evaluate_model = load_script("evaluate_model")
 
 
-SIZE_BUDGET_BYTES = 80_000_000  # the whole results/ folder, shipped models included (issue 41): a clone stays small
+SIZE_BUDGET_BYTES = 80_000_000  # the whole results/ folder, shipped models included: a clone stays small
 REQUIRED_FILES = {
     "README.md", "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
     "configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py", "vocabulary.py",
@@ -157,11 +157,12 @@ def real_texts() -> list[str]:
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_a_shipped_tokenizer_gives_word_offsets_and_the_ids_it_was_trained_with(name):
-    """Each word's offsets start at the word, not at the space before it, and a token a user adds is used (issue 41),
-    in the file itself (for users of the `tokenizers` library alone) and through the folder's own code; the ids are
-    those the model was trained on: the same as those of the tokenizer as it was learned."""
+    """Each word's offsets start at the word, not at the space before it, and a token a user adds is used (the fixes
+    `update_tokenizer_file` brings to a tokenizer saved before them), in the file itself (for users of the
+    `tokenizers` library alone) and through the folder's own code; the ids are those the model was trained on: the
+    same as those of the tokenizer as it was learned."""
     saved = Tokenizer.from_file(str(SHIPPED[name] / "tokenizer.json"))
-    assert not update_saved_tokenizer(saved), "tokenizer.json predates issue 41's fixes: update_tokenizer_file(folder)"
+    assert not update_saved_tokenizer(saved), "tokenizer.json predates the offset fixes: update_tokenizer_file(folder)"
     texts = real_texts()
     as_learned = as_saved_before_issue_41(saved)
     assert [encoding.ids for encoding in saved.encode_batch(texts)] == [
@@ -259,7 +260,7 @@ TAGGING_CALL = re.compile(
 
 def test_the_readme_tagging_call_gives_the_entities_it_shows():
     """The README's tagging example, run on the shipped tagger: each entity's group and its exact span of the text
-    (the words without the space before them, issue 41), as the README prints them."""
+    (the words without the space before them), as the README prints them."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     [shown] = TAGGING_CALL.findall(readme)
     text = re.search(r'tagger\("([^"]+)"\)', readme).group(1)

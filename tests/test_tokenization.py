@@ -1,4 +1,4 @@
-"""vaswani/tokenization_vaswani.py and scripts/train_tokenizer.py: the round trip of any text, byte fallback, language
+"""modeling/tokenization_vaswani.py and scripts/train_tokenizer.py: the round trip of any text, byte fallback, language
 tags, saving and loading, and the script on local files and Multi30k."""
 
 import copy

@@ -11,7 +11,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from importlib.metadata import version
 from pathlib import Path
 
 import datasets
@@ -21,7 +20,7 @@ from ..data.arguments import DataArguments
 from ..data.label_sets import LabelSet
 from ..data.loading import evaluated_source, split_paths
 from ..data.splits import load_checked_split
-from .metrics import load_metric, rouge_percent
+from .metrics import compute_scores
 from ..output_paths import write_text_atomically
 
 
@@ -97,34 +96,13 @@ def score_translation(
 ) -> tuple[list[dict], list[str]]:
     outputs = run_pipeline(pipe, sources, batch_size, **generate_kwargs)
     hypotheses = [output["translation_text"] for output in outputs]
-    references = [[reference] for reference in references]
-    bleu = load_metric("sacrebleu", keep_in_memory=True).compute(predictions=hypotheses, references=references)
-    paper_bleu = load_metric("tokenized_bleu", keep_in_memory=True).compute(
-        predictions=hypotheses, references=references, lang=target_lang
-    )
-    metrics = [
-        {"type": "sacrebleu", "name": "sacreBLEU", "value": round(bleu["score"], 2), "signature": bleu["signature"]},
-        {
-            "type": "bleu",
-            "name": "BLEU (tokenized, lowercased)",
-            "value": round(paper_bleu["score"], 2),
-            "signature": paper_bleu["signature"],
-        },
-    ]
-    return metrics, hypotheses
-
-
-ROUGE_NAMES = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum"}
+    scores = compute_scores("translation", hypotheses, references, target_lang=target_lang)
+    return [score.as_entry() for score in scores], hypotheses
 
 
 def rouge_metrics(summaries: Sequence[str], references: Sequence[str]) -> list[dict]:
     """ROUGE-1/2/L/Lsum of `summaries` against `references`, as entries of the results file."""
-    scores = rouge_percent(summaries, references)
-    signature = f"rouge-score:{version('rouge-score')}|stemmer:yes|f-measure|mean-over-examples"
-    return [
-        {"type": key, "name": name, "value": round(scores[key], 2), "signature": signature}
-        for key, name in ROUGE_NAMES.items()
-    ]
+    return [score.as_entry() for score in compute_scores("summarization", summaries, references)]
 
 
 def score_summarization(
@@ -139,13 +117,8 @@ def score_text_classification(pipe: Pipeline, texts, labels, label_set: LabelSet
     references = [label_set.to_id(value, f"row {row} of {where}") for row, value in enumerate(labels)]
     outputs = run_pipeline(pipe, texts, batch_size, truncation=True)
     predictions = [label_set.label2id[output["label"]] for output in outputs]
-    accuracy = load_metric("accuracy", keep_in_memory=True).compute(predictions=predictions, references=references)
-    average = "binary" if len(label_set) == 2 else "macro"
-    f1 = load_metric("f1", keep_in_memory=True).compute(predictions=predictions, references=references, average=average)
-    return [
-        {"type": "accuracy", "name": "Accuracy", "value": round(accuracy["accuracy"], 4)},
-        {"type": "f1", "name": f"F1 ({average})", "value": round(f1["f1"], 4)},
-    ]
+    scores = compute_scores("text-classification", predictions, references, num_labels=len(label_set))
+    return [score.as_entry() for score in scores]
 
 
 def write_results(
@@ -190,13 +163,7 @@ def score_token_classification(pipe: Pipeline, sentences, tags, label_set: Label
     # tags compared are those of the row's words whatever the tokenizer does inside them ("U.S." stays one word)
     outputs = run_pipeline(pipe, [list(words) for words in sentences], batch_size, is_split_into_words=True)
     predictions = [word_tags_from_entities(words, entities) for words, entities in zip(sentences, outputs)]
-    scores = load_metric("seqeval", keep_in_memory=True).compute(predictions=predictions, references=references)
-    return [
-        {"type": "f1", "name": "Entity F1 (seqeval-style)", "value": round(scores["overall_f1"], 4)},
-        {"type": "precision", "name": "Entity precision", "value": round(scores["overall_precision"], 4)},
-        {"type": "recall", "name": "Entity recall", "value": round(scores["overall_recall"], 4)},
-        {"type": "accuracy", "name": "Token accuracy", "value": round(scores["overall_accuracy"], 4)},
-    ]
+    return [score.as_entry() for score in compute_scores("token-classification", predictions, references)]
 
 
 __all__ = [

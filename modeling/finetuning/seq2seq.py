@@ -13,7 +13,7 @@ from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqT
 
 from ..data.splits import drop_empty_pairs, input_length, load_splits, prepare_splits, usable_length
 from ..evaluation.diagnostics import input_independence_warning, output_diversity
-from ..evaluation.metrics import load_metric, rouge_percent
+from ..evaluation.metrics import compute_scores, score_values
 from .head_loading import load_head, load_tokenizer
 from .run import KeepGenerationConfig, train_and_evaluate
 
@@ -26,7 +26,8 @@ DEFAULT_COLUMNS = {"summarization": ("document", "summary"), "translation": (Non
 @dataclass
 class Seq2SeqTaskArguments:
     task: Literal["summarization", "translation"] = field(
-        default="summarization", metadata={"help": "Decides the metrics: ROUGE for summaries, BLEU for translation."}
+        default="summarization",
+        metadata={"help": "Decides the metrics: ROUGE for summaries, sacreBLEU and tokenized BLEU for translation."},
     )
     source_column: str | None = field(
         default=None, metadata={"help": "Source text column (default: document; for translation, --source_lang)."}
@@ -69,12 +70,10 @@ def encode_pairs(batch, tokenizer, source_column, target_column, max_source_leng
 
 
 def _generation_metrics(task: str, tokenizer, target_lang: str | None):
-    """compute_metrics for generated ids: sacreBLEU + tokenized BLEU (translation) or ROUGE (summarization), the
-    mean generated length in tokens, and how many distinct outputs the model wrote for how many distinct inputs
-    (with a warning when the outputs do not depend on the inputs; the inputs come from `include_for_metrics`)."""
-    if task == "translation":
-        sacrebleu = load_metric("sacrebleu", keep_in_memory=True)
-        tokenized_bleu = load_metric("tokenized_bleu", keep_in_memory=True)
+    """compute_metrics for generated ids: the task's scores (`sacrebleu` and `tokenized_bleu`, or `rouge1`...
+    `rougeLsum`: vaswani.evaluation.metrics.compute_scores), the mean generated length in tokens, and how many
+    distinct outputs the model wrote for how many distinct inputs (with a warning when the outputs do not depend on
+    the inputs; the inputs come from `include_for_metrics`)."""
 
     def decode(ids: np.ndarray) -> list[str]:
         # batches are padded with -100 when gathered; the tokenizer cannot decode that
@@ -92,15 +91,10 @@ def _generation_metrics(task: str, tokenizer, target_lang: str | None):
             warning = input_independence_warning(diversity)
             if warning:
                 logger.warning(warning)
-        if task == "translation":
-            bleu = sacrebleu.compute(predictions=predictions, references=[[r] for r in references])
-            paper_bleu = tokenized_bleu.compute(
-                predictions=predictions, references=[[r] for r in references], lang=target_lang or "en"
-            )
-            logger.info("sacreBLEU signature: %s; tokenized BLEU: %s", bleu["signature"], paper_bleu["signature"])
-            metrics.update(sacrebleu=bleu["score"], tokenized_bleu=paper_bleu["score"])
-        else:
-            metrics.update(rouge_percent(predictions, references))
+        scores = compute_scores(task, predictions, references, target_lang=target_lang or "en")
+        if task == "translation":  # the Trainer logs numbers only: the signatures go to the log
+            logger.info("; ".join(f"{score.type} signature: {score.signature}" for score in scores))
+        metrics.update(score_values(scores))
         return metrics
 
     return compute_metrics

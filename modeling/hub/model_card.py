@@ -20,6 +20,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..data.loading import looks_like_hub_dataset
+from ..evaluation.metrics.names import RENAME_COMMAND, RETIRED_NAMES
 from ..runs.records import ARGUMENTS_FILE, TRAINER_STATE_FILE
 
 
@@ -74,6 +75,11 @@ def load_results(path: str | Path) -> dict:
     for index, metric in enumerate(metrics):
         for key in ("type", "name"):
             need(metric, key, str, f"metrics[{index}].")
+        if metric["type"] in RETIRED_NAMES:
+            raise ValueError(
+                f"Results file {path}: `metrics[{index}].type` is `{metric['type']}`, a retired metric name (here: "
+                f"{RETIRED_NAMES[metric['type']]['results']}); {RENAME_COMMAND} --rename_paths {path} rewrites it."
+            )
         value = need(metric, "value", (int, float), f"metrics[{index}].")
         if isinstance(value, bool) or not math.isfinite(value):
             # JSON as Python reads it takes NaN and Infinity; the card's model-index would publish them as scores

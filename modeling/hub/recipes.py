@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from ..evaluation.metrics.names import RENAME_COMMAND, retired_metric
 from .model_card import TASKS
 
 
@@ -70,7 +71,7 @@ def load_recipes(path: Path) -> list[Recipe]:
         metrics = entry.get("metrics")
         types_listed = isinstance(metrics, list) and metrics and all(isinstance(kind, str) for kind in metrics)
         if metrics is not None and not types_listed:
-            raise ValueError(f"{where}: `metrics` must be a list of metric types (e.g. [bleu, sacrebleu]).")
+            raise ValueError(f"{where}: `metrics` must be a list of metric types (e.g. [tokenized_bleu, sacrebleu]).")
         summaries = entry.get("training_summary")
         one_file = isinstance(summaries, str) and summaries.strip()
         files_listed = isinstance(summaries, list) and summaries and all(
@@ -81,6 +82,9 @@ def load_recipes(path: Path) -> list[Recipe]:
                 f"{where}: `training_summary` must be a file, or a list of files (one a stage), as text."
             )
         goal = None if entry.get("goal") is None else _parse_goal(entry["goal"], where)
+        for name in [*(metrics or []), *([goal.metric] if goal else [])]:
+            if (retired := retired_metric(name)) is not None:
+                raise ValueError(f"{where}: {retired}; {RENAME_COMMAND} rewrites the file.")
         recipes.append(Recipe(**{**entry, "command": entry["command"].strip(), "goal": goal}))
     return recipes
 

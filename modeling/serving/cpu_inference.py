@@ -24,44 +24,22 @@ results/multi30k_en_de/serving/). torch.ao's eager int8 path is deprecated in fa
 Linear was 4x slower than torch.ao's on the same CPU (396 us against 97 us for the product above); torch is pinned,
 so this path stays until torchao catches up.
 
-Both also call `keep_freed_memory()` (unless `release_freed_memory=True`): on Linux with glibc, the memory PyTorch frees
-stays in the process for its next tensors instead of going back to the system. Decoding allocates and frees many
-tensors of a few hundred KB to a few MB per call; with glibc's defaults part of that memory is returned after each
-call and every page of it faults again at its first write in the next (about 3,200 page faults per greedy call on
-the shipped en->de model, 64 captions; 7 with the memory kept). That costs about 2.6 us a fault on the 2-core Xeon
-this was measured on, more in a busy virtual machine. The setting is the process's (the same PyTorch's CPU tuning
-guide reaches by loading jemalloc or tcmalloc): the process holds up to `KEPT_FREE_BYTES` of freed memory.
+Both also have the process keep the memory it frees (`vaswani.cpu_decoding.keep_freed_memory`, which the CPU
+decoder's first call does by itself): with `release_freed_memory=True` the process's malloc settings are left as they
+are, by this call and by the decoder after it (`leave_freed_memory`).
 """
 
 import copy
-import ctypes
-import platform
 import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..cpu_decoding import CpuGenerate
+from ..cpu_decoding import CpuGenerate, keep_freed_memory, leave_freed_memory
 
 
 QUANTIZATIONS = ("fp32", "int8")
-# glibc's mallopt parameters (malloc.h) and the values keep_freed_memory sets
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-KEPT_ALLOCATION_BYTES = 32 * 2**20  # allocations up to this size come from the heap (M_MMAP_THRESHOLD's maximum)
-KEPT_FREE_BYTES = 512 * 2**20  # the heap returns free memory to the system beyond this much (M_TRIM_THRESHOLD)
-
-
-def keep_freed_memory() -> bool:
-    """Have glibc's malloc keep the memory the process frees for its next allocations (see the module docstring).
-    True where it applied; False where the C library is not glibc (macOS, musl), which is left as it is."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL(None)
-    kept = libc.mallopt(M_MMAP_THRESHOLD, KEPT_ALLOCATION_BYTES) and libc.mallopt(M_TRIM_THRESHOLD, KEPT_FREE_BYTES)
-    return bool(kept)
-
-
 class OneDNNLinear(nn.Linear):
     """An `nn.Linear` whose fp32 CPU inference runs through oneDNN; anything else (training, other devices and
     dtypes) takes the usual path. Same parameters and state dict as the layer it replaces."""
@@ -96,7 +74,9 @@ def for_cpu_inference(model: nn.Module, quantization: str = "fp32", release_free
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("for_cpu_inference is for a model on the CPU; this one is on another device.")
     model.eval()
-    if not release_freed_memory:
+    if release_freed_memory:
+        leave_freed_memory()
+    else:
         keep_freed_memory()
     if quantization == "int8":
         quantized = copy.deepcopy(model)

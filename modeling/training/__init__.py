@@ -7,7 +7,7 @@
     optimization    Adam and the paper's inverse-square-root schedule with warmup
     preparation     the output folder, the tokenizer and the model, before the first update
     checkpoints     atomic full checkpoints without pickles to load, resuming, published `best/` and `last/` models
-    evaluation      validation loss and sacreBLEU / ROUGE of beam-search outputs, across processes
+    validation      validation loss and the scores (sacreBLEU, tokenized BLEU / ROUGE) of beam-search outputs
     reporting       metrics as JSON Lines, the training-curves PNG, the closing summary
     loop            the training loop that puts them together
     cuda_graphs     --cuda_graphs: the updates replayed from CUDA graphs (with --torch_compile, the step too)

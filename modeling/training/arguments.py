@@ -35,6 +35,7 @@ from ..cli import (
     parse_config_overrides,
 )
 from ..data.arguments import TrainingDataArguments
+from ..evaluation.metrics.names import TASK_METRICS, retired_metric
 
 
 PROGRAM = "train.py"
@@ -60,10 +61,11 @@ class TrainDataArguments(TrainingDataArguments):
                   "out of --train_file."},
     )
     max_eval_samples: int | None = field(
-        default=None, metadata={"help": "Score BLEU/ROUGE on the first N validation pairs only (loss uses all)."}
+        default=None, metadata={"help": "Score BLEU / ROUGE on the first N validation pairs only (loss uses all)."}
     )
     task: Literal["translation", "summarization"] = field(
-        default="translation", metadata={"help": "Decides the metric: sacreBLEU for translation, ROUGE for summaries."}
+        default="translation",
+        metadata={"help": "Decides the metrics: sacreBLEU and tokenized BLEU for translation, ROUGE for summaries."},
     )
     source_column: str = field(default="en", metadata={"help": "Column of the source text (e.g. en, document)."})
     target_column: str = field(default="de", metadata={"help": "Column of the target text (e.g. de, summary)."})
@@ -74,8 +76,8 @@ class TrainDataArguments(TrainingDataArguments):
     )
     target_lang: str | None = field(
         default=None,
-        metadata={"help": "Written into the model config (translation); the key of the target text in rows of "
-                  "transformers' translation format."},
+        metadata={"help": "Written into the model config (translation), whose language rules tokenized BLEU applies "
+                  "(unset: en); the key of the target text in rows of transformers' translation format."},
     )
     max_source_length: int = field(default=256, metadata={"help": "Longest source, in tokens."})
     max_target_length: int = field(default=256, metadata={"help": "Longest target, in tokens."})
@@ -181,8 +183,9 @@ class TrainArguments:
     eval_batch_size: int = field(default=64, metadata={"help": "Sentences per generation batch, per process."})
     best_metric: str = field(
         default="auto",
-        metadata={"help": "Which score picks the best model: bleu, rouge1, rouge2, rougeL, rougeLsum or loss; "
-                  "auto = bleu for translation, rougeL for summarization."},
+        metadata={"help": "Which score picks the best model: sacrebleu or tokenized_bleu (translation), rouge1, "
+                  "rouge2, rougeL or rougeLsum (summarization), or loss; auto = sacrebleu for translation, rougeL "
+                  "for summarization."},
     )
     early_stopping_patience: int | None = field(
         default=None, metadata={"help": "Stop after N evaluations without a better best_metric."}
@@ -311,18 +314,25 @@ def _check_arguments(data: TrainDataArguments, model: TrainModelArguments, train
     for name in ("dropout", "label_smoothing"):
         if name in overrides:
             raise ValueError(f"Set {name} with --{name}, not inside --config_overrides.")
-    allowed_best = ("auto", "loss", "bleu", "rouge1", "rouge2", "rougeL", "rougeLsum")
-    if train.best_metric not in allowed_best:
-        raise ValueError(f"--best_metric must be one of {list(allowed_best)}, got {train.best_metric!r}.")
-    scored_for = {"bleu": "translation", "loss": data.task, "auto": data.task}.get(train.best_metric, "summarization")
-    if scored_for != data.task:
-        raise ValueError(f"--best_metric {train.best_metric} is not scored for --task {data.task}.")
+    _check_best_metric(data.task, train.best_metric)
+
+
+# What --best_metric may name for each task (every score the task's evaluation logs), and what auto picks.
+BEST_METRICS = {task: ("auto", "loss", *TASK_METRICS[task]) for task in ("translation", "summarization")}
+AUTO_BEST_METRIC = {"translation": "sacrebleu", "summarization": "rougeL"}
+
+
+def _check_best_metric(task: str, name: str) -> None:
+    if (retired := retired_metric(name)) is not None:
+        raise ValueError(f"--best_metric {name}: {retired}.")
+    if name not in BEST_METRICS[task]:
+        raise ValueError(f"--best_metric {name} is not scored for --task {task}; it may be one of "
+                         f"{list(BEST_METRICS[task])}.")
 
 
 def best_metric_name(data: TrainDataArguments, train: TrainArguments) -> str:
-    if train.best_metric != "auto":
-        return train.best_metric
-    return "bleu" if data.task == "translation" else "rougeL"
+    """The score that decides the best model: --best_metric, or for auto the task's usual one."""
+    return AUTO_BEST_METRIC[data.task] if train.best_metric == "auto" else train.best_metric
 
 
 def load_config_file(path: str) -> dict:

@@ -2,8 +2,8 @@
 
 On a GPU, the update of a small model waits on the host, which launches its kernels one by one: the Multi30k GPU
 recipe's model (d_model 128) launches about 1,000 kernels an update and kept an H200 busy a fifth of the time
-(results/benchmark/README.md, "One H200"); the base model compiled launches about 1,500 and kept an H100 busy 41% of
-a profiled update. A CUDA graph replays a captured sequence of kernels with one launch. The batches come in a few
+(results/benchmark/README.md, "Current tables"); the base model compiled launches about 1,500 and kept an H100 busy
+41% of a profiled update. A CUDA graph replays a captured sequence of kernels with one launch. The batches come in a few
 shapes (`BatchShapes`, as for --torch_compile), so each shape is captured the first time it is seen (a few warm-up
 passes and one capture) and replayed after. Dropout draws new numbers at every replay (PyTorch's CUDA generator is
 graph-safe). Evaluation and generation use the model itself, eagerly.
@@ -15,7 +15,7 @@ Two ways, by whether the model is compiled:
   graphs (the fused AdamW of a GPU run is a few kernels). fp32 only (autocast's weight cache cannot live across
   captures) and one micro-batch an update (the graph's backward hands back its own buffers as the gradients, which
   the next replay would overwrite). The GPU suite timed it at 2.3x the tokens/s of the same update eager on the
-  recipe's model (H100, 2026-11-27; results/benchmark/README.md, "One H100, 2026-11-27").
+  recipe's model (on an H100; results/benchmark/README.md, "Current tables").
 - `--cuda_graphs --torch_compile` (`UpdateGraphs`): the compiled update, the optimizer's step included. One graph
   per micro-batch shape holds the compiled forward and backward, the loss weighted by the micro-batch's target tokens
   over the update's (counted in the graph, over a scalar the host sets once an update) and added into the gradients,

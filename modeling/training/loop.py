@@ -57,7 +57,7 @@ from .checkpoints import (
 )
 from .chunked_loss import ChunkedLossUpdates, autocast_dtype, refusal as chunked_loss_refusal
 from .cuda_graphs import GraphedUpdates, UpdateGraphs, refusal as cuda_graphs_refusal
-from .evaluation import evaluate
+from .validation import evaluate
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
 from .preparation import (
     build_model,

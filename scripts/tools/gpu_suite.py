@@ -30,7 +30,7 @@ over still leaves the others' results, and its error, in the JSON:
             scripts/evaluate_model.py on test_2016_flickr: tokenized BLEU, sacreBLEU, and train.py's own training
             time (summary.json's train_seconds: updates only, without data preparation, evaluation and saving).
 
-It writes into --output_dir: gpu_suite.json, gpu_suite.md (its tables, for results/benchmark/README.md),
+It writes into --output_dir: gpu_suite.json, gpu_suite.md (its tables, for the run's file in results/benchmark/runs/),
 gpu_suite.log (every process's output) and the recipe's recipe_training_summary.json and
 recipe_evaluation_results.json. Models and checkpoints go to --work_dir (a temporary folder by default), never to
 the output folder: a lent GPU machine sends back only a few files. `--only PART` replaces that part in an existing

@@ -1,8 +1,9 @@
 """vaswani.evaluation.metrics: the local `evaluate` modules answer as their Hub counterparts, tokenized BLEU as the
-papers report it, ROUGE in percent."""
+papers report it, ROUGE in percent; compute_scores gives every task's scores under the project's metric names."""
 
 import gzip
 import json
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,16 @@ import sacrebleu
 from rouge_score import rouge_scorer
 
 from helpers import SHARED_DATA, needs_shared_data
-from vaswani.evaluation.metrics import NAMES, load_metric, metric_path, rouge_percent
+from vaswani.evaluation.metrics import (
+    METRIC_TYPES,
+    NAMES,
+    TASK_METRICS,
+    compute_scores,
+    load_metric,
+    metric_path,
+    rouge_percent,
+    score_values,
+)
 
 
 HYPOTHESES = ["Ein Mann reitet ein Pferd.", "Zwei Hunde spielen im Schnee!", "Ein Mädchen liest."]
@@ -127,3 +137,46 @@ def test_entity_f1_rejects_sequences_of_different_lengths():
 def test_empty_evaluation_set_is_a_clear_error(name):
     with pytest.raises(ValueError, match="empty"):
         load_metric(name).compute(predictions=[], references=[])
+
+
+def test_translation_scores_are_sacrebleu_and_tokenized_bleu_by_those_names():
+    # lowercased outputs: cased sacreBLEU counts the case against them, lowercased BLEU does not
+    lowercased = [hypothesis.lower() for hypothesis in HYPOTHESES]
+    scores = compute_scores("translation", lowercased, REFERENCES, target_lang="de")
+    references = [[r] for r in REFERENCES]
+    sacre = load_metric("sacrebleu").compute(predictions=lowercased, references=references)
+    tokenized = load_metric("tokenized_bleu").compute(predictions=lowercased, references=references, lang="de")
+    assert [(s.type, s.name, s.value, s.signature) for s in scores] == [
+        ("sacrebleu", "sacreBLEU", sacre["score"], sacre["signature"]),
+        ("tokenized_bleu", "BLEU (tokenized, lowercased)", tokenized["score"], tokenized["signature"]),
+    ]
+    assert sacre["score"] < tokenized["score"]  # two numbers, two names
+    # a results file keeps two digits of a 0-100 score, four of a 0-1 one, and the signature where there is one
+    assert scores[1].as_entry() == {"type": "tokenized_bleu", "name": "BLEU (tokenized, lowercased)",
+                                    "value": round(tokenized["score"], 2), "signature": tokenized["signature"]}
+
+
+def test_every_task_is_scored_under_its_names_in_order():
+    summaries = compute_scores("summarization", HYPOTHESES, REFERENCES)
+    assert score_values(summaries) == rouge_percent(HYPOTHESES, REFERENCES)
+    assert {s.signature for s in summaries} == {"rouge-score:" + version("rouge-score")
+                                                 + "|stemmer:yes|f-measure|mean-over-examples"}
+    binary = compute_scores("text-classification", [1, 1, 1, 0], [1, 1, 0, 1], num_labels=2)
+    assert [(s.type, s.name, s.value) for s in binary] == [("accuracy", "Accuracy", 0.5),
+                                                           ("f1", "F1 (binary)", pytest.approx(2 / 3))]
+    macro = compute_scores("text-classification", [1, 0, 2], [1, 1, 2], num_labels=3)
+    assert (macro[1].name, macro[1].value) == ("F1 (macro)", pytest.approx(5 / 9))
+    assert macro[1].as_entry() == {"type": "f1", "name": "F1 (macro)", "value": 0.5556}  # no signature
+    entities = compute_scores("token-classification", [["B-PER", "O", "B-LOC"]], [["B-PER", "O", "B-ORG"]])
+    assert score_values(entities) == {"f1": 0.5, "precision": 0.5, "recall": 0.5, "accuracy": pytest.approx(2 / 3)}
+    for task, scores in (("summarization", summaries), ("text-classification", binary),
+                         ("token-classification", entities)):
+        assert tuple(s.type for s in scores) == TASK_METRICS[task]
+    assert {name for names in TASK_METRICS.values() for name in names} == set(METRIC_TYPES)
+
+
+def test_scoring_an_unknown_task_or_classification_without_its_labels_is_refused():
+    with pytest.raises(ValueError, match=r"No metrics for task 'poetry'; the tasks scored are \['translation'"):
+        compute_scores("poetry", ["a"], ["a"])
+    with pytest.raises(ValueError, match="needs num_labels"):
+        compute_scores("text-classification", [1], [1])

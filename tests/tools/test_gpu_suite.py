@@ -1,5 +1,5 @@
-"""scripts/tools/gpu_suite.py and scripts/tools/gather_gpu_wheels.py (issue 40): the suite's dry run, its own code on
-the CPU with tiny sizes, writes every field the issue lists and the markdown table, with DeepSpeed and FSDP (which
+"""scripts/tools/gpu_suite.py and scripts/tools/gather_gpu_wheels.py: the suite's dry run, its own code on the CPU
+with tiny sizes, writes every field of the report and the markdown table, with DeepSpeed and FSDP (which
 cannot engage without GPUs) as rows that say so rather than a crash; a part over its time limit leaves the others; a
 stale installed package is refused; the gathered wheels cover every requirement, and this package's wheel installed
 as on the lent machine is the checkout's source."""
@@ -42,7 +42,7 @@ TRAINING_ROW = {"preset", "model", "precision", "compiled", "cuda_graphs", "toke
                 "peak_memory_mib", "peak_reserved_mib", "graph_breaks", "profile"}
 PROFILE = {"updates", "ms_per_update", "kernels_per_update", "busy", "top"}
 ENGINE_ROW = {"engine", "engaged", "distributed_type", "tokens_per_s", "peak_memory_mib", "seconds", "error"}
-RECIPE = {"name", "options", "bleu", "sacrebleu", "training_seconds", "steps", "tokens_per_s"}
+RECIPE = {"name", "options", "tokenized_bleu", "sacrebleu", "training_seconds", "steps", "tokens_per_s"}
 REPORT = {"device", "date", "torch", "packages", "dry_run", "train_py_torch_compile", "peak_flops_bf16", "loss",
           "training", "engines", "recipe", "seconds", "errors"}
 LOSS = {"tokens", "vocab_size", "d_model", "full_ms", "full_peak_mib", "chunked_ms", "chunked_peak_mib"}
@@ -124,7 +124,7 @@ def test_the_dry_run_writes_every_field_the_issue_lists(dry_run):
     assert recipe["training_seconds"] == summary["train_seconds"] > 0
     results = json.loads((output_dir / "recipe_evaluation_results.json").read_text())
     scores = {metric["type"]: metric["value"] for metric in results["metrics"]}
-    assert (recipe["bleu"], recipe["sacrebleu"]) == (scores["bleu"], scores["sacrebleu"])
+    assert (recipe["tokenized_bleu"], recipe["sacrebleu"]) == (scores["tokenized_bleu"], scores["sacrebleu"])
     assert results["dataset"]["split"] == "test_2016_flickr" and results["dataset"]["num_examples"] == len(PAIRS)
     # what a lent machine sends back: at most 8 files, none in a subfolder; models and checkpoints stay in --work_dir
     assert sorted(path.name for path in output_dir.iterdir()) == [
@@ -178,7 +178,7 @@ def test_the_markdown_table_has_a_line_per_row(dry_run):
     assert "| preset | model | compiled | ms / update | kernels / update | GPU busy | most GPU time |" in table
     assert table.count("aten::") >= 3 * len(report["training"])  # three operators named on each profile's line
     assert "| ddp | yes | MULTI_CPU |" in table and "| fsdp | no | MULTI_CPU | — | — |" in table
-    assert f"| multi30k_en_de_gpu | {report['recipe']['bleu']:.2f} |" in table
+    assert f"| multi30k_en_de_gpu | {report['recipe']['tokenized_bleu']:.2f} |" in table
     assert "- engines: fsdp: exit status 1: train.py: error: The Accelerate config asks for FSDP" in table
 
 

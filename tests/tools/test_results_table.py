@@ -23,7 +23,7 @@ TRANSLATION_RESULTS = {
     "decoding": {"num_beams": 5, "length_penalty": 1.0, "max_new_tokens": 80},
     "metrics": [
         {"type": "sacrebleu", "name": "sacreBLEU", "value": 35.21, "signature": "nrefs:1|case:mixed|tok:13a|v:2.6.0"},
-        {"type": "bleu", "name": "BLEU (tokenized, lowercased)", "value": 38.17, "signature": "moses-de|lc|tok"},
+        {"type": "tokenized_bleu", "name": "BLEU (tokenized, lowercased)", "value": 38.17, "signature": "moses-de|lc|tok"},
         {"type": "chrf", "name": "chrF", "value": 61.5},
     ],
     "conventions": "Beam 5, length penalty 1.0; Moses tokenization for BLEU.",
@@ -51,11 +51,11 @@ RECIPES = {
             "command": "python scripts/train.py --config en_de.yaml\npython scripts/evaluate_model.py --model x\n",
             "results": "outputs/en_de/evaluation_results.json",
             "training_summary": "outputs/en_de/summary.json",
-            "metrics": ["bleu", "sacrebleu"],
+            "metrics": ["tokenized_bleu", "sacrebleu"],
             "hardware": "a test CPU",
             "reference": "about 41 BLEU",
             "target": "BLEU of at least 35",
-            "goal": {"metric": "bleu", "at_least": 35},
+            "goal": {"metric": "tokenized_bleu", "at_least": 35},
             "notes_file": "results/en_de/notes.md",
             "picture": "outputs/en_de/attention.png",
         },
@@ -129,7 +129,7 @@ def test_the_table_holds_exactly_the_numbers_of_the_results_files(project):
     assert rows["Multi30k en->de"] == (
         "| Multi30k en->de | bentrevett/multi30k, test_2016_flickr, 1,000 examples "
         "| BLEU (tokenized, lowercased) 38.17; sacreBLEU 35.21 | — | about 41 BLEU | BLEU of at least 35 "
-        "| yes (bleu 38.17 ≥ 35) | 1h02m03s (wall) | a test CPU |"
+        "| yes (tokenized_bleu 38.17 ≥ 35) | 1h02m03s (wall) | a test CPU |"
     )
     assert rows["SST-2"] == (
         "| SST-2 | stanfordnlp/sst2, validation, 872 examples | Accuracy 0.7654; F1 (binary) 0.7781 | — | about 83% "
@@ -228,7 +228,7 @@ def test_a_recipe_trained_in_stages_shows_the_sum_of_their_times(project):
                 ("outputs/en_de_ft/all_results.json", {"epoch": 8.0, "train_runtime": 1200.0}))
     assert run(project) == 0
     block = block_of(project / "README.md")
-    assert table_rows(block)["Multi30k en->de"].endswith("| yes (bleu 38.17 ≥ 35) | 1h22m03s (wall, 2 stages) | a test CPU |")
+    assert table_rows(block)["Multi30k en->de"].endswith("| yes (tokenized_bleu 38.17 ≥ 35) | 1h22m03s (wall, 2 stages) | a test CPU |")
     details = block[block.index("### Multi30k en->de"): block.index("### SST-2")]
     assert (
         "- Training time: 1h22m03s wall in 2 stages (stage 1, 1h02m03s (`outputs/en_de/summary.json`); stage 2, "
@@ -247,7 +247,7 @@ def test_a_stage_not_run_yet_leaves_the_total_not_run_and_is_named(project):
     with_stages(project, ("outputs/en_de/summary.json", None), ("outputs/en_de_ft/all_results.json", None))
     assert run(project) == 0
     block = block_of(project / "README.md")
-    assert "| yes (bleu 38.17 ≥ 35) | not run yet | a test CPU |" in table_rows(block)["Multi30k en->de"]
+    assert "| yes (tokenized_bleu 38.17 ≥ 35) | not run yet | a test CPU |" in table_rows(block)["Multi30k en->de"]
     assert (
         "- Training time: not run yet in 2 stages (stage 1, 1h02m03s (`outputs/en_de/summary.json`); stage 2, not run "
         "yet (`outputs/en_de_ft/all_results.json` does not exist)), on a test CPU." in block
@@ -300,7 +300,7 @@ def test_check_fails_the_command_line(project):
         (lambda r: r["dataset"].pop("split"), r"`dataset\.split` is missing"),
         (lambda r: r.update(task="translate"), r"`task` is 'translate'"),
         (lambda r: r.update(task="summarization"), r"`task` is 'summarization', but recipe 'Multi30k en->de' is"),
-        (lambda r: r["metrics"].pop(1), r"recipe 'Multi30k en->de' needs the metric of type `bleu`"),
+        (lambda r: r["metrics"].pop(1), r"recipe 'Multi30k en->de' needs the metric of type `tokenized_bleu`"),
     ],
 )
 def test_a_malformed_results_file_is_named_with_its_field(project, change, message):
@@ -330,8 +330,13 @@ def test_a_training_summary_without_a_duration_is_named(project):
         (lambda r: r.pop("hardware"), r"recipe 1 \(Multi30k en->de\): `hardware` is missing or not text"),
         (lambda r: r.update(hardwear="x"), r"recipe 1 \(Multi30k en->de\): unknown field\(s\) \['hardwear'\]"),
         (lambda r: r.update(task="mt"), r"`task` is 'mt'; expected one of"),
-        (lambda r: r.update(goal={"metric": "bleu"}), r"`goal` must be \{metric: TYPE, at_least: NUMBER\}"),
-        (lambda r: r.update(metrics="bleu"), r"`metrics` must be a list of metric types"),
+        (lambda r: r.update(goal={"metric": "tokenized_bleu"}), r"`goal` must be \{metric: TYPE, at_least: NUMBER\}"),
+        (lambda r: r.update(metrics="tokenized_bleu"), r"`metrics` must be a list of metric types"),
+        # a name of an older version, which meant two things, is not guessed at: the error names the rewrite
+        (lambda r: r.update(goal={"metric": "bleu", "at_least": 35}), r"\(Multi30k en->de\): `bleu` is a retired "
+         r"metric name \(it meant sacrebleu in training and tokenized_bleu in results files and recipes\): use "
+         r"sacrebleu or tokenized_bleu; python scripts/tools/results_table.py --rename_metrics rewrites the file\.$"),
+        (lambda r: r.update(metrics=["sacrebleu", "bleu"]), r"`bleu` is a retired metric name"),
         # the prose and the other runs live in the notes file
         (lambda r: r.update(notes="Average of the last 5."), r"\(Multi30k en->de\): `notes` no longer go in the recipes "
          r"file: write them in the recipe's notes file \(results/<recipe>/notes.md\) and name it with `notes_file`"),
@@ -402,7 +407,7 @@ def test_the_readme_gets_a_short_table_and_a_file_in_a_subfolder_links_through_t
     assert table_rows(table) == {
         "recipe": "| recipe | data, split | result | target met? | details |",
         "Multi30k en->de": "| Multi30k en->de | bentrevett/multi30k, test_2016_flickr "
-        "| BLEU (tokenized, lowercased) 38.17; sacreBLEU 35.21 | yes (bleu 38.17 ≥ 35) "
+        "| BLEU (tokenized, lowercased) 38.17; sacreBLEU 35.21 | yes (tokenized_bleu 38.17 ≥ 35) "
         "| [commands](results/README.md#multi30k-en-de), [notes](results/en_de/notes.md) |",
         "SST-2": "| SST-2 | stanfordnlp/sst2, validation | Accuracy 0.7654; F1 (binary) 0.7781 | no (accuracy 0.7654 < 0.8) "
         "| [commands](results/README.md#sst-2) |",
@@ -421,3 +426,89 @@ def test_a_file_without_either_marker_pair_is_named(project):
     (project / "NOTES.md").write_text("no markers here\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"NOTES.md needs the markers .*recipe-results:start.* or .*recipe-table:start"):
         run(project, files=("NOTES.md",))
+
+
+# --rename_metrics: files of the repository's own layout as an older version wrote them (`bleu` for two meanings),
+# made from the committed files by undoing the rename, with what each held instead
+OLDER_VERSIONS = {
+    "scripts/configs/recipes.yaml": ("tokenized_bleu", "bleu"),  # metrics and goals: the results files' BLEU
+    "results/multi30k_en_de/evaluation_results.json": ('"tokenized_bleu"', '"bleu"'),
+    "results/multi30k_en_de/training_summary.json": ('"best_metric": "sacrebleu"', '"best_metric": "bleu"'),
+    "results/multi30k_en_de/model/README.md": ("tokenized_bleu", "bleu"),  # the card's metadata
+    "results/benchmark/gpu_suite.json": ('"tokenized_bleu"', '"bleu"'),  # the recipe's scores, from a results file
+}
+# files the command leaves as they are: no retired name, or a file no tool reads (a sweep's notes), named as left
+UNTOUCHED = ["results/sst2/evaluation_results.json", "results/samsum/training_summary.json",
+             "results/multi30k_en_de_gpu/sweep_h200.json"]
+
+
+def older_copy(root):
+    """A copy of the repository's recipes and some of their files under `root`, the renamed ones as an older version
+    wrote them, with the notes and model folders the recipes name; returns the committed texts."""
+    committed = {}
+    for path in [*OLDER_VERSIONS, *UNTOUCHED]:
+        committed[path] = (REPO / path).read_text(encoding="utf-8")
+        older = committed[path]
+        if path in OLDER_VERSIONS:
+            new, old = OLDER_VERSIONS[path]
+            assert new in older, f"{path} holds no {new}"
+            older = older.replace(new, old)
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(older, encoding="utf-8")
+    for recipe in yaml.safe_load(committed["scripts/configs/recipes.yaml"])["recipes"]:
+        for needed in filter(None, (recipe.get("notes_file"), recipe.get("model") and f"{recipe['model']}/config.json")):
+            (root / needed).parent.mkdir(parents=True, exist_ok=True)
+            (root / needed).write_text("{}" if needed.endswith(".json") else "notes\n", encoding="utf-8")
+    (root / "README.md").write_text(f"{TABLE_START}\n{TABLE_END}\n", encoding="utf-8")
+    return committed
+
+
+def rename_command(root, *extra):
+    return command_in_process(REPO / "scripts/tools/results_table.py",
+                              ["--root", root, "--files", "README.md", "--rename_metrics", *extra])
+
+
+def test_rename_metrics_rewrites_an_older_versions_files_to_the_committed_ones(tmp_path):
+    """Each retired name becomes what it meant where it stands (tokenized BLEU in results files, recipes, cards and
+    the GPU suite's recipe scores; sacreBLEU in a training summary), every other byte as it was: from the files an
+    older version wrote, the command makes exactly the repository's. --check names them and writes nothing."""
+    committed = older_copy(tmp_path)
+    older = {path: (tmp_path / path).read_text(encoding="utf-8") for path in committed}
+    checked = rename_command(tmp_path, "--check")
+    assert checked.returncode == 1
+    named = ["scripts/configs/recipes.yaml", *sorted(path for path in OLDER_VERSIONS if path.startswith("results/"))]
+    assert checked.stderr == (f"Retired metric names in: {', '.join(named)}. Run: python "
+                              "scripts/tools/results_table.py --rename_metrics\n")
+    assert "Left as written (not a file the results tables, the cards or the tools read): " \
+           "results/multi30k_en_de_gpu/sweep_h200.json" in checked.stdout
+    assert {path: (tmp_path / path).read_text(encoding="utf-8") for path in committed} == older
+
+    renamed = rename_command(tmp_path)
+    assert renamed.returncode == 0, renamed.stderr
+    assert {path: (tmp_path / path).read_text(encoding="utf-8") for path in committed} == committed
+    assert "results/multi30k_en_de/training_summary.json (training summary)" in renamed.stdout
+    # then the tables, from the renamed files
+    assert "| yes (tokenized_bleu 41.43 ≥ 41) |" in table_rows((tmp_path / "README.md").read_text())["Multi30k en->de"]
+    assert rename_command(tmp_path, "--check").returncode == 0
+
+
+def test_without_rename_metrics_an_older_recipes_file_is_refused_naming_the_command(tmp_path):
+    older_copy(tmp_path)
+    result = command_in_process(REPO / "scripts/tools/results_table.py", ["--root", tmp_path, "--files", "README.md"])
+    assert result.returncode == 2
+    assert result.stderr.endswith("`bleu` is a retired metric name (it meant sacrebleu in training and tokenized_bleu "
+                                  "in results files and recipes): use sacrebleu or tokenized_bleu; python "
+                                  "scripts/tools/results_table.py --rename_metrics rewrites the file.\n")
+
+
+def test_a_retired_name_the_command_cannot_rewrite_in_place_is_named_and_nothing_is_written(project):
+    """A recipes file laid out otherwise (a list one item a line) would need its YAML written anew, comments lost:
+    the command says to rename by hand instead of guessing."""
+    recipes = json.loads(json.dumps(RECIPES))
+    recipes["recipes"][0]["metrics"] = ["bleu", "sacrebleu"]
+    text = yaml.safe_dump(recipes, sort_keys=False)
+    (project / "recipes.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"recipes\.yaml: its retired metric names \(bleu\) stand where this command "
+                                         r"does not rewrite them; rename them by hand"):
+        run(project, "--rename_metrics")
+    assert (project / "recipes.yaml").read_text(encoding="utf-8") == text

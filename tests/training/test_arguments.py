@@ -50,3 +50,23 @@ def test_a_checkpoint_from_before_an_option_that_pads_batches_resumes_only_witho
     older = {"dropout": 0.1}  # the option not recorded
     assert options_changed_on_resume(older, {"dropout": 0.1, option: False}) == []
     assert options_changed_on_resume(older, {"dropout": 0.1, option: True}) == [f"--{option} False -> True"]
+
+
+def test_best_metric_takes_the_names_the_logs_and_results_files_use_and_refuses_the_retired_bleu():
+    """--best_metric names a score as metrics.jsonl logs it; `bleu`, which meant sacreBLEU here and tokenized BLEU in
+    results files, is refused in one line naming both, not taken as either."""
+    from vaswani.training.arguments import best_metric_name
+
+    for name in ("sacrebleu", "tokenized_bleu", "loss"):
+        data, _, args = parse_arguments(["--best_metric", name])
+        assert best_metric_name(data, args) == name
+    assert best_metric_name(*[parse_arguments([])[i] for i in (0, 2)]) == "sacrebleu"  # auto, for translation
+    with pytest.raises(ValueError, match=r"^--best_metric bleu: `bleu` is a retired metric name \(it meant sacrebleu in "
+                                         r"training and tokenized_bleu in results files and recipes\): use sacrebleu "
+                                         r"or tokenized_bleu\.$"):
+        parse_arguments(["--best_metric", "bleu"])
+    with pytest.raises(ValueError, match=r"--best_metric rougeL is not scored for --task translation; it may be one "
+                                         r"of \['auto', 'loss', 'sacrebleu', 'tokenized_bleu'\]"):
+        parse_arguments(["--best_metric", "rougeL"])
+    with pytest.raises(ValueError, match=r"--best_metric tokenized_bleu is not scored for --task summarization"):
+        parse_arguments(["--best_metric", "tokenized_bleu", "--task", "summarization"])

@@ -1,4 +1,4 @@
-"""A training update that keeps a GPU busy (issue 40), checked on a CPU: batches in a few shapes, one host-device
+"""A training update that keeps a GPU busy, checked on a CPU: batches in a few shapes, one host-device
 synchronization per update, the finite check without a kernel per tensor, fused Adam on CUDA, collation in
 DataLoader workers giving the same batches, bf16 by default on a GPU, and a compiled update giving eager's losses."""
 

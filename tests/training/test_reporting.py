@@ -20,13 +20,17 @@ def test_a_run_logs_metrics_tensorboard_curves_and_a_summary(finished_run):
     assert training[-1]["loss"] < training[0]["loss"], "the loss must fall"
     evaluations = [r for r in records if "val_loss" in r]
     assert [r["step"] for r in evaluations] == [4, 8]
-    assert all(r["bleu_signature"].startswith("nrefs:1|case:mixed|") for r in evaluations)
+    # both BLEUs with their signatures, under the names results files give them; the best model by sacreBLEU
+    assert all(r["sacrebleu_signature"].startswith("nrefs:1|case:mixed|") for r in evaluations)
+    assert all("|pretok:lc+moses-norm+moses-tok:" in r["tokenized_bleu_signature"] for r in evaluations)
+    assert not any("bleu" in r for r in evaluations)
     assert list((output_dir / "tensorboard").rglob("events.out.tfevents.*"))
     assert (output_dir / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((output_dir / "summary.json").read_text()) == json.loads(json.dumps(summary))
     assert summary["steps"] == 8 and summary["tokens_per_second"] > 0
-    best = max(evaluations, key=lambda r: r["bleu"])
-    assert summary["best_score"] == best["bleu"] and summary["best_step"] == best["step"]
+    best = max(evaluations, key=lambda r: r["sacrebleu"])
+    assert summary["best_metric"] == "sacrebleu"
+    assert summary["best_score"] == best["sacrebleu"] and summary["best_step"] == best["step"]
 
 
 def test_a_metrics_log_cut_by_a_kill_resumes_and_a_broken_line_is_named(checkpointed_run, tmp_path):

@@ -1,9 +1,9 @@
 """What `--resume` checks before it loads anything, and what it does with a checkpoint of another number of processes.
 
-A resume that cannot be exact is refused or named (issue 38): the data files and the tokenizer differ from the
-fingerprints the checkpoint records; a value of training_progress.json of the wrong type or out of what the run can
-reach; a random state that loads but that Accelerate would skip restoring. A checkpoint written by N processes goes
-on on M (issue 40): after the same batches of the same epoch, which the M processes then share.
+A resume that cannot be exact is refused or named (the promises table of scripts/README.md): the data files and the
+tokenizer differ from the fingerprints the checkpoint records; a value of training_progress.json of the wrong type or
+out of what the run can reach; a random state that loads but that Accelerate would skip restoring. A checkpoint written by N processes goes
+on on M: after the same batches of the same epoch, which the M processes then share.
 
 The runs train on local files under a working folder that each test copies (the data are named by relative paths,
 so a copy's files are the run's files and can be changed without touching the others').

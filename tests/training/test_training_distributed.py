@@ -35,7 +35,7 @@ WORKER = textwrap.dedent(
 
     from vaswani.training import batching
     from vaswani.training.arguments import parse_arguments
-    from vaswani.training.evaluation import generate_predictions
+    from vaswani.training.validation import generate_predictions
     from vaswani.training.loop import train
     from vaswani.training.seq2seq_data import load_raw_splits, prepare_data
     from transformers import AutoTokenizer

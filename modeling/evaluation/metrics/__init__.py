@@ -4,8 +4,8 @@
 These modules load from this folder, so the same code works online and offline:
 
     from vaswani.evaluation.metrics import load_metric
-    bleu = load_metric("sacrebleu")
-    bleu.compute(predictions=["Ein Mann reitet."], references=[["Ein Mann reitet."]])   # {"score": 100.0, "signature": ...}
+    sacrebleu = load_metric("sacrebleu")
+    sacrebleu.compute(predictions=["Ein Mann reitet."], references=[["Ein Mann reitet."]])  # {"score": 100.0, ...}
 
 Each is an ordinary `evaluate.Metric` named as its Hub counterpart (`sacrebleu`, `rouge`, `accuracy`, `f1`, `seqeval`)
 and answering as it does (same arguments, defaults, keys and scales: BLEU 0-100, the others 0-1), so a script written
@@ -13,6 +13,9 @@ for `evaluate.load("rouge")` runs unchanged on `evaluate.load(metric_path("rouge
 papers compute it) has no Hub counterpart. They wrap the reference implementations (sacreBLEU, sacremoses, Google's
 rouge-score) rather than re-implementing them, except accuracy/F1 and the CoNLL-style entity F1, which are a few
 lines each.
+
+What the project reports goes through one function, `compute_scores` (`scores`), under one vocabulary of names
+(`names`: `sacrebleu`, `tokenized_bleu`, `rouge1`, ..., `accuracy`, `f1`).
 """
 
 from pathlib import Path
@@ -48,4 +51,21 @@ def rouge_percent(predictions, references) -> dict[str, float]:
     return {key: 100 * sum(scores[key]) / len(scores[key]) for key in ROUGE_TYPES}
 
 
-__all__ = ["NAMES", "ROUGE_TYPES", "load_metric", "metric_path", "rouge_percent"]
+# after load_metric and rouge_percent, which the scores are computed with
+from .names import METRIC_TYPES, TASK_METRICS, retired_metric  # noqa: E402
+from .scores import Score, compute_scores, score_values  # noqa: E402
+
+
+__all__ = [
+    "METRIC_TYPES",
+    "NAMES",
+    "ROUGE_TYPES",
+    "Score",
+    "TASK_METRICS",
+    "compute_scores",
+    "load_metric",
+    "metric_path",
+    "retired_metric",
+    "rouge_percent",
+    "score_values",
+]

@@ -112,7 +112,7 @@ def matmul_peak(setup: Setup, dtype: torch.dtype, size: int = 2048, repeats: int
     """Best FLOP/s of a square matrix product on this device: the best of `repeats` rounds (after two warm-up rounds)
     of `per_round` products issued back to back between two synchronizations. On a GPU one product of a small matrix
     times its launch and the synchronization, not the GPU: one 1024 x 1024 bf16 product read 79 TFLOP/s on an H100
-    that does about 800 (2026-11-24), which made every MFU on that machine 10x too high."""
+    that does about 800, which made every MFU on that machine 10x too high."""
     a = torch.randn(size, size, device=setup.device, dtype=dtype)
     b = torch.randn(size, size, device=setup.device, dtype=dtype)
     best = math.inf

@@ -1,8 +1,8 @@
-"""The GPU suite of scripts/tools/gpu_suite.py (issue 40; its parts, sizes and files are described in the command's
-docstring): training speed (MFU) of the real update beside Marian's, the DeepSpeed and FSDP engines really engaged,
-and the Multi30k en->de recipe on a clock, each part in processes of its own within a time limit of its own, into one
-JSON report and its markdown tables. It runs the checkout's scripts (`Suite.repo`), and refuses an installed package
-that is not that checkout's source.
+"""The GPU suite of scripts/tools/gpu_suite.py (the project's GPU targets, results/benchmark/README.md; its parts,
+sizes and files are described in the command's docstring): training speed (MFU) of the real update beside Marian's,
+the DeepSpeed and FSDP engines really engaged, and the Multi30k en->de recipe on a clock, each part in processes of
+its own within a time limit of its own, into one JSON report and its markdown tables. It runs the checkout's scripts
+(`Suite.repo`), and refuses an installed package that is not that checkout's source.
 """
 
 import gc
@@ -75,7 +75,7 @@ SIZES = {
         # the CPU) replayed from CUDA graphs (results/multi30k_en_de_gpu/notes.md)
         recipe_options=(),
         evaluate_options=(),
-        # ceilings, 590 s (a device command has 600, the install about 20 of them). An H100 (2026-11-27) used 182 s of
+        # ceilings, 590 s (a device command has 600, the install about 20 of them). An H100 used 182 s of
         # 210 for training (without the compiled graphs' row and the loss alone), 112 s for the engines (an H200:
         # 119 s), and 206 s for the recipe of 3,200 updates, 153 s of it training; the recipe's 9,000 updates from
         # graphs should train in under 180 s alone (else: --only recipe --seconds N)
@@ -533,7 +533,8 @@ def _run_recipe(suite: Suite, seconds: float) -> tuple[dict, str | None]:
     """Train the GPU recipe, then score its last model on test_2016_flickr with the recipe's decoding."""
     deadline = time.perf_counter() + seconds
     recipe = {"name": RECIPE_CONFIG.stem, "options": list(suite.sizes.recipe_options) + _compile_option(suite),
-              "bleu": None, "sacrebleu": None, "training_seconds": None, "steps": None, "tokens_per_s": None}
+              "tokenized_bleu": None, "sacrebleu": None, "training_seconds": None, "steps": None,
+              "tokens_per_s": None}
     missing = [name for name in MULTI30K_FILES if not (suite.multi30k_dir / name).is_file()]
     if missing:
         return {"recipe": recipe}, (f"--multi30k_dir {suite.multi30k_dir} lacks {', '.join(missing)}: name the "
@@ -567,7 +568,7 @@ def _run_recipe(suite: Suite, seconds: float) -> tuple[dict, str | None]:
         return {"recipe": recipe}, f"evaluate_model.py: {problem}"
     shutil.copy(results_file, suite.output_dir / "recipe_evaluation_results.json")
     scores = {metric["type"]: metric["value"] for metric in _read_json(results_file)["metrics"]}
-    recipe.update(bleu=scores.get("bleu"), sacrebleu=scores.get("sacrebleu"))
+    recipe.update(tokenized_bleu=scores.get("tokenized_bleu"), sacrebleu=scores.get("sacrebleu"))
     return {"recipe": recipe}, None
 
 
@@ -643,7 +644,7 @@ def _update_path(row: dict) -> str:
 
 
 def markdown(report: dict) -> str:
-    """The tables of results/benchmark/README.md."""
+    """The run's tables in Markdown, as a run's file in results/benchmark/runs/ shows them."""
     peak = report.get("peak_flops_bf16")
     lines = [
         f"{report['device']}, torch {report['torch']}, {report['date']}"
@@ -690,7 +691,8 @@ def markdown(report: dict) -> str:
     recipe = report.get("recipe")
     if recipe is not None:
         lines += ["", "| recipe | BLEU (tokenized, lowercased) | sacreBLEU | training seconds |", "|---|---|---|---|",
-                  f"| {recipe['name']} | {_number(recipe['bleu'], 'score')} | {_number(recipe['sacrebleu'], 'score')} "
+                  f"| {recipe['name']} | {_number(recipe['tokenized_bleu'], 'score')} "
+                  f"| {_number(recipe['sacrebleu'], 'score')} "
                   f"| {_number(recipe['training_seconds'], 'count')} |"]
     problems = dict(report.get("errors", {}))
     if loss and "error" in loss:
@@ -731,8 +733,8 @@ def check_installed_package(repo: Path) -> None:
 def child_environment() -> dict:
     """The environment of every process the suite starts: offline (the lent machine reaches nothing), progress bars
     that write a line every 10 s instead of 10 a second into the log, and torch.compile's recompilations logged with
-    their reason (on an H200, 2026-11-26, inductor compiled the recipe's update again before its tenth; on the CPU,
-    dynamo keeps one graph for an epoch of the recipe's batches)."""
+    their reason (on an H200 inductor compiled the recipe's update again before its tenth; on the CPU, dynamo keeps
+    one graph for an epoch of the recipe's batches)."""
     env = dict(os.environ)
     env.setdefault("TORCH_LOGS", "recompiles")
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TQDM_MININTERVAL="10",
@@ -761,7 +763,7 @@ def _run_part(suite: Suite, part: str, report: dict) -> None:
 
 def _passes_torch_compile(choice: str) -> bool:
     """Whether the recipe's train.py gets --torch_compile: with `yes` only. The recipe trains a 2.35M-parameter model
-    for three minutes, and on an H100 (2026-11-26) inductor compiled its update in 39 s, then again for dynamic
+    for three minutes, and on an H100 inductor compiled its update in 39 s, then again for dynamic
     shapes in 77 s, then a third time: more than the compiled update saves in that time. train.py has compiled one
     graph for every shape since; whether that one compilation pays is for a lent GPU to show (`yes`). The engine
     runs are eager whatever the choice: they show an engine engaging in 8 updates, and FSDP and DeepSpeed do not

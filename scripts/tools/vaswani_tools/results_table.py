@@ -2,15 +2,21 @@
 recipe of scripts/configs/recipes.yaml, its evaluation results (scripts/evaluate_model.py) and training summaries.
 `update_tables` rewrites the text between markers in README.md and results/README.md (the markers, the
 tables and the details under them are described in the command's docstring); no number in a table is typed by hand.
+`rename_metrics` rewrites the metric names an older version wrote (vaswani.evaluation.metrics.names) in the files the
+tables and cards are made from.
 """
 
 import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
+from vaswani.evaluation.metrics.names import RETIRED_NAMES
 from vaswani.hub.model_card import load_results
 from vaswani.hub.recipes import Recipe, load_recipes
 from vaswani.output_paths import write_text_atomically
@@ -45,7 +51,21 @@ class TableArguments:
     root: str = field(
         default=str(REPO), metadata={"help": "Relative paths (--recipes, --files, the recipes' files) start here."}
     )
-    check: bool = field(default=False, metadata={"help": "Write nothing; exit 1 if a file's block is out of date."})
+    check: bool = field(
+        default=False,
+        metadata={"help": "Write nothing; exit 1 if a file's block is out of date (with --rename_metrics: if a file "
+                  "holds a retired metric name)."},
+    )
+    rename_metrics: bool = field(
+        default=False,
+        metadata={"help": "First rewrite the retired metric names (`bleu`) to the names they meant there: in the "
+                  "recipes file, and in the results files, training summaries, GPU-suite reports and model cards "
+                  "under --rename_paths; then the tables."},
+    )
+    rename_paths: list[str] = field(
+        default_factory=lambda: ["results"],
+        metadata={"help": "With --rename_metrics: the folders (searched whole) and files whose names are rewritten."},
+    )
 
 
 def _training_seconds(path: Path) -> float | None:
@@ -307,6 +327,181 @@ def _replace_block(text: str, block: str, where: str, start: str = START, end: s
     return f"{before}{start}\n{block}\n{end}{after}"
 
 
+# --rename_metrics: each retired name becomes what it meant in the file it is in. train.py's training summaries
+# (`best_metric`) named its validation score; results files, recipes, model cards and the GPU suite's recipe scores
+# (copied from a results file) named the results file's.
+RETIRED = "|".join(re.escape(name) for name in RETIRED_NAMES)
+
+
+def _renamed(name, where: str):
+    return RETIRED_NAMES[name][where] if isinstance(name, str) and name in RETIRED_NAMES else name
+
+
+def _with_renamed(entry, key: str, where: str):
+    """`entry` (a mapping) with its `key` renamed; anything else as it is."""
+    if not isinstance(entry, dict) or key not in entry:
+        return entry
+    return {**entry, key: _renamed(entry[key], where)}
+
+
+def _renamed_results(content: dict) -> dict:
+    return {**content, "metrics": [_with_renamed(metric, "type", "results") for metric in content["metrics"]]}
+
+
+def _renamed_summary(content: dict) -> dict:
+    return _with_renamed(content, "best_metric", "training")
+
+
+def _renamed_gpu_report(content: dict) -> dict:
+    return {**content, "recipe": {_renamed(key, "results"): value for key, value in content["recipe"].items()}}
+
+
+def _renamed_recipes(content):
+    if not isinstance(content, dict) or not isinstance(content.get("recipes"), list):
+        return content
+    recipes = []
+    for recipe in content["recipes"]:
+        if isinstance(recipe, dict):
+            recipe = dict(recipe)
+            if isinstance(recipe.get("metrics"), list):
+                recipe["metrics"] = [_renamed(name, "results") for name in recipe["metrics"]]
+            if "goal" in recipe:
+                recipe["goal"] = _with_renamed(recipe["goal"], "metric", "results")
+        recipes.append(recipe)
+    return {**content, "recipes": recipes}
+
+
+def _renamed_card_header(header):
+    """A card's metadata: its `metrics`, and the metric types of each result of its `model-index`."""
+    if not isinstance(header, dict):
+        return header
+    header = dict(header)
+    if isinstance(header.get("metrics"), list):
+        header["metrics"] = [_renamed(name, "results") for name in header["metrics"]]
+    if isinstance(header.get("model-index"), list):
+        header["model-index"] = [
+            {**model, "results": [_renamed_card_result(result) for result in model["results"]]}
+            if isinstance(model, dict) and isinstance(model.get("results"), list) else model
+            for model in header["model-index"]
+        ]
+    return header
+
+
+def _renamed_card_result(result):
+    if not isinstance(result, dict) or not isinstance(result.get("metrics"), list):
+        return result
+    return {**result, "metrics": [_with_renamed(metric, "type", "results") for metric in result["metrics"]]}
+
+
+# Each kind of JSON file: whether an object is one, the rename of its content, and where the names stand in its text
+# (the group `name`; the rewritten text must read as the renamed content, or nothing is written).
+JSON_KINDS = {
+    "results file": (lambda c: isinstance(c.get("metrics"), list) and "task" in c, _renamed_results,
+                     [rf'"type":\s*"(?P<name>{RETIRED})"']),
+    "training summary": (lambda c: "best_metric" in c, _renamed_summary, [rf'"best_metric":\s*"(?P<name>{RETIRED})"']),
+    "GPU-suite report": (lambda c: isinstance(c.get("recipe"), dict) and "engines" in c, _renamed_gpu_report,
+                         [rf'"(?P<name>{RETIRED})"\s*:']),
+}
+RECIPE_PATTERNS = [rf"^\s*metrics:\s*\[[^\]\n]*\b(?P<name>{RETIRED})\b",
+                   rf"^\s*goal:.*\bmetric:\s*(?P<name>{RETIRED})\b"]
+CARD_PATTERNS = [rf"^\s*(?:- )?(?:type: )?(?P<name>{RETIRED})\s*$"]
+
+
+def _substituted(text: str, patterns: list[str], where: str) -> str:
+    """`text` with each name the patterns find (their group `name`) renamed, until none is left."""
+    def rename(match: re.Match) -> str:
+        start, end = match.start("name") - match.start(), match.end("name") - match.start()
+        return match[0][:start] + _renamed(match["name"], where) + match[0][end:]
+
+    for pattern in patterns:
+        while (renamed := re.sub(pattern, rename, text, flags=re.MULTILINE)) != text:
+            text = renamed
+    return text
+
+
+def _rewritten(path: Path, text: str, parse: Callable, rename: Callable, patterns: list[str], where: str) -> str | None:
+    """The text of `path` with its retired names rewritten where they stand (formatting and comments kept); None
+    where it holds none. Refused where the rewritten text does not read as the renamed content."""
+    before = parse(text)
+    expected = rename(before)
+    if expected == before:
+        return None
+    rewritten = _substituted(text, patterns, where)
+    if parse(rewritten) != expected:
+        raise ValueError(f"{path}: its retired metric names ({', '.join(RETIRED_NAMES)}) stand where this command "
+                         "does not rewrite them; rename them by hand (see vaswani.evaluation.metrics.names).")
+    return rewritten
+
+
+def _card_parts(text: str) -> tuple[str, str] | None:
+    """(the YAML header, the rest) of a model card; None for a file without one."""
+    if not text.startswith("---\n") or "\n---\n" not in text[4:]:
+        return None
+    header, rest = text[4:].split("\n---\n", 1)
+    return header, rest
+
+
+def _renamed_file(path: Path, recipes_file: Path) -> tuple[str | None, str | None]:
+    """(the rewritten text of `path`, or None; the kind of file, or None for one this command leaves alone)."""
+    text = path.read_text(encoding="utf-8")
+    if path.resolve() == recipes_file.resolve():
+        return _rewritten(path, text, yaml.safe_load, _renamed_recipes, RECIPE_PATTERNS, "results"), "recipes file"
+    if path.suffix == ".md":
+        if (parts := _card_parts(text)) is None or "model-index" not in parts[0]:
+            return None, None
+        header = _rewritten(path, parts[0], yaml.safe_load, _renamed_card_header, CARD_PATTERNS, "results")
+        return (None if header is None else f"---\n{header}\n---\n{parts[1]}"), "model card"
+    try:
+        content = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from None
+    for kind, (recognized, rename, patterns) in JSON_KINDS.items():
+        if isinstance(content, dict) and recognized(content):
+            where = "training" if kind == "training summary" else "results"
+            return _rewritten(path, text, json.loads, rename, patterns, where), kind
+    return None, None
+
+
+def rename_metrics(args: TableArguments) -> int:
+    """Rewrite the retired metric names in the recipes file and in the JSON files and model cards (README.md with a
+    `model-index`) of --rename_paths (with --check, only name the files that hold them). 0 when none is left; 1 when
+    --check finds one."""
+    root = Path(args.root)
+    recipes_file = root / args.recipes
+    if not recipes_file.is_file():
+        raise FileNotFoundError(f"Recipes file {recipes_file} does not exist.")
+    paths = [recipes_file]
+    for name in args.rename_paths:
+        path = root / name
+        if path.is_dir():
+            paths += sorted(file for file in path.rglob("*")
+                            if file.is_file() and (file.suffix == ".json" or file.name == "README.md"))
+        elif path.is_file():
+            paths.append(path)
+        else:
+            raise FileNotFoundError(f"--rename_paths: {path} does not exist.")
+    changed, left = {}, []
+    for path in dict.fromkeys(paths):
+        text, kind = _renamed_file(path, recipes_file)
+        if text is not None:
+            changed[path] = (text, kind)
+        elif kind is None and re.search(rf'\\?"(?:{RETIRED})\\?"', path.read_text(encoding="utf-8")):
+            left.append(path)
+    shown = {path: os.path.relpath(path, root) for path in [*changed, *left]}
+    if left:
+        print("Left as written (not a file the results tables, the cards or the tools read): "
+              + ", ".join(shown[path] for path in left))
+    if args.check:
+        if changed:
+            print(f"Retired metric names in: {', '.join(shown[path] for path in changed)}. Run: python "
+                  "scripts/tools/results_table.py --rename_metrics", file=sys.stderr)
+        return 1 if changed else 0
+    for path, (text, kind) in changed.items():
+        write_text_atomically(path, text, str(path))
+        print(f"Renamed the retired metric names in {shown[path]} ({kind}).")
+    return 0
+
+
 def update_tables(args: TableArguments) -> int:
     """Rewrite the blocks between the markers of each of --files (with --check, only compare them). 0 when the files
     are written (or, with --check, up to date); 1 when --check finds a block out of date."""
@@ -345,4 +540,4 @@ def update_tables(args: TableArguments) -> int:
     return 0
 
 
-__all__ = ["END", "START", "TABLE_END", "TABLE_START", "TableArguments", "anchor", "update_tables"]
+__all__ = ["END", "START", "TABLE_END", "TABLE_START", "TableArguments", "anchor", "rename_metrics", "update_tables"]

@@ -1,4 +1,4 @@
-"""vaswani.training.evaluation: summarization scored with ROUGE while training, and the distinct outputs counted,
+"""vaswani.training.validation: summarization scored with ROUGE while training, and the distinct outputs counted,
 with a warning where they do not depend on the input."""
 
 import pytest

@@ -1,10 +1,11 @@
-"""Evaluation while training: the loss on the whole validation set, and the task's score (sacreBLEU with its
-signature for translation, ROUGE for summarization) of beam-search outputs.
+"""Validation while training: the loss on the whole validation set, and the task's scores of beam-search outputs
+(`sacrebleu` and `tokenized_bleu` for translation, `rouge1`/`rouge2`/`rougeL`/`rougeLsum` for summarization, computed
+by vaswani.evaluation.metrics.compute_scores as every other caller computes them).
 
-Each process works on its own share of the validation set. For the score, every process gets as many sentences
+Each process works on its own share of the validation set. For the scores, every process gets as many sentences
 and batches as the others; the generated token ids are padded to a common length across processes before they are
 gathered (tensors of different shapes cannot be gathered: a process would wait forever), and the main process
-decodes and scores them. The score is then sent to every process, so that all take the same decisions (best model,
+decodes and scores them. The scores are then sent to every process, so that all take the same decisions (best model,
 early stopping).
 """
 
@@ -13,7 +14,7 @@ from accelerate.utils import DistributedType, broadcast_object_list
 from torch.nn import functional as F
 
 from ..evaluation.diagnostics import input_independence_warning, output_diversity
-from ..evaluation.metrics import load_metric, rouge_percent
+from ..evaluation.metrics import compute_scores, score_values
 from .batching import collate, evaluation_batches, generation_shards
 
 
@@ -72,12 +73,11 @@ def generate_predictions(accelerator, model, tokenizer, validation, batch_size: 
     return tokenizer.batch_decode(ordered, skip_special_tokens=True)
 
 
-def _score(task: str, predictions: list[str], references: list[str]) -> dict:
-    """sacreBLEU (as `bleu`, with `bleu_signature`) for translation; ROUGE-1/2/L/Lsum for summarization."""
-    if task == "translation":
-        result = load_metric("sacrebleu").compute(predictions=predictions, references=[[r] for r in references])
-        return {"bleu": result["score"], "bleu_signature": result["signature"]}
-    return rouge_percent(predictions, references)
+def _score(task: str, predictions: list[str], references: list[str], target_lang: str) -> dict:
+    """The task's scores by name, unrounded, with the signature of each that has one (`sacrebleu_signature`, ...)."""
+    scores = compute_scores(task, predictions, references, target_lang=target_lang)
+    signatures = {f"{score.type}_signature": score.signature for score in scores if score.signature is not None}
+    return {**score_values(scores), **signatures}
 
 
 def evaluate(
@@ -111,7 +111,7 @@ def evaluate(
         examples = zip(scored["source_text"][:3], predictions[:3], scored["target_text"][:3])
         diversity = output_diversity(scored["source_text"], predictions)
         scores = [{
-            **_score(task, predictions, scored["target_text"]),
+            **_score(task, predictions, scored["target_text"], getattr(unwrapped.config, "target_lang", None) or "en"),
             "distinct_outputs": diversity["distinct_outputs"],
             "distinct_inputs": diversity["distinct_inputs"],
             "samples": list(examples),
