@@ -3,7 +3,7 @@
 How it ends on a problem with its input or its environment (a bad argument, a missing file, an extra not installed):
 one line, `script.py: error: <message>`, and exit status 1. The messages say what to do; a traceback would bury them.
 Anything else is a bug and keeps its traceback. A training command stopped by SIGTERM or SIGUSR1 after saving a
-checkpoint (`vaswani.training.preemption`) says so in one line and exits with status 75, "resumable".
+checkpoint (`vaswani.runs.preemption`) says so in one line and exits with status 75, "resumable".
 
     if __name__ == "__main__":
         run_command(main)
@@ -31,20 +31,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .configuration_vaswani import misspelled_fields
-from .training.errors import TrainingError
-from .training.launch_status import report_exit, report_start
-from .training.preemption import StoppedBySignal
+from .runs.errors import TrainingError
+from .runs.launch_status import report_exit, report_start
+from .runs.preemption import StoppedBySignal
 
 
 # OSError: missing files, folders given as files, full disks; TrainingError: a folder in use by another run, a
-# checkpoint that cannot be resumed or written (vaswani.training.errors: messages that say what to do)
+# checkpoint that cannot be resumed or written (vaswani.runs.errors: messages that say what to do)
 USER_ERRORS = (ValueError, OSError, ImportError, TrainingError)
 
 
 def run_command(main, *more_user_errors: type[BaseException]) -> None:
     """Call `main(sys.argv[1:])`, reporting the user's errors (and `more_user_errors`) as one line, and a stop by a
     signal as one line (from the first process of a distributed launch) with its own exit status. Under
-    `vaswani.training.launch_status.run_reporting_status` (a launcher's command run so that its status says
+    `vaswani.runs.launch_status.run_reporting_status` (a launcher's command run so that its status says
     "resumable"), the process reports its id and its exit status."""
     report_start()
     status = 0

@@ -21,7 +21,7 @@ no command deletes, replaces or alters a file it did not create.
      if it holds nothing but files this project writes (`PROJECT_FILES`): a file of the user's there is named.
 
 2. **One writer.** A folder is written by one process at a time: train.py and the fine-tuning scripts hold
-   `vaswani.training.ownership`'s lock in the folder (`.run.lock`), a folder published whole holds the same lock on a
+   `vaswani.runs.ownership`'s lock in the folder (`.run.lock`), a folder published whole holds the same lock on a
    file beside it (`.NAME.lock`, removed when the command ends), taken before any work (`OutputFolder`). A second
    command on the same folder is refused, naming the first.
 
@@ -44,8 +44,9 @@ from contextlib import contextmanager
 from fnmatch import fnmatch
 from pathlib import Path
 
-from .training.checkpoints import describe_write_error, fsync_directory, fsync_tree, is_write_failure
-from .training.ownership import LOCK_FILE, release_output_dir, take_output_dir
+from safetensors import SafetensorError
+
+from .runs.ownership import LOCK_FILE, release_output_dir, take_output_dir
 
 
 PathLike = str | os.PathLike
@@ -456,6 +457,53 @@ def write_text_atomically(path: PathLike, text: str, option: str | None = None) 
     return write_atomically(path, lambda temporary: temporary.write_text(text, encoding="utf-8"), option)
 
 
+def fsync_tree(folder: Path) -> None:
+    """Push the folder's files to the disk before the rename that publishes them (a kill alone would not lose
+    them, a power cut could)."""
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    fsync_directory(folder)
+
+
+def fsync_directory(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+# How torch.save reports a failed write: a RuntimeError from its zip writer (PytorchStreamWriter), whose message
+# names no cause ("[enforce fail at inline_container.cc:672] . unexpected pos 640 vs 534" on a full disk, raised while
+# handling "basic_ios::clear: iostream error"; "PytorchStreamWriter failed writing file data/0: file write failed" in
+# other versions)
+TORCH_WRITE_FAILURES = ("PytorchStreamWriter", "inline_container.cc", "iostream error", "file write failed")
+
+
+def is_write_failure(error: BaseException) -> bool:
+    """Whether `error` says that a file could not be written (rather than a bug to show with its traceback)."""
+    if isinstance(error, (OSError, SafetensorError)):
+        return True
+    return isinstance(error, RuntimeError) and any(
+        marker in str(cause) for cause in (error, error.__context__) for marker in TORCH_WRITE_FAILURES
+    )
+
+
+def describe_write_error(error: BaseException, folder: Path) -> str:
+    """One line for a failed write into `folder`; torch's own message names no cause, so the space left on that disk
+    (before the temporary files go) is added."""
+    if isinstance(error, (OSError, SafetensorError)):
+        return str(error)
+    lines = str(error).strip().splitlines()
+    try:
+        free = f"{shutil.disk_usage(folder if folder.exists() else folder.parent).free:,} bytes left on that disk"
+    except OSError:
+        free = "free space unknown"
+    return f"torch could not write a file ({lines[0] if lines else type(error).__name__}; {free})"
+
+
 __all__ = [
     "Inputs",
     "OutputFolder",
@@ -463,7 +511,11 @@ __all__ = [
     "check_output_dir",
     "check_output_file",
     "check_replaceable",
+    "describe_write_error",
+    "fsync_directory",
+    "fsync_tree",
     "is_results_file",
+    "is_write_failure",
     "path_kind",
     "read_json_object",
     "write_atomically",

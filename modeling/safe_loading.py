@@ -6,12 +6,18 @@ refused, and the memory their weights need), also where a checkpoint is loaded w
 command loads through transformers' Auto classes, which parse config.json and tokenizer_config.json before any class
 of this project is involved, and a foreign checkpoint (`--trust_remote_code`) brings classes of its own: so each
 command checks the whole folder first, with the same checks. A failure is one line naming the file.
+
+A checkpoint loaded to be scored must also have trained weights for its task's head (`require_trained_head`): a head
+that a checkpoint lacks would be initialized at random, and scored.
 """
 
+import json
+import pickle
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
+from transformers import AutoConfig
 
 from .configuration_vaswani import VaswaniConfig, check_json_file
 from .loading_checks import check_model_files
@@ -21,16 +27,16 @@ from .modeling_vaswani import (
     VaswaniForTokenClassification,
     VaswaniModel,
 )
+from .runs.records import TRAINER_STATE_FILE
 from .tokenization_vaswani import check_tokenizer_files
-from .training.checkpoints import read_json_record
 
 
-# What the Trainer reads from a checkpoint it resumes from, besides the model: its progress as JSON, and the states it
-# pickles, which it loads with torch.load(weights_only=True) (tensors and plain data only; no code runs).
-TRAINER_STATE_JSON = "trainer_state.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 MODEL_CLASSES = (VaswaniModel, VaswaniForConditionalGeneration, VaswaniForSequenceClassification,
                  VaswaniForTokenClassification)
+# What the Trainer reads from a checkpoint it resumes from, besides the model: its progress as JSON
+# (TRAINER_STATE_FILE), and the states it pickles, which it loads with torch.load(weights_only=True) (tensors and plain
+# data only; no code runs).
 TRAINER_STATE_PICKLES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth")
 
 
@@ -118,12 +124,10 @@ def check_trainer_checkpoint(path) -> None:
     # imported here: they load the Trainer's and Accelerate's modules, which only fine-tuning needs
     from transformers.trainer_pt_utils import safe_globals
 
-    from .training.checkpoints import describe_load_error
-
     folder = Path(str(path))
     check_checkpoint_folder(folder)
-    if (folder / TRAINER_STATE_JSON).is_file():
-        check_json_file(folder / TRAINER_STATE_JSON)
+    if (folder / TRAINER_STATE_FILE).is_file():
+        check_json_file(folder / TRAINER_STATE_FILE)
     for pattern in TRAINER_STATE_PICKLES:
         for state_file in sorted(folder.glob(pattern)):
             try:
@@ -135,4 +139,62 @@ def check_trainer_checkpoint(path) -> None:
                 ) from None
 
 
-__all__ = ["check_checkpoint_folder", "check_trainer_checkpoint"]
+def require_trained_head(auto_class, model_name_or_path: str, task: str, trust_remote_code: bool = False):
+    """Load a checkpoint for evaluation, refusing one that lacks weights of the task's head (they would be random)."""
+    check_checkpoint_folder(model_name_or_path)
+    model, info = auto_class.from_pretrained(
+        model_name_or_path, trust_remote_code=trust_remote_code, output_loading_info=True
+    )
+    if info["missing_keys"]:
+        # the config as saved names the class the checkpoint was trained as
+        saved = AutoConfig.from_pretrained(model_name_or_path, trust_remote_code=trust_remote_code)
+        trained_as = ", ".join(saved.architectures or ["an unknown architecture"])
+        raise ValueError(
+            f"{model_name_or_path} is a checkpoint of {trained_as}, not fine-tuned for {task}: it has no weights for "
+            f"{', '.join(module_names(info['missing_keys']))}, which would be random. Fine-tune it for {task} first "
+            "(scripts/finetune_*.py), then evaluate the fine-tuned checkpoint."
+        )
+    return model
+
+
+def module_names(keys) -> list[str]:
+    """Weight names shortened to the modules that hold them, one entry per stack of layers:
+    `model.decoder.layers.1.self_attn.q_proj.weight` -> `model.decoder.layers`, `classifier.bias` -> `classifier`."""
+    names = set()
+    for key in keys:
+        parts = key.split(".")[:-1] or key.split(".")
+        for position, part in enumerate(parts):
+            if part.isdigit():
+                parts = parts[:position]
+                break
+        names.add(".".join(parts))
+    return sorted(names)
+
+
+def read_json_record(path: Path) -> dict:
+    """A JSON object from a checkpoint; ValueError (with the file's name) if it is not one."""
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as error:  # ValueError: not JSON, or an integer of 5,000 digits
+        raise ValueError(f"{path.name} cannot be read ({error})") from None
+    if not isinstance(content, dict):
+        raise ValueError(f"{path.name} is not a JSON object")
+    return content
+
+
+def describe_load_error(error: Exception) -> str:
+    """One line for an error of loading a checkpoint file."""
+    if isinstance(error, pickle.UnpicklingError):
+        return "it holds objects other than tensors and plain data, which are refused: no code in it ran"
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
+
+
+__all__ = [
+    "check_checkpoint_folder",
+    "check_trainer_checkpoint",
+    "describe_load_error",
+    "module_names",
+    "read_json_record",
+    "require_trained_head",
+]

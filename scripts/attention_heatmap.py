@@ -4,7 +4,7 @@ heatmap of target tokens (rows) against source tokens (columns).
     python scripts/attention_heatmap.py --model outputs/multi30k_en_de/best \
         --text "A man in an orange hat is looking at something." --output_file outputs/heatmaps/en_de.png
 
-How the weights are taken: `vaswani.evaluation.attention_map` (row i is the attention of the decoder while it produces
+How the weights are taken: `vaswani.serving.attention_map` (row i is the attention of the decoder while it produces
 target token i, so each row sums to 1 over the source tokens). `--layer` picks a decoder layer
 (default: the last; negative indices count from the end; `mean` averages the layers) and `--head` one head (default:
 the average of the heads).
@@ -19,14 +19,14 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArg
 
 import vaswani  # noqa: F401  (registers the project's classes with the Auto classes)
 from vaswani.cli import require_folder_or_hub_id, run_command
-from vaswani.evaluation.attention_map import (
+from vaswani.serving.attention_map import (
     PICTURE_FORMATS,
     CrossAttentionMap,
     check_heatmap_files,
     cross_attention_map,
     save_heatmap,
 )
-from vaswani.finetuning.head_loading import require_trained_head
+from vaswani.safe_loading import require_trained_head
 
 
 

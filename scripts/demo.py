@@ -18,7 +18,7 @@ from pathlib import Path
 from vaswani import VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from vaswani import pipelines as vaswani_pipelines
 from vaswani.cli import run_command
-from vaswani.evaluation.attention_map import PICTURE_FORMATS, check_heatmap_files, cross_attention_map, save_heatmap
+from vaswani.serving.attention_map import PICTURE_FORMATS, check_heatmap_files, cross_attention_map, save_heatmap
 
 
 MODEL = Path(__file__).resolve().parents[1] / "results" / "multi30k_en_de" / "model"

@@ -10,7 +10,7 @@ From scratch: `--preset small --tokenizer_name tokenizers/sst2` instead of `--mo
 On two processes: `torchrun --nproc_per_node 2 scripts/finetune_classification.py ...` (or `accelerate launch`).
 
 Labels may be ids or names; their names come from `--label_set`, a `labels.json` beside the training file, the
-dataset's `ClassLabel` feature, or the values in the data (see vaswani.finetuning.label_sets). Any `TrainingArguments` option
+dataset's `ClassLabel` feature, or the values in the data (see vaswani.data.label_sets). Any `TrainingArguments` option
 works: `--activation_checkpointing`, `--bf16`, `--resume_from_checkpoint last`, ...
 """
 
@@ -19,18 +19,16 @@ from dataclasses import dataclass, field
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer
 
 from vaswani.cli import run_command
+from vaswani.data.label_sets import encode_labels
+from vaswani.data.splits import input_length, load_splits, prepare_splits
 from vaswani.evaluation.metrics import compute_scores, score_values
 from vaswani.finetuning import (
     argmax_logits,
-    input_length,
     load_labelled_head,
-    load_splits,
     load_tokenizer,
-    prepare_splits,
     start_run,
     train_and_evaluate,
 )
-from vaswani.finetuning.label_sets import encode_labels
 
 
 @dataclass

@@ -19,19 +19,17 @@ from dataclasses import dataclass, field
 from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, Trainer
 
 from vaswani.cli import run_command
-from vaswani.data import require_same_lengths
+from vaswani.data.label_sets import encode_labels
+from vaswani.data.loading import require_same_lengths
+from vaswani.data.splits import input_length, load_splits, prepare_splits
 from vaswani.evaluation.metrics import compute_scores, score_values
 from vaswani.finetuning import (
     argmax_logits,
-    input_length,
     load_labelled_head,
-    load_splits,
     load_tokenizer,
-    prepare_splits,
     start_run,
     train_and_evaluate,
 )
-from vaswani.finetuning.label_sets import encode_labels
 from vaswani.finetuning.token_alignment import WordStarts, inside_label_ids, tokenize_and_align, word_level_tags
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser
 
 from vaswani.cli import run_command
-from vaswani.data import load_split, require_columns, write_train_validation
+from vaswani.data.loading import load_split, require_columns, write_train_validation
 from vaswani.output_paths import OutputFolder
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser
 
 from vaswani.cli import run_command
-from vaswani.data import data_source, load_split, require_columns, split_paths, write_train_validation
+from vaswani.data.loading import data_source, load_split, require_columns, split_paths, write_train_validation
 from vaswani.evaluation.extractive import METHODS, extract
 from vaswani.evaluation.metrics import compute_scores, score_values
 from vaswani.output_paths import OutputFolder

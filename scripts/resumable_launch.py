@@ -6,12 +6,12 @@ launcher alone ends such a run with 1 (a failed child, or its own SignalExceptio
         scripts/train.py --config scripts/configs/quickstart.yaml --resume
 
 A stop signal sent to this process alone (a container's first process) is passed on to each process of the run.
-How: vaswani.training.launch_status.
+How: vaswani.runs.launch_status.
 """
 
 import sys
 
-from vaswani.training.launch_status import run_reporting_status
+from vaswani.runs.launch_status import run_reporting_status
 
 
 if __name__ == "__main__":

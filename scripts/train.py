@@ -24,7 +24,7 @@ from transformers.utils import logging as transformers_logging
 
 from vaswani.cli import require_folder_or_hub_id, run_command
 from vaswani.training.arguments import parse_arguments
-from vaswani.training.errors import TrainingError
+from vaswani.runs.errors import TrainingError
 from vaswani.training.loop import train
 
 

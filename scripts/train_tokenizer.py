@@ -15,7 +15,7 @@ from transformers import HfArgumentParser
 
 from vaswani import VaswaniTokenizer
 from vaswani.cli import POSITIVE, VOCAB_SIZE, at_least, check_numbers, run_command
-from vaswani.data import data_source, iter_texts, load_split, require_columns, split_paths
+from vaswani.data.loading import data_source, iter_texts, load_split, require_columns, split_paths
 from vaswani.output_paths import OutputFolder
 
 

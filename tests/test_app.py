@@ -18,7 +18,7 @@ from transformers import (
 
 from helpers import REPO, command_in_process, free_port, start_app, stop_app, tiny_config
 from vaswani import VaswaniModel, pipelines
-from vaswani.evaluation.attention_map import DPI, attention_of_translation, heatmap_size
+from vaswani.serving.attention_map import DPI, attention_of_translation, heatmap_size
 from vaswani.serving import demo_tasks
 from vaswani.serving.app import EXAMPLES, parse_arguments
 

@@ -10,7 +10,7 @@ import torch
 from helpers import PAIRS, REPO, command_in_process, load_script, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
 from vaswani import pipelines
-from vaswani.evaluation import attention_map as attention_maps
+from vaswani.serving import attention_map as attention_maps
 
 
 attention_heatmap = load_script("attention_heatmap")

@@ -12,8 +12,9 @@ import pytest
 
 from helpers import write_jsonl
 from vaswani.cli import format_config_overrides, parse_config_overrides
-from vaswani.data import data_source, evaluated_source
-from vaswani.finetuning import DataArguments, load_splits
+from vaswani.data.arguments import TrainingDataArguments
+from vaswani.data.loading import data_source, evaluated_source
+from vaswani.data.splits import load_splits
 
 
 # --- config overrides -----------------------------------------------------------------------------------------------
@@ -79,10 +80,10 @@ def test_the_fine_tuning_splits_each_come_from_one_source(tmp_path, monkeypatch)
         asked.append((source, split, config))
         return datasets.Dataset.from_list(rows)
 
-    monkeypatch.setattr("vaswani.finetuning.splits.load_split", load_split)
+    monkeypatch.setattr("vaswani.data.splits.load_split", load_split)
 
     def splits(train_and_eval=(True, True), **data):
-        return load_splits(DataArguments(**data), SimpleNamespace(do_train=train_and_eval[0],
+        return load_splits(TrainingDataArguments(**data), SimpleNamespace(do_train=train_and_eval[0],
                                                                   do_eval=train_and_eval[1]), ["text", "label"])
 
     loaded = splits(train_file=str(train), validation_file=str(validation))
@@ -119,7 +120,7 @@ CSV_FILES = {
 
 @pytest.mark.parametrize("name", list(CSV_FILES))
 def test_a_malformed_csv_row_is_refused_with_its_file_and_line(name, tmp_path):
-    from vaswani.data import load_split
+    from vaswani.data.loading import load_split
 
     text, refusal = CSV_FILES[name]
     path = tmp_path / "train.csv"
@@ -130,7 +131,7 @@ def test_a_malformed_csv_row_is_refused_with_its_file_and_line(name, tmp_path):
 
 
 def test_a_well_formed_csv_file_loads(tmp_path):
-    from vaswani.data import load_split
+    from vaswani.data.loading import load_split
 
     path = tmp_path / "train.csv"
     path.write_text('en,de\n"A man, riding",Ein Mann\nTwo dogs,Zwei Hunde\n', encoding="utf-8")
@@ -141,7 +142,7 @@ def test_a_data_path_that_is_not_a_regular_file_is_named_as_such(tmp_path):
     """/dev/zero was said not to exist; read, it would never end."""
     import os
 
-    from vaswani.data import load_split
+    from vaswani.data.loading import load_split
 
     fifo = tmp_path / "pairs.jsonl"
     os.mkfifo(fifo)

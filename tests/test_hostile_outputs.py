@@ -38,7 +38,7 @@ from helpers import (
     write_jsonl,
 )
 from vaswani.output_paths import OutputFolder
-from vaswani.training.ownership import LOCK_FILE
+from vaswani.runs.ownership import LOCK_FILE
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -129,7 +129,7 @@ class LockHolder:
         code = textwrap.dedent(f"""
             import sys
             from pathlib import Path
-            from vaswani.training.ownership import take_output_dir
+            from vaswani.runs.ownership import take_output_dir
             take_output_dir(Path({str(folder)!r}), lock_file=Path({str(lock_file)!r}))
             print("holding", flush=True)
             sys.stdin.read()

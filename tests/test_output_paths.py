@@ -28,7 +28,7 @@ from helpers import (
 )
 from vaswani.output_paths import write_text_atomically
 from vaswani.training.arguments import TrainArguments
-from vaswani.training.ownership import release_output_dir
+from vaswani.runs.ownership import release_output_dir
 from vaswani.training.preparation import prepare_output_dir
 
 

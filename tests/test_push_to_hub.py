@@ -30,7 +30,8 @@ push_to_hub = load_script("push_to_hub")
 
 REPO_ID = "someone/vaswani-tiny-en-de"
 CODE_FILES = {"configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py",
-              "loading_checks.py", "pipeline_tasks.py", "cpu_decoding.py", "search.py", "proc_files.py"}
+              "loading_checks.py", "vocabulary.py", "pipeline_tasks.py", "cpu_decoding.py", "search.py",
+              "proc_files.py"}
 EXPECTED_FILES = CODE_FILES | {
     "README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
 }

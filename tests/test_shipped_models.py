@@ -30,7 +30,7 @@ evaluate_model = load_script("evaluate_model")
 SIZE_BUDGET_BYTES = 80_000_000  # the whole results/ folder, shipped models included: a clone stays small
 REQUIRED_FILES = {
     "README.md", "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-    "configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py",
+    "configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py", "vocabulary.py",
 }
 GENERATING_FILES = {"generation_config.json"}  # the decoding the results were scored with: generating models only
 PICKLE_SUFFIXES = {".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"}

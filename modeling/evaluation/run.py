@@ -26,12 +26,12 @@ from transformers import (
 
 from .. import pipelines as vaswani_pipelines
 from ..cli import POSITIVE, at_least, check_numbers, require_folder_or_hub_id
-from ..finetuning.head_loading import check_vocabulary, require_trained_head
-from ..finetuning.label_sets import LabelSet
+from ..data.label_sets import LabelSet
 from ..output_paths import check_output_file
-from ..safe_loading import check_checkpoint_folder
+from ..pipelines.vocabulary import check_vocabulary
+from ..runs.records import RESULTS_FILE, weights_provenance
+from ..safe_loading import check_checkpoint_folder, require_trained_head
 from ..serving.cpu_inference import for_cpu_inference
-from ..training.checkpoints import weights_provenance
 from .diagnostics import (
     encoder_collapse,
     format_encoder_collapse,
@@ -49,7 +49,6 @@ from .scoring import (
 )
 
 
-RESULTS_FILE = "evaluation_results.json"
 AUTO_CLASSES = {
     "translation": AutoModelForSeq2SeqLM,
     "summarization": AutoModelForSeq2SeqLM,
@@ -321,4 +320,4 @@ def _print_results(metrics: list[dict], diagnostics: dict) -> None:
         if "encoder_layers" in diagnostics:
             print(format_encoder_collapse(diagnostics["encoder_layers"]))
 
-__all__ = ["AUTO_CLASSES", "EvaluationArguments", "RESULTS_FILE", "evaluate_checkpoint"]
+__all__ = ["AUTO_CLASSES", "EvaluationArguments", "evaluate_checkpoint"]

@@ -16,9 +16,10 @@ from pathlib import Path
 import datasets
 from transformers import Pipeline
 
-from ..data import evaluated_source, split_paths
-from ..finetuning.splits import load_checked_split
-from ..finetuning.label_sets import LabelSet
+from ..data.arguments import DataArguments
+from ..data.label_sets import LabelSet
+from ..data.loading import evaluated_source, split_paths
+from ..data.splits import load_checked_split
 from .metrics import compute_scores
 from ..output_paths import write_text_atomically
 
@@ -27,18 +28,13 @@ TEXT_ROLES = ("source", "target", "text")  # the columns of one text per row, by
 
 
 @dataclass
-class EvaluatedSplitArguments:
+class EvaluatedSplitArguments(DataArguments):
     """The split a results file scores (scripts/evaluate_model.py, scripts/extractive_baseline.py), and how the file
-    names it."""
+    names it: the data options every command shares (vaswani.data.arguments), a test split, and its name."""
 
-    validation_file: str | None = field(
-        default=None, metadata={"help": "Local .jsonl/.json/.csv file(s) of a validation split, comma-separated."}
-    )
     test_file: str | None = field(
         default=None, metadata={"help": "Local file(s) of a test split, as --validation_file."}
     )
-    dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the Hub (its --split)."})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
     split: str | None = field(
         default=None,
         metadata={"help": "The split: of the Hub dataset, and recorded in the results either way (default: "
@@ -49,10 +45,9 @@ class EvaluatedSplitArguments:
         metadata={"help": "The dataset's name in the results (e.g. the Hub id of a local copy); default: "
                   "--dataset_name, else the file as given."},
     )
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Score the first N rows only."})
 
     def source(self) -> tuple[str, str]:
-        """(the data, the split recorded), checked before anything is loaded (vaswani.data.evaluated_source)."""
+        """(the data, the split recorded), checked before anything is loaded (vaswani.data.loading.evaluated_source)."""
         if self.max_eval_samples is not None and self.max_eval_samples < 1:
             raise ValueError(f"--max_eval_samples must be at least 1, got {self.max_eval_samples}.")
         return evaluated_source(self.validation_file, self.test_file, self.dataset_name, self.split)

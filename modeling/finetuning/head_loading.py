@@ -3,7 +3,8 @@ reused) or built from scratch from a preset, with a plain-words report of which 
 
 A checkpoint of another kind than the task's head is fine for fine-tuning: a seq2seq checkpoint given to token
 classification loads its shared embedding and encoder, and the report names the new `classifier` and the unused
-decoder. For evaluation it is not: a head that was never trained would be scored, so `require_trained_head` refuses.
+decoder. For evaluation it is not: a head that was never trained would be scored, so
+`vaswani.safe_loading.require_trained_head` refuses.
 """
 
 import logging
@@ -14,13 +15,11 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedT
 from ..cli import parse_config_overrides
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
 from ..configuration_vaswani import PRESETS, VaswaniConfig
-# the pipelines make the same check where a model and a tokenizer meet; it lives in their file, which travels with
-# every checkpoint and can import nothing of this package
-from ..pipelines.pipeline_vaswani import check_vocabulary
-from ..safe_loading import check_checkpoint_folder
+from ..data.label_sets import LabelSet, resolve_label_set
+from ..data.splits import Splits
+from ..pipelines.vocabulary import check_vocabulary
+from ..safe_loading import check_checkpoint_folder, module_names
 from ..tokenization_vaswani import VaswaniTokenizer
-from .label_sets import LabelSet, resolve_label_set
-from .splits import Splits
 
 
 logger = logging.getLogger(__name__)
@@ -68,20 +67,6 @@ class LoadingReport:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def module_names(keys) -> list[str]:
-    """Weight names shortened to the modules that hold them, one entry per stack of layers:
-    `model.decoder.layers.1.self_attn.q_proj.weight` -> `model.decoder.layers`, `classifier.bias` -> `classifier`."""
-    names = set()
-    for key in keys:
-        parts = key.split(".")[:-1] or key.split(".")
-        for position, part in enumerate(parts):
-            if part.isdigit():
-                parts = parts[:position]
-                break
-        names.add(".".join(parts))
-    return sorted(names)
 
 
 def load_head(
@@ -139,24 +124,6 @@ def label_names_of_fine_tuned(model_name_or_path: str | None, head_suffix: str, 
     return [config.id2label[index] for index in sorted(config.id2label)]
 
 
-def require_trained_head(auto_class, model_name_or_path: str, task: str, trust_remote_code: bool = False):
-    """Load a checkpoint for evaluation, refusing one that lacks weights of the task's head (they would be random)."""
-    check_checkpoint_folder(model_name_or_path)
-    model, info = auto_class.from_pretrained(
-        model_name_or_path, trust_remote_code=trust_remote_code, output_loading_info=True
-    )
-    if info["missing_keys"]:
-        # the config as saved names the class the checkpoint was trained as
-        saved = AutoConfig.from_pretrained(model_name_or_path, trust_remote_code=trust_remote_code)
-        trained_as = ", ".join(saved.architectures or ["an unknown architecture"])
-        raise ValueError(
-            f"{model_name_or_path} is a checkpoint of {trained_as}, not fine-tuned for {task}: it has no weights for "
-            f"{', '.join(module_names(info['missing_keys']))}, which would be random. Fine-tune it for {task} first "
-            "(scripts/finetune_*.py), then evaluate the fine-tuned checkpoint."
-        )
-    return model
-
-
 def load_tokenizer(model_args: ModelArguments):
     source = model_args.tokenizer_name or model_args.model_name_or_path
     if source is None:
@@ -171,7 +138,7 @@ def load_tokenizer(model_args: ModelArguments):
 def load_labelled_head(
     auto_class, model_args: ModelArguments, tokenizer, splits: Splits, column: str, label_set: list[str] | None
 ) -> tuple[LabelSet, PreTrainedModel, LoadingReport | None]:
-    """The label set of `column` (see vaswani.finetuning.label_sets) and a classification head (`auto_class`) sized to it."""
+    """The label set of `column` (see vaswani.data.label_sets) and a classification head (`auto_class`) sized to it."""
     reference, reference_source = splits.reference
     # a checkpoint already fine-tuned with this kind of head keeps its label ids
     head_suffix = auto_class.__name__.removeprefix("AutoModel")  # e.g. "ForTokenClassification"
@@ -192,11 +159,8 @@ def load_labelled_head(
 __all__ = [
     "LoadingReport",
     "ModelArguments",
-    "check_vocabulary",
     "label_names_of_fine_tuned",
     "load_head",
     "load_labelled_head",
     "load_tokenizer",
-    "module_names",
-    "require_trained_head",
 ]

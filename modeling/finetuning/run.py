@@ -1,6 +1,6 @@
 """One fine-tuning run on the standard `Trainer` path: parsing the command line, the checks before anything is
 loaded, the checkpoint to resume from, the callbacks and settings a Vaswani model needs under the Trainer, and the
-train -> save -> evaluate sequence, which a stop signal (SIGTERM, SIGUSR1: `vaswani.training.preemption`) ends
+train -> save -> evaluate sequence, which a stop signal (SIGTERM, SIGUSR1: `vaswani.runs.preemption`) ends
 after the update under way, with a checkpoint to resume from."""
 
 import copy
@@ -27,14 +27,14 @@ from ..cli import (
     check_numbers,
     require_folder_or_hub_id,
 )
-from ..data import split_paths
-from ..hub.model_card import ARGUMENTS_FILE
+from ..data.arguments import TrainingDataArguments
+from ..data.loading import split_paths
 from ..output_paths import check_output_dir, write_text_atomically
+from ..runs.ownership import release_output_dir, take_output_dir
+from ..runs.preemption import RESUMABLE, StoppedBySignal, StopSignals
+from ..runs.records import ARGUMENTS_FILE
 from ..safe_loading import check_trainer_checkpoint
-from ..training.ownership import release_output_dir, take_output_dir
-from ..training.preemption import RESUMABLE, StoppedBySignal, StopSignals
 from .head_loading import ModelArguments
-from .splits import DataArguments
 
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ RESUME_LATEST = ("last", "latest", "true", "True")
 def start_run(task_arguments, argv: list[str] | None, training_arguments=TrainingArguments):
     """Parse the command line into (model, data, task, training) arguments, set up logging, check that the run
     makes sense and seed everything."""
-    parser = HfArgumentParser((ModelArguments, DataArguments, task_arguments, training_arguments))
+    parser = HfArgumentParser((ModelArguments, TrainingDataArguments, task_arguments, training_arguments))
     model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     check_numbers((model_args, data_args, task_args, training_args), NUMBER_RULES)
     _check_training_length(training_args)
@@ -210,7 +210,7 @@ class UpdatesLeftToTrain(TrainerCallback):
             )
 
 
-def _check_paths(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
+def _check_paths(model_args: ModelArguments, data_args: TrainingDataArguments, training_args: TrainingArguments) -> None:
     """The checkpoint and tokenizer folders are there (or are Hub ids), and --output_dir, where the Trainer saves
     the model and its checkpoints and deletes the older ones, stays apart from them and from the data files
     (vaswani.output_paths)."""
@@ -237,7 +237,7 @@ _output_dir_locks: dict[str, int] = {}  # --output_dir -> the main process's hol
 
 
 def _take_output_dir(training_args: TrainingArguments) -> None:
-    """One run per --output_dir (vaswani.training.ownership's lock, held by the main process until the run ends),
+    """One run per --output_dir (vaswani.runs.ownership's lock, held by the main process until the run ends),
     and none that would replace an earlier run or a model there: only one that resumes it may write there (checked
     under the lock, so that of two runs started together on a new folder the second is refused)."""
     if training_args.process_index != 0:

@@ -11,11 +11,11 @@ from typing import Literal
 import numpy as np
 from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqTrainer
 
+from ..data.splits import drop_empty_pairs, input_length, load_splits, prepare_splits, usable_length
 from ..evaluation.diagnostics import input_independence_warning, output_diversity
 from ..evaluation.metrics import compute_scores, score_values
 from .head_loading import load_head, load_tokenizer
 from .run import KeepGenerationConfig, train_and_evaluate
-from .splits import drop_empty_pairs, input_length, load_splits, prepare_splits, usable_length
 
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import numpy as np
 
 from transformers import PreTrainedTokenizerBase
 
-from .label_sets import LabelSet
+from ..data.label_sets import LabelSet
 
 
 IGNORED = -100  # the label transformers' losses skip (special tokens, padding)

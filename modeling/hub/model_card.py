@@ -1,4 +1,5 @@
-"""Render the model card of a checkpoint from the repository's `model_card.md` template (Jinja2).
+"""Render the model card of a checkpoint from the repository's `model_card.md` template (Jinja2), which the package
+carries as its own data (`vaswani/hub/model_card.md`, installed with it), so that an installed package renders cards.
 
 The card's YAML header is what the Hub reads: license, language, datasets, metrics, `pipeline_tag`, tags, and a
 `model-index` whose results come from evaluation results files (written by scripts/evaluate_model.py):
@@ -13,15 +14,17 @@ The header is written by huggingface_hub's `ModelCardData`, so that it follows t
 import importlib.util
 import json
 import math
+from importlib import resources
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..data import looks_like_hub_dataset
+from ..data.loading import looks_like_hub_dataset
 from ..evaluation.metrics.names import RENAME_COMMAND, RETIRED_NAMES
+from ..runs.records import ARGUMENTS_FILE, TRAINER_STATE_FILE
 
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "model_card.md"  # the repository's (beside modeling/)
+TEMPLATE = "model_card.md"  # the package's data file: the repository's model_card.md (modeling/hub/ links to it)
 
 TASKS = ("translation", "summarization", "text-classification", "token-classification")
 # what each model class is for, when no results file says otherwise
@@ -110,10 +113,9 @@ def _dataset_label(name: str) -> str:
     return first.parent.name or first.stem
 
 
-# What a run leaves beside its model: train.py's options (in the run folder, above best/ and last/) or the fine-tuning
-# scripts' (in --output_dir), and the Trainer's state. JSON only: transformers' training_args.bin is a pickle.
-ARGUMENTS_FILE = "arguments.json"  # written by train.py (its run folder and every checkpoint) and the fine-tuning scripts
-TRAINER_STATE_FILE = "trainer_state.json"
+# What a run leaves beside its model (vaswani.runs.records): train.py's options (in the run folder, above best/ and
+# last/) or the fine-tuning scripts' (in --output_dir), and the Trainer's state. JSON only: transformers'
+# training_args.bin is a pickle.
 MAX_RECORD_BYTES = 1_000_000
 TRAIN_PY_DATA_OPTIONS = (
     "train_file", "dataset_name", "dataset_config_name", "train_split", "validation_file", "validation_split", "task",
@@ -212,6 +214,14 @@ def _without_repeated_metrics(result: dict) -> dict:
     return {**result, "metrics": [metric for metric in result["metrics"] if metric["type"] != "rougeLsum"]}
 
 
+def read_template(template: str | Path | None = None) -> str:
+    """The text of the card template: the file `template`, or the package's own (TEMPLATE, read through
+    importlib.resources: an editable install reads the repository's file, a wheel the copy it installed)."""
+    if template is not None:
+        return Path(template).read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath(TEMPLATE).read_text(encoding="utf-8")
+
+
 def render_model_card(
     config,
     num_parameters: int,
@@ -224,10 +234,11 @@ def render_model_card(
     tags: list[str] = (),
     training_data: str | None = None,
     training_procedure: str | None = None,
-    template: str | Path = TEMPLATE,
+    template: str | Path | None = None,
 ) -> str:
     """The model card's text (README.md of the Hub repo) for a checkpoint with `config` and `num_parameters`: its own
-    results only (every recipe's are in results/README.md)."""
+    results only (every recipe's are in results/README.md). `template`: a template file of one's own instead of the
+    package's."""
     if importlib.util.find_spec("jinja2") is None:
         raise ImportError("Rendering a model card needs Jinja2: pip install 'vaswani-transformer[hub]'.")
     results = [_without_repeated_metrics(result) for result in results]
@@ -255,7 +266,7 @@ def render_model_card(
     )
     card = ModelCard.from_template(
         card_data,
-        template_path=str(template),
+        template_str=read_template(template),
         model_name=model_name,
         repo_id=repo_id,
         summary=f"A {num_parameters / 1e6:.1f}M-parameter encoder-decoder Transformer for {pipeline_tag}{direction}.",
@@ -275,10 +286,10 @@ def render_model_card(
 
 
 __all__ = [
-    "ARGUMENTS_FILE",
     "TASKS",
     "TEMPLATE",
     "load_results",
+    "read_template",
     "render_model_card",
     "training_from_record",
 ]

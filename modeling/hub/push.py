@@ -27,6 +27,7 @@ from .. import (
 )
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
 from ..output_paths import OutputFolder
+from ..runs.records import RESULTS_FILE
 from ..safe_loading import check_checkpoint_folder
 from ..serving.demo_tasks import read_task
 from . import space
@@ -36,8 +37,9 @@ from .recipes import Recipe, find_recipe, load_recipes
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: modeling/hub/ is two folders down
 RECIPES_FILE = REPO / "scripts" / "configs" / "recipes.yaml"
-RESULTS_FILE = "evaluation_results.json"  # what scripts/evaluate_model.py writes into the checkpoint by default
-CODE_FILES = ("configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py")
+CODE_FILES = (
+    "configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py", "vocabulary.py",
+)
 REQUIRED_FILES = ("README.md", "config.json", "tokenizer.json", "tokenizer_config.json")
 # the decoding settings a results file records (scripts/evaluate_model.py) that are GenerationConfig fields
 DECODING_SETTINGS = ("num_beams", "length_penalty", "no_repeat_ngram_size", "max_new_tokens")
@@ -84,7 +86,11 @@ class PushArguments:
     tags: list[str] = field(default_factory=list, metadata={"help": "Extra tags for the card's metadata."})
     training_data: str | None = field(default=None, metadata={"help": "The card's 'Training data' section (text)."})
     training_procedure: str | None = field(default=None, metadata={"help": "The card's 'Training procedure' section (text)."})
-    template: str = field(default=str(TEMPLATE), metadata={"help": "The model card template (Jinja2 markdown)."})
+    template: str | None = field(
+        default=None,
+        metadata={"help": "The model card template (Jinja2 markdown); default: the package's own, the repository's "
+                  f"{TEMPLATE}."},
+    )
     space: bool = field(
         default=False,
         metadata={"help": "Stage a Gradio Space instead of a model repository: the web demo serving the checkpoint "

@@ -137,7 +137,7 @@ def _answer(served: ServedModel, text: str):
 def _translate(served: ServedModel):
     from PIL import Image
 
-    from ..evaluation.attention_map import heatmap_png
+    from .attention_map import heatmap_png
 
     def translate(text: str):
         answer = _answer(served, text)

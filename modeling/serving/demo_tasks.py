@@ -32,8 +32,8 @@ from transformers import (
 
 from .. import VaswaniConfig
 from .. import pipelines as vaswani_pipelines
-from ..evaluation.attention_map import CrossAttentionMap, attention_of_translation
 from ..safe_loading import check_checkpoint_folder
+from .attention_map import CrossAttentionMap, attention_of_translation
 
 
 AUTO_CLASSES = {

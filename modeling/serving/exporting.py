@@ -10,7 +10,7 @@ import torch
 
 from .. import output_paths
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
-from ..pipelines.pipeline_vaswani import check_vocabulary
+from ..pipelines.vocabulary import check_vocabulary
 from ..safe_loading import check_checkpoint_folder
 
 

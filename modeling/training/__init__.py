@@ -6,8 +6,6 @@
     batching        batches under a token budget, bucketed by length, shared among processes
     optimization    Adam and the paper's inverse-square-root schedule with warmup
     preparation     the output folder, the tokenizer and the model, before the first update
-    ownership       one run per output folder (a lock), workers that die with their launcher
-    preemption      SIGTERM / SIGUSR1: finish the update, checkpoint, exit with status 75 (resumable)
     checkpoints     atomic full checkpoints without pickles to load, resuming, published `best/` and `last/` models
     validation      validation loss and the scores (sacreBLEU, tokenized BLEU / ROUGE) of beam-search outputs
     reporting       metrics as JSON Lines, the training-curves PNG, the closing summary
@@ -18,7 +16,4 @@
     loop            the training loop that puts them together
     cuda_graphs     --cuda_graphs: the updates replayed from CUDA graphs (with --torch_compile, the step too)
     chunked_loss    --chunked_loss: the output layer's loss a chunk of rows at a time, without the batch's logits
-    errors          why a run stopped, when the user can act on it
-    gpu_suite       the GPU suite of scripts/tools/gpu_suite.py: MFU, the engines engaged, a recipe on a clock
-    gpu_wheels      what a lent GPU machine lacks for the suite, gathered by scripts/tools/gather_gpu_wheels.py
 """

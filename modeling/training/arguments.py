@@ -34,6 +34,7 @@ from ..cli import (
     given_options,
     parse_config_overrides,
 )
+from ..data.arguments import TrainingDataArguments
 from ..evaluation.metrics.names import TASK_METRICS, retired_metric
 
 
@@ -43,10 +44,10 @@ TRAINING_DATA_OPTIONS = ("train_file", "dataset_name")  # one of them names the 
 
 
 @dataclass
-class TrainDataArguments:
-    train_file: str | None = field(
-        default=None, metadata={"help": "Local JSON Lines / JSON / CSV training file(s), comma-separated."}
-    )
+class TrainDataArguments(TrainingDataArguments):
+    # the data options every training command shares are vaswani.data.arguments'; these three say what train.py does
+    # differently: no data named is its synthetic task, some training pairs stand in for a missing validation split,
+    # and the validation loss uses every pair
     dataset_name: str | None = field(
         default=None,
         metadata={
@@ -54,14 +55,14 @@ class TrainDataArguments:
             f"generates (no download). Neither this nor --train_file: '{SYNTHETIC_DATASET}'."
         },
     )
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
     validation_file: str | None = field(
         default=None,
         metadata={"help": "Local validation file(s). Unset: the Hub dataset's --validation_split, or a few pairs held "
                   "out of --train_file."},
     )
-    train_split: str = field(default="train", metadata={"help": "Hub dataset split to train on."})
-    validation_split: str = field(default="validation", metadata={"help": "Hub dataset split to validate on."})
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Score BLEU / ROUGE on the first N validation pairs only (loss uses all)."}
+    )
     task: Literal["translation", "summarization"] = field(
         default="translation",
         metadata={"help": "Decides the metrics: sacreBLEU and tokenized BLEU for translation, ROUGE for summaries."},
@@ -83,10 +84,6 @@ class TrainDataArguments:
     too_long: Literal["drop", "truncate"] = field(
         default="drop",
         metadata={"help": "What to do with a pair longer than the limits: drop it, or truncate it (summarization)."},
-    )
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use the first N training pairs only."})
-    max_eval_samples: int | None = field(
-        default=None, metadata={"help": "Score BLEU / ROUGE on the first N validation pairs only (loss uses all)."}
     )
     synthetic_train_size: int = field(default=20000, metadata={"help": "Pairs in the synthetic training split."})
     synthetic_validation_size: int = field(default=500, metadata={"help": "Pairs in the synthetic validation split."})

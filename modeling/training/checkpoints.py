@@ -21,13 +21,11 @@ that fails (a full disk: an OSError, safetensors' own error, or torch's RuntimeE
 temporary folder and raises CheckpointError in one line, the earlier checkpoints and models left as they were.
 
 An averaged model carries `checkpoint_averaging.json`, naming the checkpoints it was made of, so that the evaluation
-conventions beside its scores can state the averaging (`weights_provenance`).
+conventions beside its scores can state the averaging (`vaswani.runs.records.weights_provenance`).
 """
 
 import json
 import logging
-import os
-import pickle
 import random
 import re
 import shutil
@@ -47,16 +45,17 @@ from accelerate.utils import (
     is_xpu_available,
 )
 from accelerate.utils import load as load_weights_only  # torch.load(weights_only=True), numpy's arrays allowed
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 
-from ..hub.model_card import ARGUMENTS_FILE  # the options of the run that wrote the checkpoint
-from .errors import CheckpointError
+from ..output_paths import describe_write_error, fsync_directory, fsync_tree, is_write_failure
+from ..runs.errors import CheckpointError
+from ..runs.records import ARGUMENTS_FILE, AVERAGING_RECORD  # the run's options; an averaged model's record
+from ..safe_loading import describe_load_error, read_json_record
 
 
 CHECKPOINT_NAME = re.compile(r"^step-(\d+)$")
 TEMPORARY_PREFIX = ".tmp-"
 RETIRED_PREFIX = ".old-"
-AVERAGING_RECORD = "checkpoint_averaging.json"
 PROGRESS_FILE = "training_progress.json"  # {"num_processes": N, "progress": {...}}: where the run is
 LEGACY_PROGRESS_FILE = "custom_checkpoint_0.pkl"  # where earlier versions kept the progress, as a pickle
 DATA_FILE = "data_fingerprints.json"  # {what: fingerprint} of the data files and the tokenizer the run trained with
@@ -98,31 +97,6 @@ def write_averaging_record(output_dir: Path, folders: list[Path]) -> None:
     conventions written next to its scores can say so."""
     record = {"checkpoints": [str(folder) for folder in folders], "steps": [_checkpoint_step(f) for f in folders]}
     (output_dir / AVERAGING_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-
-
-def weights_provenance(model: str) -> str:
-    """In words, for the conventions beside a model's scores: the average of which checkpoints, when the model folder
-    holds the record of `scripts/average_checkpoints.py`, else the checkpoint as given."""
-    record_file = Path(model) / AVERAGING_RECORD
-    if not record_file.is_file():
-        return "the checkpoint as given (no checkpoint averaging recorded in it)"
-    record = json.loads(record_file.read_text(encoding="utf-8"))
-    if None in record["steps"]:  # folders that are not checkpoints of scripts/train.py: named as given
-        which = ", ".join(record["checkpoints"])
-    else:
-        which = "updates " + ", ".join(f"{step:,}" for step in record["steps"])
-    return f"the mean of {len(record['checkpoints'])} checkpoints ({which}; scripts/average_checkpoints.py)"
-
-
-def read_json_record(path: Path) -> dict:
-    """A JSON object from a checkpoint; ValueError (with the file's name) if it is not one."""
-    try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as error:  # ValueError: not JSON, or an integer of 5,000 digits
-        raise ValueError(f"{path.name} cannot be read ({error})") from None
-    if not isinstance(content, dict):
-        raise ValueError(f"{path.name} is not a JSON object")
-    return content
 
 
 def is_count(value) -> bool:
@@ -249,14 +223,6 @@ def describe_value(value) -> str:
     return type(value).__name__
 
 
-def describe_load_error(error: Exception) -> str:
-    """One line for an error of loading a checkpoint file."""
-    if isinstance(error, pickle.UnpicklingError):
-        return "it holds objects other than tensors and plain data, which are refused: no code in it ran"
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
-
-
 def resumable_checkpoint(
     root: Path, progress_problem: Callable[[dict, int | None], str | None]
 ) -> tuple[Path | None, list[str]]:
@@ -298,59 +264,12 @@ def all_processes_succeeded(accelerator, succeeded: bool) -> bool:
     return int(accelerator.reduce(flag, reduction="sum").item()) == 0
 
 
-def fsync_tree(folder: Path) -> None:
-    """Push the folder's files to the disk before the rename that publishes them (a kill alone would not lose
-    them, a power cut could)."""
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
-    fsync_directory(folder)
-
-
-def fsync_directory(folder: Path) -> None:
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def _save_model(accelerator, model, tokenizer, folder: Path) -> None:
     """`save_pretrained` of the model (gathered from its shards under FSDP or DeepSpeed) and of the tokenizer."""
     state_dict = accelerator.get_state_dict(model)  # every process must call this: it gathers shards
     if accelerator.is_main_process:
         accelerator.unwrap_model(model).save_pretrained(folder, state_dict=state_dict, save_function=accelerator.save)
         tokenizer.save_pretrained(folder)
-
-
-# How torch.save reports a failed write: a RuntimeError from its zip writer (PytorchStreamWriter), whose message
-# names no cause ("[enforce fail at inline_container.cc:672] . unexpected pos 640 vs 534" on a full disk, raised while
-# handling "basic_ios::clear: iostream error"; "PytorchStreamWriter failed writing file data/0: file write failed" in
-# other versions)
-TORCH_WRITE_FAILURES = ("PytorchStreamWriter", "inline_container.cc", "iostream error", "file write failed")
-
-
-def is_write_failure(error: BaseException) -> bool:
-    """Whether `error` says that a file could not be written (rather than a bug to show with its traceback)."""
-    if isinstance(error, (OSError, SafetensorError)):
-        return True
-    return isinstance(error, RuntimeError) and any(
-        marker in str(cause) for cause in (error, error.__context__) for marker in TORCH_WRITE_FAILURES
-    )
-
-
-def describe_write_error(error: BaseException, folder: Path) -> str:
-    """One line for a failed write into `folder`; torch's own message names no cause, so the space left on that disk
-    (before the temporary files go) is added."""
-    if isinstance(error, (OSError, SafetensorError)):
-        return str(error)
-    lines = str(error).strip().splitlines()
-    try:
-        free = f"{shutil.disk_usage(folder if folder.exists() else folder.parent).free:,} bytes left on that disk"
-    except OSError:
-        free = "free space unknown"
-    return f"torch could not write a file ({lines[0] if lines else type(error).__name__}; {free})"
 
 
 def save_checkpoint(
@@ -438,26 +357,18 @@ def publish_model(accelerator, model, tokenizer, final: Path) -> None:
 
 
 __all__ = [
-    "AVERAGING_RECORD",
     "DATA_FILE",
     "PROGRESS_FILE",
     "all_processes_succeeded",
     "checkpoint_path",
     "checkpoint_problem",
-    "describe_load_error",
     "describe_value",
-    "describe_write_error",
-    "fsync_directory",
-    "fsync_tree",
     "is_count",
-    "is_write_failure",
     "latest_checkpoint",
     "list_checkpoints",
     "publish_model",
-    "read_json_record",
     "remove_leftovers",
     "resumable_checkpoint",
     "save_checkpoint",
-    "weights_provenance",
     "write_averaging_record",
 ]

@@ -14,14 +14,14 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
 
 from ..output_paths import write_text_atomically
+from ..runs.errors import TrainingError
+from ..runs.ownership import release_output_dir
+from ..runs.records import ARGUMENTS_FILE
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments, arguments_as_dict, best_metric_name
 from .batching import BatchShapes, TokenBudgetBatches, micro_batches_per_update
-from .checkpoints import ARGUMENTS_FILE
 from .chunked_loss import ChunkedLossUpdates, autocast_dtype, refusal as chunked_loss_refusal
 from .cuda_graphs import GraphedUpdates, UpdateGraphs, refusal as cuda_graphs_refusal
-from .errors import TrainingError
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
-from .ownership import release_output_dir
 from .preparation import (
     build_model,
     check_lengths_before_work,

@@ -20,10 +20,13 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from ..output_paths import write_text_atomically
+from ..runs.errors import CheckpointError, MetricsWriteError
+from ..runs.ownership import die_with_the_launcher, release_output_dir
+from ..runs.preemption import RESUMABLE, STOP_SIGNALS, StoppedBySignal, StopSignals
+from ..runs.records import ARGUMENTS_FILE
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments
 from .batching import CollatingDataset, StreamBatch
 from .checkpoints import (
-    ARGUMENTS_FILE,
     DATA_FILE,
     PROGRESS_FILE,
     all_processes_succeeded,
@@ -34,14 +37,11 @@ from .checkpoints import (
     save_checkpoint,
 )
 from .engine import installed, set_up
-from .errors import CheckpointError, MetricsWriteError
-from .validation import evaluate
-from .ownership import die_with_the_launcher, release_output_dir
-from .preemption import RESUMABLE, STOP_SIGNALS, StoppedBySignal, StopSignals
 from .preparation import generation_settings
 from .reporting import format_summary, plot_training_curves
 from .state import Run
 from .update import all_finite, diverged, run_update
+from .validation import evaluate
 
 
 @dataclass

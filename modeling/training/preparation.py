@@ -9,13 +9,14 @@ from transformers import AutoTokenizer
 
 from .. import PRESETS, VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from ..cli import parse_config_overrides
-from ..data import split_paths
+from ..data.loading import split_paths
 from ..output_paths import Inputs, check_output_dir
 from ..loading_checks import check_fits_in_memory
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments
-from .checkpoints import ARGUMENTS_FILE, remove_leftovers
-from .errors import TrainingError
-from .ownership import release_output_dir, take_output_dir
+from ..runs.errors import TrainingError
+from ..runs.ownership import release_output_dir, take_output_dir
+from ..runs.records import ARGUMENTS_FILE
+from .checkpoints import remove_leftovers
 from .seq2seq_data import training_texts
 
 

@@ -6,7 +6,7 @@ import math
 import os
 from pathlib import Path
 
-from .errors import MetricsWriteError, TrainingError
+from ..runs.errors import MetricsWriteError, TrainingError
 
 
 class MetricsLog:

@@ -8,17 +8,12 @@ from pathlib import Path
 import numpy as np
 from accelerate.utils import DistributedType, set_seed
 
+from ..runs.errors import CheckpointError, TrainingError
+from ..runs.records import ARGUMENTS_FILE
+from ..safe_loading import describe_load_error, read_json_record
 from .arguments import CHANGEABLE_ON_RESUME, options_changed_on_resume
 from .batching import TokenBudgetBatches, micro_batches_per_update, share_length
-from .checkpoints import (
-    ARGUMENTS_FILE,
-    DATA_FILE,
-    PROGRESS_FILE,
-    describe_load_error,
-    read_json_record,
-    resumable_checkpoint,
-)
-from .errors import CheckpointError, TrainingError
+from .checkpoints import DATA_FILE, PROGRESS_FILE, resumable_checkpoint
 from .seq2seq_data import changed_inputs
 from .state import Run, TrainingProgress
 

@@ -20,7 +20,7 @@ import datasets
 from accelerate.utils import broadcast_object_list
 from tokenizers.models import BPE
 
-from ..data import (
+from ..data.loading import (
     check_files_exist,
     data_source,
     dotted_values,
@@ -96,7 +96,7 @@ def load_raw_splits(data: TrainDataArguments, output_dir: Path, seed: int) -> tu
 
 
 def _training_source(data: TrainDataArguments) -> str:
-    """--train_file or --dataset_name, checked (vaswani.data.data_source); `synthetic` is no Hub dataset."""
+    """--train_file or --dataset_name, checked (vaswani.data.loading.data_source); `synthetic` is no Hub dataset."""
     if data.dataset_name == SYNTHETIC_DATASET and data.train_file is None:
         return SYNTHETIC_DATASET
     return data_source(data.train_file, data.dataset_name, "--train_file", needed_by="Training")

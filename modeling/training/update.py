@@ -13,11 +13,11 @@ from pathlib import Path
 import torch
 from torch.distributed.tensor import DTensor
 
+from ..runs.errors import TrainingDiverged
+from ..runs.preemption import StopSignals
 from .arguments import TrainArguments
 from .checkpoints import latest_checkpoint, list_checkpoints
 from .cuda_graphs import UpdateGraphs
-from .errors import TrainingDiverged
-from .preemption import StopSignals
 from .state import TrainingProgress
 
 

@@ -46,7 +46,7 @@ before and after (a loaded machine's numbers are noise). The table of results/be
 
 import argparse
 
-from vaswani.serving.benchmarking import REPO, WORKLOADS, run_benchmark
+from vaswani_tools.benchmarking import REPO, WORKLOADS, run_benchmark
 
 
 def main(argv=None):

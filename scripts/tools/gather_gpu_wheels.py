@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 from vaswani.cli import run_command
-from vaswani.training.gpu_wheels import PYTHON_VERSION, gather
+from vaswani_tools.gpu_wheels import PYTHON_VERSION, gather
 
 
 REPO = Path(__file__).resolve().parents[2]

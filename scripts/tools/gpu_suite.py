@@ -16,7 +16,7 @@ over still leaves the others' results, and its error, in the JSON:
             4,080-token update, fp32, eager, and last the updates replayed from CUDA graphs: the recipe's (train.py
             --cuda_graphs), then the base preset's compiled, its optimizer step in the graphs (train.py
             --cuda_graphs --torch_compile; the dry run stands in with the work itself). MFU against the bf16
-            matrix-multiply peak measured first in the same process (`vaswani.serving.benchmarking`, shared with
+            matrix-multiply peak measured first in the same process (`vaswani_tools.benchmarking`, shared with
             scripts/tools/benchmark.py). Each row: tokens/s, MFU, the peak memory of tensors and the peak reserved
             from the GPU (which holds the CUDA graphs' pool), and a profile of a few more updates (kernels per
             update, the GPU's busy share, the kernels of most time). Before the rows, the base update's output-layer
@@ -39,7 +39,7 @@ gpu_suite.json of the same device and keeps the others.
 --dry_run runs every part the same way with tiny sizes (the tiny preset, a few updates, ten sentence pairs for the
 recipe): tests/tools/test_gpu_suite.py runs it, so that the command cannot rot between lent GPUs. On a machine
 without a GPU, DeepSpeed and FSDP cannot engage (train.py refuses them), which the JSON records as engaged false;
-DDP runs on CPU processes (ACCELERATE_USE_CPU=1). What differs on a GPU is in vaswani.training.gpu_suite's
+DDP runs on CPU processes (ACCELERATE_USE_CPU=1). What differs on a GPU is in vaswani_tools.gpu_suite's
 `_on_gpu()` and its callers: the compiler backend (inductor; the CPU dry run only traces, with the `eager` backend),
 the engine DDP is expected to be, the captures (a stand-in on a CPU), and peak memory (torch.cuda.max_memory_allocated
 and max_memory_reserved; none on a CPU).
@@ -49,7 +49,7 @@ import argparse
 from pathlib import Path
 
 from vaswani.cli import run_command
-from vaswani.training.gpu_suite import PARTS, run_suite
+from vaswani_tools.gpu_suite import PARTS, run_suite
 
 
 REPO = Path(__file__).resolve().parents[2]

@@ -28,7 +28,7 @@ import sys
 
 from transformers import HfArgumentParser
 
-from vaswani.hub.results_table import TableArguments, rename_metrics, update_tables
+from vaswani_tools.results_table import TableArguments, rename_metrics, update_tables
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from transformers import AutoModelForTokenClassification, AutoTokenizer, pipelin
 from finetune_helpers import run_two_processes, weights
 from helpers import NER_LABELS, NER_SENTENCES, QUIET, load_script, ner_rows, save_seq2seq_checkpoint, write_jsonl
 from vaswani import VaswaniTokenizer
-from vaswani.finetuning.label_sets import LabelSet
+from vaswani.data.label_sets import LabelSet
 from vaswani.finetuning.token_alignment import IGNORED, align_word_labels, inside_label_ids, tokenize_and_align
 
 

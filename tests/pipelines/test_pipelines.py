@@ -22,8 +22,9 @@ from vaswani import (
     VaswaniForTokenClassification,
     VaswaniTokenizer,
 )
+from vaswani.data.label_sets import LabelSet
 from vaswani.finetuning.token_alignment import align_word_labels, inside_label_ids
-from vaswani.finetuning.label_sets import LabelSet
+from vaswani.modeling_vaswani import SHIPPED_PIPELINE_FILES
 from vaswani.pipelines import (
     SummarizationPipeline,
     Text2TextGenerationPipeline,
@@ -33,7 +34,6 @@ from vaswani.pipelines import (
 )
 
 
-PIPELINE_FILE = REPO / "pipelines" / "pipeline_vaswani.py"
 # A target with spaces before punctuation, so that `clean_up_tokenization_spaces` changes the decoded text.
 SPACED = ("Where is the station?", "Wo ist der Bahnhof ?")
 TRAINING_PAIRS = PAIRS + [SPACED]
@@ -137,7 +137,8 @@ def test_checkpoint_declares_the_tasks_and_carries_the_pipeline_code(checkpoints
     config = json.loads((folder / "config.json").read_text())
     assert (config["source_lang"], config["target_lang"]) == ("en", "de")
     shipped = folder / "pipeline_vaswani.py"
-    assert shipped.read_bytes() == PIPELINE_FILE.read_bytes()
+    for name in SHIPPED_PIPELINE_FILES:  # the pipeline file and the module it imports
+        assert (folder / name).read_bytes() == (REPO / "pipelines" / name).read_bytes()
     classes = {node.name for node in ast.parse(shipped.read_text()).body if isinstance(node, ast.ClassDef)}
     expected = {
         "translation": "TranslationPipeline",
@@ -171,15 +172,19 @@ def test_a_classifier_serves_text_classification_only(checkpoints, classifier, t
         transformers.pipeline("translation", model=classifier, tokenizer=tokenizer)
 
 
-def test_pipeline_file_imports_only_the_standard_library_torch_transformers_and_tokenizers():
+def test_pipeline_files_import_only_the_standard_library_torch_transformers_tokenizers_and_each_other():
     allowed = set(sys.stdlib_module_names) | {"torch", "transformers", "tokenizers"}  # transformers needs tokenizers
-    for node in ast.walk(ast.parse(PIPELINE_FILE.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "a relative import cannot work in a checkpoint folder"
-            assert node.module.split(".")[0] in allowed, node.module
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                assert alias.name.split(".")[0] in allowed, alias.name
+    carried = {Path(name).stem for name in SHIPPED_PIPELINE_FILES}
+    for name in SHIPPED_PIPELINE_FILES:
+        for node in ast.walk(ast.parse((REPO / "pipelines" / name).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                # a file the checkpoint folder holds beside it (transformers copies it with the pipeline file)
+                assert node.level == 1 and node.module in carried, f"{name}: from {'.' * node.level}{node.module}"
+            elif isinstance(node, ast.ImportFrom):
+                assert node.module.split(".")[0] in allowed, f"{name}: {node.module}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    assert alias.name.split(".")[0] in allowed, f"{name}: {alias.name}"
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers import load_script
-from vaswani.serving import benchmarking
+from vaswani_tools import benchmarking
 
 benchmark = load_script("tools/benchmark")
 

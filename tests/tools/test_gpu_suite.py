@@ -6,6 +6,7 @@ as on the lent machine is the checkout's source."""
 
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -17,8 +18,8 @@ import torch
 import transformers
 
 from helpers import PAIRS, REPO, load_script, write_jsonl
-import vaswani.training.gpu_suite as gpu_suite_module
-from vaswani.training.gpu_suite import (
+import vaswani_tools.gpu_suite as gpu_suite_module
+from vaswani_tools.gpu_suite import (
     MULTI30K_FILES,
     Finished,
     child_environment,
@@ -26,7 +27,7 @@ from vaswani.training.gpu_suite import (
     markdown,
     refused_distributed_type,
 )
-from vaswani.training.gpu_wheels import (
+from vaswani_tools.gpu_wheels import (
     CARRIED,
     DEVICE_HAS,
     build_project_wheel,
@@ -276,7 +277,7 @@ def test_this_packages_wheel_installed_as_on_the_lent_machine_is_the_checkouts_s
     code = textwrap.dedent(f"""
         from pathlib import Path
         import vaswani
-        from vaswani.training.gpu_suite import check_installed_package
+        from vaswani_tools.gpu_suite import check_installed_package
         print(vaswani.__file__)
         check_installed_package(Path({str(REPO)!r}))
         with open({str(site / "vaswani/training/loop.py")!r}, "a") as module:
@@ -286,8 +287,9 @@ def test_this_packages_wheel_installed_as_on_the_lent_machine_is_the_checkouts_s
         except ValueError as error:
             print(error)
     """)
+    tools = REPO / "scripts" / "tools"  # vaswani_tools, which the wheel does not hold
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=240,
-                          env={**child_environment(), "PYTHONPATH": str(site)})
+                          env={**child_environment(), "PYTHONPATH": os.pathsep.join([str(site), str(tools)])})
     installed_at, refusal = done.stdout.strip().splitlines()[-2:]
     assert installed_at == str(site / "vaswani" / "__init__.py")
     assert "is not this checkout's source: training/loop.py differ" in refusal
@@ -305,7 +307,7 @@ def test_gathering_writes_its_wheel_folder_whole_and_replaces_only_its_own(tmp_p
     an earlier gathering is replaced only with --overwrite_output_dir, and a gathering that fails leaves it whole."""
     import argparse
 
-    from vaswani.training import gpu_wheels
+    from vaswani_tools import gpu_wheels
 
     def download(versions, wheel_dir, python_version):
         (wheel_dir / "torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"wheel")

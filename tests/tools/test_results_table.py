@@ -10,7 +10,7 @@ import yaml
 
 from helpers import REPO, command_in_process, load_script
 from vaswani.hub.recipes import load_recipes
-from vaswani.hub.results_table import END, START, TABLE_END, TABLE_START, anchor
+from vaswani_tools.results_table import END, START, TABLE_END, TABLE_START, anchor
 
 results_table = load_script("tools/results_table")
 

@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from helpers import load_script
+from vaswani.runs.records import AVERAGING_RECORD, weights_provenance
 from vaswani.training import checkpoints as checkpoints_module
 
 average_checkpoints = load_script("average_checkpoints")
@@ -28,11 +29,11 @@ def test_average_checkpoints_is_the_mean_and_loads(finished_run, tmp_path):
         torch.testing.assert_close(weights[name], (six[name] + eight[name]) / 2)
     assert not torch.equal(six["model.shared.weight"], eight["model.shared.weight"])
     # the averaged model says what it is, for the conventions beside its scores
-    record = json.loads((averaged / checkpoints_module.AVERAGING_RECORD).read_text())
+    record = json.loads((averaged / AVERAGING_RECORD).read_text())
     assert record["steps"] == [6, 8]
-    assert checkpoints_module.weights_provenance(str(averaged)) == (
+    assert weights_provenance(str(averaged)) == (
         "the mean of 2 checkpoints (updates 6, 8; scripts/average_checkpoints.py)")
-    assert "no checkpoint averaging" in checkpoints_module.weights_provenance(str(output_dir / "last"))
+    assert "no checkpoint averaging" in weights_provenance(str(output_dir / "last"))
     with pytest.raises(ValueError, match="either --run_dir"):
         average_checkpoints.main(["--output_dir", str(tmp_path / "x")])
 

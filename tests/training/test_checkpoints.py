@@ -21,7 +21,8 @@ from helpers import REPO
 from training_helpers import copy_of, metrics_records, run_in_process, run_script, tiny_argv
 from vaswani.training import checkpoints as checkpoints_module
 from vaswani.training.checkpoints import latest_checkpoint, list_checkpoints, remove_leftovers
-from vaswani.training.errors import CheckpointError, TrainingError
+from vaswani.runs.errors import CheckpointError, TrainingError
+from vaswani.runs.records import weights_provenance
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -51,7 +52,7 @@ def test_only_the_last_checkpoints_are_kept(finished_run):
 def test_an_average_of_folders_that_are_not_checkpoints_names_them(tmp_path):
     folders = [tmp_path / "run_a" / "best", tmp_path / "run_b" / "best"]
     checkpoints_module.write_averaging_record(tmp_path, folders)
-    assert checkpoints_module.weights_provenance(str(tmp_path)) == (
+    assert weights_provenance(str(tmp_path)) == (
         f"the mean of 2 checkpoints ({folders[0]}, {folders[1]}; scripts/average_checkpoints.py)")
 
 

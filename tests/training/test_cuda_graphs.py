@@ -22,7 +22,7 @@ from vaswani import VaswaniForConditionalGeneration
 from vaswani.training import cuda_graphs, engine
 from vaswani.training.arguments import parse_arguments
 from vaswani.training.batching import collate, token_counts
-from vaswani.training.errors import TrainingError
+from vaswani.runs.errors import TrainingError
 from vaswani.training.engine import compiled_for_updates
 from vaswani.training.state import TrainingProgress
 from vaswani.training.update import run_update

@@ -20,7 +20,7 @@ from vaswani import VaswaniForConditionalGeneration
 from vaswani.training.arguments import parse_arguments
 from vaswani.training.batching import collate
 from vaswani.training.checkpoints import latest_checkpoint, list_checkpoints
-from vaswani.training.errors import TrainingDiverged, TrainingError
+from vaswani.runs.errors import TrainingDiverged, TrainingError
 from vaswani.training.state import TrainingProgress
 from vaswani.training.update import run_update
 

@@ -1,4 +1,4 @@
-"""vaswani.training.ownership: one writer per output folder; of two runs started together, one is refused, naming
+"""vaswani.runs.ownership: one writer per output folder; of two runs started together, one is refused, naming
 the other, and a lock left by a killed run is named and taken over."""
 
 import json

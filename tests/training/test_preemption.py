@@ -35,8 +35,8 @@ from training_helpers import metrics_records, processes_writing_to, reset_accele
 from vaswani.cli import run_command
 from vaswani.training import engine, loop
 from vaswani.training.checkpoints import list_checkpoints
-from vaswani.training.errors import CheckpointError, MetricsWriteError, TrainingError
-from vaswani.training.preemption import EXIT_RESUMABLE, STOP_SIGNALS, StoppedBySignal
+from vaswani.runs.errors import CheckpointError, MetricsWriteError, TrainingError
+from vaswani.runs.preemption import EXIT_RESUMABLE, STOP_SIGNALS, StoppedBySignal
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -5,7 +5,7 @@ import pytest
 
 from helpers import REPO, command_in_process
 from training_helpers import copy_of, reset_accelerate, run_in_process, tiny_argv
-from vaswani.training.errors import TrainingError
+from vaswani.runs.errors import TrainingError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

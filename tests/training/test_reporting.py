@@ -6,7 +6,7 @@ import json
 import pytest
 
 from training_helpers import copy_of, metrics_records, run_in_process, tiny_argv
-from vaswani.training.errors import TrainingError
+from vaswani.runs.errors import TrainingError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -23,7 +23,7 @@ from helpers import REPO, launch, write_jsonl
 from training_helpers import metrics_records, run_in_process, tiny_argv
 from vaswani.training.batching import TokenBudgetBatches
 from vaswani.training.checkpoints import checkpoint_problem, list_checkpoints
-from vaswani.training.errors import CheckpointError, TrainingError
+from vaswani.runs.errors import CheckpointError, TrainingError
 from vaswani.training.state import TrainingProgress
 from vaswani.training.synthetic import generate_pairs
 

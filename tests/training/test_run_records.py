@@ -7,7 +7,7 @@ import pytest
 
 from helpers import snapshot
 from training_helpers import copy_of, run_in_process, tiny_argv
-from vaswani.training.errors import TrainingError
+from vaswani.runs.errors import TrainingError
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -1256,8 +1256,8 @@ class VaswaniForTokenClassification(VaswaniPreTrainedModel):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-# The pipeline code files named in `config.custom_pipelines`; see `pipelines/`.
-SHIPPED_PIPELINE_FILES: list[str] = ["pipeline_vaswani.py"]
+# The pipeline code files (`pipelines/`): the one named in `config.custom_pipelines`, and the module it imports.
+SHIPPED_PIPELINE_FILES: list[str] = ["pipeline_vaswani.py", "vocabulary.py"]
 # The modules this file imports (transformers copies them too, as it finds them in the source): the checks on loading,
 # the pipeline tasks' registration, and the CPU decoder with its search.
 SHIPPED_MODEL_FILES: list[str] = ["loading_checks.py", "pipeline_tasks.py", "cpu_decoding.py", "search.py",

@@ -20,7 +20,8 @@ arguments on every call, so it never switches state between calls (transformers'
 on the shared backend at each call), and the target-language tag is put first by the call itself.
 
 This file is copied into every saved checkpoint and imported there on its own (where the `vaswani` package may not be
-installed), so it imports only the standard library, torch, transformers and tokenizers (which transformers needs).
+installed), so it imports only the standard library, torch, transformers and tokenizers (which transformers needs),
+and `vocabulary.py` beside it, which checkpoints carry with it.
 """
 
 import bisect
@@ -32,6 +33,8 @@ from tokenizers.pre_tokenizers import BertPreTokenizer
 from transformers import Pipeline
 from transformers import TokenClassificationPipeline as TransformersTokenClassificationPipeline
 from transformers.pipelines.token_classification import AggregationStrategy
+
+from .vocabulary import check_vocabulary
 
 
 # The paper's bound on the output length (section 6.1): "maximum output length to input length + 50, but terminate
@@ -77,18 +80,6 @@ def check_generation_values(generate_kwargs: dict, generation_config=None) -> No
                 name in POSITIVE and value <= 0):
             raise ValueError(f"{where}{name} must be a finite number{' above 0' if name in POSITIVE else ''}, got "
                              f"{value!r}.")
-
-
-def check_vocabulary(model, tokenizer) -> None:
-    """Refuse a tokenizer with more tokens than the model has embedding rows: its higher ids would index past the
-    table, an IndexError deep inside the model on the first text that uses one. They were not trained together."""
-    rows = model.get_input_embeddings().num_embeddings
-    if len(tokenizer) > rows:
-        raise ValueError(
-            f"The tokenizer has {len(tokenizer):,} tokens but the model's embedding table has {rows:,} rows: token ids "
-            f"from {rows:,} up would index past it, so the two do not belong together. Use the tokenizer saved with "
-            "the model."
-        )
 
 
 class Text2TextGenerationPipeline(Pipeline):
@@ -454,5 +445,4 @@ __all__ = [
     "Text2TextGenerationPipeline",
     "TokenClassificationPipeline",
     "TranslationPipeline",
-    "check_vocabulary",
 ]

@@ -1,14 +1,16 @@
-"""The fine-tuning scripts' data: the data options (transformers' example-script names), loading the training and
-evaluation splits with the checks that make a bad input fail early and clearly, and preparing them for the Trainer."""
+"""A split loaded with the checks that make a bad input fail early and clearly (`load_checked_split`: the fine-tuning
+scripts' splits and the one a results file scores), and the fine-tuning scripts' training and evaluation splits,
+prepared for the Trainer."""
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import datasets
 from transformers import PreTrainedModel, TrainingArguments
 
-from ..data import (
+from .arguments import TrainingDataArguments
+from .loading import (
     data_source,
     is_local,
     load_split,
@@ -20,27 +22,6 @@ from ..data import (
 
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class DataArguments:
-    train_file: str | None = field(
-        default=None, metadata={"help": "Local training data: .jsonl/.json/.csv file(s), comma-separated."}
-    )
-    validation_file: str | None = field(
-        default=None,
-        metadata={"help": "Local evaluation data, as --train_file. Unset: the --validation_split of --dataset_name."},
-    )
-    dataset_name: str | None = field(
-        default=None,
-        metadata={"help": "A dataset on the Hub: its --train_split to train on, its --validation_split to evaluate on "
-                  "(unless --validation_file is given)."},
-    )
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
-    train_split: str = field(default="train", metadata={"help": "Hub split to train on."})
-    validation_split: str = field(default="validation", metadata={"help": "Hub split to evaluate on."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Train on the first N rows only."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on the first N rows only."})
 
 
 @dataclass
@@ -61,9 +42,9 @@ class Splits:
 
 
 def load_splits(
-    data_args: DataArguments, training_args: TrainingArguments, columns: list[str], text_columns: Sequence[str] = ()
+    data_args: TrainingDataArguments, training_args: TrainingArguments, columns: list[str], text_columns: Sequence[str] = ()
 ) -> Splits:
-    """The training and evaluation splits the actions need, each from one source (vaswani.data.data_source). Each
+    """The training and evaluation splits the actions need, each from one source (vaswani.data.loading.data_source). Each
     must have rows and the given columns, with a value in each, a string in each of `text_columns`."""
     train_source = evaluation_source = None
     if training_args.do_train:
@@ -150,7 +131,6 @@ def prepare_splits(training_args: TrainingArguments, splits: Splits, prepare) ->
 
 
 __all__ = [
-    "DataArguments",
     "Splits",
     "drop_empty_pairs",
     "input_length",

@@ -22,12 +22,12 @@ from pathlib import Path
 import torch
 from transformers import MarianConfig, MarianMTModel
 
-from ..configuration_vaswani import VaswaniConfig
-from ..modeling_vaswani import VaswaniForConditionalGeneration
-from ..output_paths import check_output_file, read_json_object, write_text_atomically
-from ..tokenization_vaswani import VaswaniTokenizer
-from .cpu_inference import for_cpu_inference
-from ..proc_files import proc_field
+from vaswani.configuration_vaswani import VaswaniConfig
+from vaswani.modeling_vaswani import VaswaniForConditionalGeneration
+from vaswani.output_paths import check_output_file, read_json_object, write_text_atomically
+from vaswani.proc_files import proc_field
+from vaswani.serving.cpu_inference import for_cpu_inference
+from vaswani.tokenization_vaswani import VaswaniTokenizer
 
 
 @dataclass
@@ -175,7 +175,7 @@ def peak_memory_mb(model_name: str, setup: Setup, steps: int = 3) -> float:
     """Peak memory of training steps above the model at rest (activations, gradients, optimizer state), in MiB,
     measured in a fresh process."""
     code = (
-        "import json; from vaswani.serving import benchmarking as b; "
+        f"import json, sys; sys.path.insert(0, {str(TOOLS)!r}); from vaswani_tools import benchmarking as b; "
         f"print(json.dumps(b._measure_memory({model_name!r}, b.Setup(**{asdict(setup)!r}), {steps})))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -240,7 +240,8 @@ def _generation_function(model, setup: Setup, new_tokens: int, num_beams: int):
 
 ENGINES = ("vaswani", "default_generate", "default_pipeline", "vaswani_cpu", "vaswani_int8", "marian", "ct2_fp32",
            "ct2_int8")
-REPO = Path(__file__).resolve().parents[2]  # the checkout: modeling/serving/ is two folders down
+TOOLS = Path(__file__).resolve().parents[1]  # scripts/tools/, where the package vaswani_tools is
+REPO = TOOLS.parents[1]  # the checkout
 # the shipped models timed as they are used: a batch of the first held-out inputs, decoded as their generation
 # config says (beam count aside), up to its max_new_tokens; each is (data file under --data_dir, text column)
 SHIPPED_WORKLOADS = {
@@ -275,7 +276,7 @@ class Workload:
 def _ctranslate2_export(model, folder: Path, quantization: str | None) -> Path:
     """`model` exported to CTranslate2 in `folder` (saved first with a small tokenizer: the ids it lacks get
     placeholder names in the exported vocabulary, which is all the benchmark's random inputs need)."""
-    from .ctranslate2_export import export_to_ctranslate2
+    from vaswani.serving.ctranslate2_export import export_to_ctranslate2
 
     checkpoint = folder / "checkpoint"
     if not checkpoint.is_dir():
@@ -311,7 +312,7 @@ def _shipped_workload(name: str, args, scratch: Path) -> Workload:
     one padded batch, decoded with its generation config's length limit, length penalty and n-gram rule."""
     from transformers import AutoTokenizer, GenerationConfig
 
-    from .ctranslate2_export import export_to_ctranslate2
+    from vaswani.serving.ctranslate2_export import export_to_ctranslate2
 
     folder = REPO / "results" / name / "model"
     data_file, column = SHIPPED_WORKLOADS[name]
@@ -398,7 +399,7 @@ def _pipeline_function(pipe, workload: Workload, num_beams: int):
 def _ctranslate2_options(workload: Workload, num_beams: int) -> dict:
     from transformers import GenerationConfig
 
-    from .ctranslate2_export import translate_options
+    from vaswani.serving.ctranslate2_export import translate_options
 
     return translate_options(GenerationConfig(**_decoding_settings(workload, num_beams)))
 

@@ -1,7 +1,7 @@
 """The encoder-decoder ("cross") attention of one translated sentence, as a matrix and as a heatmap picture: target
 tokens (rows) against source tokens (columns).
 
-    from vaswani.evaluation.attention_map import cross_attention_map, save_heatmap
+    from vaswani.serving.attention_map import cross_attention_map, save_heatmap
     attention_map = cross_attention_map(model, tokenizer, "A man is riding a horse.")
     save_heatmap(attention_map, Path("attention.png"), model, "my-model")  # and attention.json beside it
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from ..output_paths import check_output_dir, write_text_atomically
+import vaswani
+from vaswani.output_paths import check_output_dir, write_text_atomically
 
 PARTS = ("training", "engines", "recipe")
 ENGINES = ("ddp", "deepspeed", "fsdp")
@@ -117,7 +118,7 @@ def _training_worker(sizes: Sizes, work_dir: Path) -> None:
     limit may stop this process before the last); a row that fails is written as its error and the next one runs."""
     from accelerate import Accelerator
 
-    from ..serving.benchmarking import Setup, matmul_peak
+    from .benchmarking import Setup, matmul_peak
 
     device = "cuda" if _on_gpu() else "cpu"
     out = work_dir / "training.jsonl"
@@ -186,13 +187,14 @@ def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes
     are captured, before the timed updates)."""
     from torch._dynamo.utils import counters
 
-    from .. import VaswaniConfig
-    from ..serving.benchmarking import make_batch, marian_model, synchronize, training_flops, vaswani_model
-    from .arguments import TrainArguments
-    from .cuda_graphs import GraphedUpdates, UpdateGraphs
-    from .state import TrainingProgress
-    from .update import run_update
-    from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
+    from vaswani import VaswaniConfig
+    from vaswani.training.arguments import TrainArguments
+    from vaswani.training.cuda_graphs import GraphedUpdates, UpdateGraphs
+    from vaswani.training.optimization import build_optimizer_and_schedule, paper_peak_learning_rate
+    from vaswani.training.state import TrainingProgress
+    from vaswani.training.update import run_update
+
+    from .benchmarking import make_batch, marian_model, synchronize, training_flops, vaswani_model
 
     torch.manual_seed(0)
     model = vaswani_model(setup, **options) if model_name == "vaswani" else marian_model(setup)
@@ -261,9 +263,10 @@ def _measure_loss(setup, sizes: Sizes) -> dict:
     `sizes.timed_updates` after one warm-up) and, on a GPU, the peak of tensors each allocated beyond its inputs."""
     import torch.nn.functional as F
 
-    from .. import VaswaniConfig
-    from ..serving.benchmarking import synchronize
-    from .chunked_loss import linear_cross_entropy
+    from vaswani import VaswaniConfig
+    from vaswani.training.chunked_loss import linear_cross_entropy
+
+    from .benchmarking import synchronize
 
     config = VaswaniConfig.from_preset(setup.preset, vocab_size=setup.vocab_size)
     rows = setup.batch_size * setup.target_length
@@ -305,7 +308,7 @@ def _profile(update, setup, updates: int, top: int = 6) -> dict:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    from ..serving.benchmarking import synchronize
+    from .benchmarking import synchronize
 
     on_gpu = setup.device.startswith("cuda")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
@@ -585,7 +588,7 @@ RUNNERS = {"training": _run_training, "engines": _run_engines, "recipe": _run_re
 
 
 def _device_name() -> str:
-    from ..serving.benchmarking import cpu_name
+    from .benchmarking import cpu_name
 
     return torch.cuda.get_device_name() if _on_gpu() else cpu_name()
 
@@ -713,7 +716,7 @@ def check_installed_package(repo: Path) -> None:
     """Stop when the `vaswani` that Python imports (this module's package) is not the source of the checkout `repo`:
     on the lent machine it is the wheel carried in .whl/, and one built before the last change would measure old
     code."""
-    installed = Path(__file__).resolve().parents[1]
+    installed = Path(vaswani.__file__).resolve().parent
     if installed == (repo / "modeling").resolve():  # an editable install: the source itself
         return
     sources = {**{path.relative_to(repo / "modeling"): path for path in (repo / "modeling").rglob("*.py")},

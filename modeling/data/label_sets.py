@@ -20,7 +20,7 @@ from pathlib import Path
 
 import datasets
 
-from ..data import is_local, split_paths
+from .loading import is_local, split_paths
 
 
 LABELS_FILE = "labels.json"

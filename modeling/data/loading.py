@@ -16,6 +16,8 @@ from pathlib import Path
 
 import datasets
 
+from ..output_paths import path_kind
+
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv"}
 
@@ -109,8 +111,6 @@ def _check_local_file(path: Path) -> None:
     if not path.exists():
         raise FileNotFoundError(f"Data file {path} does not exist.")
     if not path.is_file():  # a device (/dev/zero would never end), a FIFO, a socket
-        from .output_paths import path_kind  # here: output_paths imports what imports this module
-
         raise ValueError(f"Data file {path} is {path_kind(path.resolve())}, not a regular file; give a data file.")
     suffix = path.suffix.lower()
     if suffix not in LOCAL_FORMATS:

@@ -1,4 +1,4 @@
-"""What a lent GPU machine lacks to run the GPU suite (vaswani.training.gpu_suite), gathered by
+"""What a lent GPU machine lacks to run the GPU suite (vaswani_tools.gpu_suite), gathered by
 scripts/tools/gather_gpu_wheels.py into folders of the checkout that the device call carries: the wheels of the
 packages the machine lacks (CARRIED, checked against what it has, DEVICE_HAS), this checkout's own wheel, and the
 Multi30k files of the suite's recipe part; and the size of what the call sends, against its limit.
@@ -16,7 +16,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from ..output_paths import OutputFolder
+from vaswani.output_paths import OutputFolder
 
 MULTI30K_FILES = ("train.jsonl", "validation.jsonl", "test_2016_flickr.jsonl")
 TRAVEL_LIMIT_MIB = 64  # the device tool's limit on the tree a call sends

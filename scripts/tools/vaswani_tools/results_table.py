@@ -16,14 +16,14 @@ from pathlib import Path
 
 import yaml
 
-from ..evaluation.metrics.names import RETIRED_NAMES
-from ..output_paths import write_text_atomically
-from ..training.reporting import format_duration
-from .model_card import load_results
-from .recipes import Recipe, load_recipes
+from vaswani.evaluation.metrics.names import RETIRED_NAMES
+from vaswani.hub.model_card import load_results
+from vaswani.hub.recipes import Recipe, load_recipes
+from vaswani.output_paths import write_text_atomically
+from vaswani.training.reporting import format_duration
 
 
-REPO = Path(__file__).resolve().parents[2]  # the checkout: modeling/hub/ is two folders down
+REPO = Path(__file__).resolve().parents[3]  # the checkout: scripts/tools/vaswani_tools/ is three folders down
 START = "<!-- recipe-results:start -->"
 END = "<!-- recipe-results:end -->"
 # a short table, without each recipe's commands, conventions and notes (the README: they are in results/README.md)

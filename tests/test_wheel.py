@@ -1,0 +1,75 @@
+"""The package as a user installs it: a wheel, installed without the checkout, holds every module of `vaswani` and
+the model card's template (it renders a card), and none of the repository's tools (scripts/tools/vaswani_tools)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO
+from vaswani import VaswaniConfig
+from vaswani.hub.model_card import render_model_card
+
+SOURCES = ("pyproject.toml", "README.md", "model_card.md", "modeling", "pipelines")  # what the build reads
+TOOL_MODULES = sorted(path.stem for path in (REPO / "scripts" / "tools" / "vaswani_tools").glob("*.py")
+                      if path.stem != "__init__")
+CARD = dict(num_parameters=1_234_567, repo_id="someone/vaswani-tiny-en-de")
+
+
+def tiny_config() -> VaswaniConfig:
+    return VaswaniConfig.from_preset("tiny", vocab_size=128, source_lang="en", target_lang="de")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel pip builds, from a copy of the sources (the build writes its own folders beside them, never into
+    the checkout; the template's link inside the package is copied as a link, as git keeps it)."""
+    source = tmp_path_factory.mktemp("source")
+    for name in SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(REPO / name, source / name)
+    wheels = tmp_path_factory.mktemp("wheels")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--wheel-dir",
+                    str(wheels), str(source)], check=True, timeout=600)
+    return next(wheels.glob("vaswani_transformer-*.whl"))
+
+
+def test_the_wheel_holds_every_module_of_the_package_and_the_card_template_but_no_tool(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        template = archive.read("vaswani/hub/model_card.md")
+    package = {f"vaswani/{path.relative_to(REPO / 'modeling').as_posix()}" for path in (REPO / "modeling").rglob("*.py")}
+    package |= {f"vaswani/pipelines/{path.name}" for path in (REPO / "pipelines").glob("*.py")}
+    assert package - names == set()  # a subpackage missing from pyproject's `packages` would be left out
+    assert template == (REPO / "model_card.md").read_bytes()  # the file itself, not the link
+    assert TOOL_MODULES and not [name for name in names if Path(name).stem in TOOL_MODULES]
+
+
+def test_a_card_renders_from_the_installed_wheel_without_the_checkout(wheel, tmp_path):
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                    "--target", str(site), str(wheel)], check=True, timeout=300)
+    code = textwrap.dedent(f"""
+        import json
+        import vaswani
+        from vaswani.hub.model_card import render_model_card
+        config = vaswani.VaswaniConfig.from_preset("tiny", vocab_size=128, source_lang="en", target_lang="de")
+        print(json.dumps({{"file": vaswani.__file__, "card": render_model_card(config, **{CARD!r})}}))
+    """)
+    elsewhere = tmp_path / "elsewhere"  # neither the checkout nor the site folder: nothing importable by accident
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(site)})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(result["file"]).resolve().is_relative_to(site.resolve())
+    assert result["card"] == render_model_card(tiny_config(), **CARD)  # the checkout's template, rendered the same
+    assert "someone/vaswani-tiny-en-de" in result["card"]
