@@ -16,7 +16,7 @@ that take a model, that model (`for_cpu_inference`):
     model = for_cpu_inference(model)                       # the same set-up, giving the model itself
 
 `"fp32"` changes only how the products are summed: logits agree with the plain model to float32 rounding (about
-1e-5) and decoding gives the same tokens (tests/test_cpu_inference.py checks both on the shipped en->de model). A
+1e-5) and decoding gives the same tokens (tests/serving/test_cpu_inference.py checks both on the shipped en->de model). A
 translation or summarization model (`VaswaniForConditionalGeneration`) decodes through `vaswani.cpu_decoding` with or
 without this set-up (its `generate` hands greedy and beam search to it on a CPU); for a model whose class has no such
 decoder of its own (a checkpoint saved by older code), `CPUInference.generate` runs the package's, which

@@ -361,7 +361,7 @@ def _set_special_tokens(ct2_config, model, tokenizer, vocabulary: list[str]) -> 
 def translate_options(generation_config) -> dict:
     """The `Translator.translate_batch` arguments that decode as `generate()` does with this generation config.
 
-    Checked token for token (tests/test_export_ctranslate2.py): the beam size, the length penalty and the length
+    Checked token for token (tests/serving/test_export_ctranslate2.py): the beam size, the length penalty and the length
     limits. CTranslate2 counts the generated tokens, the end token included, as transformers' `max_new_tokens` does
     (`max_length` also counts the start token). Its `min_decoding_length` defaults to 1 where transformers' minimum is
     0, so it is always given: with 1, an end token among the first step's best candidates is not kept as a finished
