@@ -20,7 +20,6 @@ process to the next: blocks kept by the allocator, not tensors.)
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
