@@ -115,7 +115,7 @@ def save_seq2seq_checkpoint(folder: Path, tokenizer, seed: int = 0, **config) ->
     return folder
 
 
-def as_saved_before_issue_41(backend):
+def as_saved_without_word_alignment(backend):
     """A copy of a tokenizer backend (tokenizers.Tokenizer) of this project as it was saved before its word starts
     were aligned (`word_start_alignment`: its offsets covered the space before each word) and before its normalizer
     marked the spaces (`space_marks`: added tokens were never found)."""

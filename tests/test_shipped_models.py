@@ -20,7 +20,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 import vaswani
 from vaswani.modeling_vaswani import code_files_to_ship
 from vaswani.tokenization_vaswani import update_saved_tokenizer
-from helpers import REPO, SHARED_DATA, as_saved_before_issue_41, load_script, needs_shared_data, run_isolated
+from helpers import REPO, SHARED_DATA, as_saved_without_word_alignment, load_script, needs_shared_data, run_isolated
 
 
 demo = load_script("demo")
@@ -164,7 +164,7 @@ def test_a_shipped_tokenizer_gives_word_offsets_and_the_ids_it_was_trained_with(
     saved = Tokenizer.from_file(str(SHIPPED[name] / "tokenizer.json"))
     assert not update_saved_tokenizer(saved), "tokenizer.json predates the offset fixes: update_tokenizer_file(folder)"
     texts = real_texts()
-    as_learned = as_saved_before_issue_41(saved)
+    as_learned = as_saved_without_word_alignment(saved)
     assert [encoding.ids for encoding in saved.encode_batch(texts)] == [
         encoding.ids for encoding in as_learned.encode_batch(texts)
     ]

@@ -9,7 +9,7 @@ import torch
 from tokenizers import AddedToken, Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from helpers import PAIRS, REPO, SHARED_DATA, as_saved_before_issue_41, load_script, needs_shared_data, tiny_config
+from helpers import PAIRS, REPO, SHARED_DATA, as_saved_without_word_alignment, load_script, needs_shared_data, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniTokenizer
 from vaswani.tokenization_vaswani import update_tokenizer_file
 
@@ -270,7 +270,7 @@ def test_each_word_starts_at_its_first_character_with_the_same_tokens_as_before(
         text_characters = "".join(character for character in text if not character.isspace())
         assert set(text_characters) <= set("".join(covered for _, covered in spans)), (text, spans)
     # the tokenizer as saved before (offsets from the space before each word, spaces left to Metaspace): same ids
-    before, saved_before = copy.deepcopy(tokenizer), as_saved_before_issue_41(tokenizer.backend_tokenizer)
+    before, saved_before = copy.deepcopy(tokenizer), as_saved_without_word_alignment(tokenizer.backend_tokenizer)
     before.backend_tokenizer.pre_tokenizer = saved_before.pre_tokenizer
     before.backend_tokenizer.normalizer = saved_before.normalizer
     assert word_start_offsets(before, SENTENCE) == [0, 4, 10, 16, 19]
@@ -371,7 +371,7 @@ def test_adding_a_special_token_keeps_the_language_tags(tmp_path):
 
 def test_a_tokenizer_saved_before_word_offsets_gets_them_when_loaded_and_when_resaved(punctuation_tokenizer, tmp_path):
     punctuation_tokenizer.save_pretrained(tmp_path)
-    as_saved_before_issue_41(punctuation_tokenizer.backend_tokenizer).save(str(tmp_path / "tokenizer.json"))
+    as_saved_without_word_alignment(punctuation_tokenizer.backend_tokenizer).save(str(tmp_path / "tokenizer.json"))
     old_file = (tmp_path / "tokenizer.json").read_text(encoding="utf-8")
     assert word_start_offsets(VaswaniTokenizer.from_pretrained(tmp_path), SENTENCE) == WORD_STARTS
     assert (tmp_path / "tokenizer.json").read_text(encoding="utf-8") == old_file  # loading changes no file

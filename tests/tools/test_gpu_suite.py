@@ -70,7 +70,7 @@ def dry_run(tmp_path_factory, multi30k):
     return output_dir, report
 
 
-def test_the_dry_run_writes_every_field_the_issue_lists(dry_run):
+def test_the_dry_run_writes_every_field_with_its_type(dry_run):
     output_dir, report = dry_run
     written = json.loads((output_dir / "gpu_suite.json").read_text())
     assert written == json.loads(json.dumps(report))
