@@ -35,17 +35,23 @@ card with its configuration header, that same checkpoint folder in model/, and t
 (the package is not on PyPI). It is written beside --output_dir and renamed into place once complete.
 """
 
+import sys
+from pathlib import Path
+
 from huggingface_hub.errors import HfHubHTTPError
 from transformers import HfArgumentParser
 
 from vaswani.cli import run_command
 from vaswani.hub.push import PushArguments, push
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))  # --recipe: the repository's recipes (vaswani_tools)
+from vaswani_tools.recipe_cards import RecipeArguments, apply_recipe  # noqa: E402
+
 
 def main(argv: list[str] | None = None):
     """Returns the folder written (with --dry-run) or the URL of the commit."""
-    (args,) = HfArgumentParser(PushArguments).parse_args_into_dataclasses(args=argv)
-    return push(args)
+    args, recipe = HfArgumentParser((PushArguments, RecipeArguments)).parse_args_into_dataclasses(args=argv)
+    return push(args, apply_recipe(args, recipe.recipe) if recipe.recipe else None)
 
 
 if __name__ == "__main__":

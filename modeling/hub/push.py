@@ -1,12 +1,11 @@
 """Publishing a checkpoint on the Hugging Face Hub (scripts/push_to_hub.py): the options, the folder the repository
 will hold (the checkpoint loaded and saved again, the code files of this version of the project, the card rendered from
-model_card.md with its results and, for a shipped model, its recipe and commit, the generation config set to the
-decoding the card reports) and its upload as one commit that leaves the repository holding exactly that folder.
+model_card.md with its results and the training sections given to it (scripts/push_to_hub.py's --recipe fills them
+for a shipped model from the checkout's recipes), the generation config set to the decoding the card reports) and its upload as one commit that leaves the repository holding exactly that folder.
 With --space, the folder of a Gradio Space serving the checkpoint in the web demo (`vaswani.hub.space`), written and
 published whole as every command's folder (`vaswani.output_paths.OutputFolder`).
 """
 
-import re
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -32,11 +31,9 @@ from ..safe_loading import check_checkpoint_folder
 from ..serving.demo_tasks import read_task
 from . import space
 from .model_card import TEMPLATE, load_results, render_model_card, training_from_record
-from .recipes import Recipe, find_recipe, load_recipes
 
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout: modeling/hub/ is two folders down
-RECIPES_FILE = REPO / "scripts" / "configs" / "recipes.yaml"
 CODE_FILES = (
     "configuration_vaswani.py", "modeling_vaswani.py", "tokenization_vaswani.py", "pipeline_vaswani.py", "vocabulary.py",
 )
@@ -61,10 +58,6 @@ class PushArguments:
         default=None,
         metadata={"help": "The Hub repository to upload to, as namespace/name (with --dry-run, optional: the card then names the folder)."},
     )
-    recipe: str | None = field(
-        default=None,
-        metadata={"help": f"The recipe of {RECIPES_FILE.relative_to(REPO)} that made the checkpoint (its name): the card's training data, commands, commit and, without --results, its results file."},
-    )
     results: list[str] = field(
         default_factory=list,
         metadata={"help": f"Evaluation results file(s) for the card's model-index (default: {RESULTS_FILE} in --model_dir, if there)."},
@@ -86,6 +79,9 @@ class PushArguments:
     tags: list[str] = field(default_factory=list, metadata={"help": "Extra tags for the card's metadata."})
     training_data: str | None = field(default=None, metadata={"help": "The card's 'Training data' section (text)."})
     training_procedure: str | None = field(default=None, metadata={"help": "The card's 'Training procedure' section (text)."})
+    model_name: str | None = field(
+        default=None, metadata={"help": "The card's title where no --repo_id names it (default: the --output_dir folder's name)."}
+    )
     template: str | None = field(
         default=None,
         metadata={"help": "The model card template (Jinja2 markdown); default: the package's own, the repository's "
@@ -133,15 +129,15 @@ def _check_arguments(args: PushArguments) -> None:
         raise ValueError(f"--output_dir {args.output_dir} would replace the project.")
 
 
-def _output_folder(args: PushArguments) -> OutputFolder:
+def _output_folder(args: PushArguments, read_from: dict | None = None) -> OutputFolder:
     """--output_dir, checked, locked and published whole as every command's output (vaswani.output_paths): apart
-    from every file the folder is made from, not an existing folder unless --overwrite_output_dir (and then holding
-    only files this project writes)."""
+    from every file the folder is made from (and those of `read_from`, by the option that named them), not an
+    existing folder unless --overwrite_output_dir (and then holding only files this project writes)."""
     return OutputFolder(args.output_dir, {
         "--model_dir": args.model_dir,
         "--results": args.results,
         "--template": args.template,
-        "--recipe (the recipes file)": RECIPES_FILE if args.recipe else None,
+        **(read_from or {}),
         "--space (the package's sources)": space.package_folders() if args.space else None,
     }, overwrite=args.overwrite_output_dir, folders=(space.MODEL_FOLDER, space.PACKAGE_FOLDER) if args.space else ())
 
@@ -154,42 +150,9 @@ def _git(*arguments: str) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
-def _training_data_of(recipe: Recipe) -> str:
-    return (
-        f"The files the recipe's commands name (under Training procedure); it is evaluated on {recipe.data}, "
-        "so its training data are that dataset's training split."
-    )
-
-
-def _provenance(recipe: Recipe) -> str:
-    """The card's training procedure for a recipe's checkpoint: the recipe, the commit of the code, its commands."""
-    commit = _git("rev-parse", "HEAD")
-    changed = _git("diff", "--name-only", "HEAD", "--", "modeling", "pipelines", "scripts")
-    if commit is None:
-        code = "Code: not a git checkout, so no commit is recorded."
-    else:
-        code = f"Code: commit `{commit}` of the project (HEAD when this folder was written)"
-        if changed:
-            paths = changed.splitlines()
-            code += f", with uncommitted changes to {', '.join(f'`{path}`' for path in paths[:12])}"
-            code += f" and {len(paths) - 12} more" if len(paths) > 12 else ""
-        code += "."
-    return "\n".join([
-        f"Made by the recipe **{recipe.name}** of `{RECIPES_FILE.relative_to(REPO)}` (hardware: {recipe.hardware}). {code}",
-        "",
-        "Its commands, run from the repository root (training, evaluation, and the copy into this folder):",
-        "",
-        "```bash",
-        recipe.command,
-        "```",
-    ])
-
-
-def _results_files(args: PushArguments, recipe: Recipe | None = None) -> list[Path]:
+def _results_files(args: PushArguments) -> list[Path]:
     if args.results:
         return [Path(path) for path in args.results]
-    if recipe is not None:
-        return [REPO / recipe.results]
     default = Path(args.model_dir) / RESULTS_FILE
     return [default] if default.is_file() else []
 
@@ -236,13 +199,12 @@ class Staged:
 
 
 def _prepare(args: PushArguments, repo_id: str | None = None, model_name: str | None = None) -> Staged:
-    """Read and check everything the folder is made of: the recipe, the results, the run's record, the model and
+    """Read and check everything the folder is made of: the results, the run's record, the model and
     its tokenizer; render the card, which names the checkpoint `repo_id` and `model_name` (default: --repo_id, else
     the folder; the title from `_model_name`)."""
     model_dir = Path(args.model_dir)
-    recipe = find_recipe(load_recipes(RECIPES_FILE), args.recipe, RECIPES_FILE) if args.recipe else None
     # read first: a bad file stops before any work
-    results = [load_results(path) for path in _results_files(args, recipe)]
+    results = [load_results(path) for path in _results_files(args)]
     recorded_data, recorded_procedure = training_from_record(model_dir)
     model = _load_model(model_dir)
     decoding = _decode_as_scored(model, results)
@@ -261,8 +223,8 @@ def _prepare(args: PushArguments, repo_id: str | None = None, model_name: str | 
         languages=args.language,
         datasets=args.datasets,
         tags=args.tags,
-        training_data=args.training_data or (recipe and _training_data_of(recipe)) or recorded_data,
-        training_procedure=args.training_procedure or (recipe and _provenance(recipe)) or recorded_procedure,
+        training_data=args.training_data or recorded_data,
+        training_procedure=args.training_procedure or recorded_procedure,
         template=args.template,
     )
     return Staged(model, tokenizer, card)
@@ -284,13 +246,11 @@ def _stage(staged: Staged, folder: Path) -> list[Path]:
 
 
 def _model_name(args: PushArguments) -> str:
-    """The card's title: the Hub repository's name, or for a folder only (--dry-run without --repo_id) one made from
-    the recipe's name ("Multi30k en->de" -> "vaswani-multi30k-en-de") or the folder's."""
+    """The card's title: the Hub repository's name, or for a folder only (--dry-run without --repo_id) --model_name
+    or the folder's name."""
     if args.repo_id:
         return args.repo_id.split("/")[-1]
-    if args.recipe:
-        return "vaswani-" + "-".join(re.findall(r"[a-z0-9]+", args.recipe.lower()))
-    return Path(args.output_dir).resolve().name
+    return args.model_name or Path(args.output_dir).resolve().name
 
 
 def _upload(args: PushArguments, folder: Path):
@@ -348,10 +308,11 @@ def _stage_space(staged: Staged, args: PushArguments, folder: Path) -> list[Path
     return sorted(path for path in folder.rglob("*") if path.is_file())
 
 
-def push(args: PushArguments) -> Path | str:
+def push(args: PushArguments, read_from: dict | None = None) -> Path | str:
     """Check the options, stage the folder the repository will hold (the checkpoint saved again, its code files,
     the card; with --space, the Space serving it), then upload it as one commit, or with --dry-run stop there.
-    Returns the folder written (with --dry-run) or the URL of the commit."""
+    `read_from`: other files the card was made from, by the option that named them (--output_dir keeps apart from
+    them). Returns the folder written (with --dry-run) or the URL of the commit."""
     _check_arguments(args)
     prepare = _prepare_space if args.space else _prepare
 
@@ -359,7 +320,7 @@ def push(args: PushArguments) -> Path | str:
         return _stage_space(staged, args, folder) if args.space else _stage(staged, folder)
 
     if args.output_dir is not None:
-        with _output_folder(args) as output:
+        with _output_folder(args, read_from) as output:
             staged = prepare(args)
             with output.publish() as staging:
                 files = [output.path / path.relative_to(staging) for path in stage(staged, staging)]

@@ -456,6 +456,21 @@ def test_a_recipe_folder_names_its_recipe_commands_and_commit_and_replaces_the_o
     assert f'pipeline("translation", model="{output.as_posix()}", trust_remote_code=True)' in card.text
 
 
+def test_what_a_recipe_fills_the_options_can_give_and_the_recipe_leaves_them(checkpoint, tmp_path):
+    """The package's publishing knows no recipe (they live in the checkout, scripts/tools/vaswani_tools): --model_name,
+    --training_data and --training_procedure give the card what --recipe would, and win over the recipe."""
+    from vaswani.hub.push import PushArguments
+
+    assert "recipe" not in PushArguments.__dataclass_fields__
+    given = ["--model_name", "my-en-de", "--training_data", "Our captions.", "--training_procedure", "Our steps."]
+    for extra in ([], ["--recipe", "Multi30k en->de"]):
+        output = tmp_path / f"model{len(extra)}"
+        run(["--model_dir", str(checkpoint), *given, *extra, "--dry-run", "--output_dir", str(output)])
+        card = ModelCard.load(output / "README.md")
+        assert card.data.model_name == "my-en-de" and "Our captions." in card.text and "Our steps." in card.text
+        assert "Made by the recipe" not in card.text
+
+
 def test_recipe_and_overwrite_mistakes_are_refused_with_a_message(checkpoint, tmp_path):
     with pytest.raises(ValueError, match=r"--recipe 'Multi30k en->fr' is not a recipe of .*the recipes are \[.*'SAMSum'"):
         run(["--model_dir", str(checkpoint), "--recipe", "Multi30k en->fr", "--dry-run", "--output_dir",

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from helpers import REPO, command_in_process, load_script
-from vaswani.hub.recipes import load_recipes
+from vaswani_tools.recipes import load_recipes
 from vaswani_tools.results_table import END, START, TABLE_END, TABLE_START, anchor
 
 results_table = load_script("tools/results_table")

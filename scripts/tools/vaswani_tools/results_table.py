@@ -18,9 +18,10 @@ import yaml
 
 from vaswani.evaluation.metrics.names import RETIRED_NAMES
 from vaswani.hub.model_card import load_results
-from vaswani.hub.recipes import Recipe, load_recipes
 from vaswani.output_paths import write_text_atomically
 from vaswani.training.reporting import format_duration
+
+from .recipes import Recipe, load_recipes
 
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout: scripts/tools/vaswani_tools/ is three folders down

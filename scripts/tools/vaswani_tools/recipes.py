@@ -1,14 +1,14 @@
 """The project's recipes (scripts/configs/recipes.yaml): what each one trains and evaluates, with which commands,
-and what it aims at. Read by scripts/tools/results_table.py (the results tables) and scripts/push_to_hub.py (the card
-of a shipped model); an error names the file, the recipe and the field."""
+and what it aims at. Read by scripts/tools/results_table.py (the results tables) and scripts/push_to_hub.py's
+`--recipe` (the card of a shipped model, `recipe_cards`); an error names the file, the recipe and the field."""
 
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 import yaml
 
-from ..evaluation.metrics.names import RENAME_COMMAND, retired_metric
-from .model_card import TASKS
+from vaswani.evaluation.metrics.names import RENAME_COMMAND, retired_metric
+from vaswani.hub.model_card import TASKS
 
 
 @dataclass
