@@ -32,7 +32,7 @@ from ..data.loading import split_paths
 from ..output_paths import check_output_dir, write_text_atomically
 from ..runs.ownership import release_output_dir, take_output_dir
 from ..runs.preemption import RESUMABLE, StoppedBySignal, StopSignals
-from ..runs.records import ARGUMENTS_FILE
+from ..runs.records import ARGUMENTS_FILE, TRAINER_STATE_FILE
 from ..safe_loading import check_trainer_checkpoint
 from .head_loading import ModelArguments
 
@@ -177,9 +177,9 @@ def _check_progress_to_resume(checkpoint: Path, training_args: TrainingArguments
     --max_steps (with --num_train_epochs: `UpdatesLeftToTrain`): resumed at or beyond its end, the Trainer trains
     nothing (or one update at learning rate 0) and saves the old weights as the final model, overwriting the run's
     results, with exit status 0."""
-    state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    state = json.loads((checkpoint / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
     step, planned = state.get("global_step"), state.get("max_steps")
-    where = f"--resume_from_checkpoint {checkpoint}: trainer_state.json's"
+    where = f"--resume_from_checkpoint {checkpoint}: {TRAINER_STATE_FILE}'s"
     for name, value in (("global_step", step), ("max_steps", planned)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{where} {name} is {value!r}; allowed: a whole number >= 0, as the Trainer writes it.")
@@ -231,7 +231,7 @@ def _check_paths(model_args: ModelArguments, data_args: TrainingDataArguments, t
 
 # What a fine-tuning run writes into --output_dir (the Trainer's files and this project's): finding any of them means
 # that a run, or a model, is there already, which this run would replace.
-RUN_FILES = (f"{PREFIX_CHECKPOINT_DIR}-*", "trainer_state.json", "all_results.json", "train_results.json",
+RUN_FILES = (f"{PREFIX_CHECKPOINT_DIR}-*", TRAINER_STATE_FILE, "all_results.json", "train_results.json",
              "eval_results.json", ARGUMENTS_FILE, "config.json", "*.safetensors", "tokenizer.json", "training_args.bin")
 _output_dir_locks: dict[str, int] = {}  # --output_dir -> the main process's hold on it, until the run ends
 
@@ -373,10 +373,10 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
                 f"{training_args.output_dir} to resume from."
             )
         return latest
-    if not (Path(value) / "trainer_state.json").is_file():
+    if not (Path(value) / TRAINER_STATE_FILE).is_file():
         raise ValueError(
             f"--resume_from_checkpoint {value}: not a Trainer checkpoint (a checkpoint-* folder with "
-            "trainer_state.json)."
+            f"{TRAINER_STATE_FILE})."
         )
     return value
 
