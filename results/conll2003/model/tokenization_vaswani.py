@@ -308,7 +308,8 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
 
     # transformers calls these two around `tokenizer(text, text_target=...)`: sources carry the tag, targets not.
     def _switch_to_input_mode(self):
-        self._put_first(self.language_tags.get(self._tgt_lang))
+        # (at every call: without a target language there is no tag to look up among the special tokens)
+        self._put_first(self.language_tags.get(self._tgt_lang) if self._tgt_lang is not None else None)
 
     def _switch_to_target_mode(self):
         self._put_first(None)

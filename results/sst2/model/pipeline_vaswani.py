@@ -194,9 +194,11 @@ class Text2TextGenerationPipeline(Pipeline):
     def preprocess(self, text, truncation=True):
         return self._encode(text, truncation)
 
-    def _encode(self, text, truncation: bool, first_ids: list[int] | None = None) -> dict:
+    def _encode(self, text, truncation: bool, first_ids: list[int] | None = None,
+                tag_ids: dict[str, int] | None = None) -> dict:
         """The model inputs for one text: its token ids, cut to the length the model accepts (or refused, without
-        `truncation`). With `first_ids` (a language tag), any tag the tokenizer put first is replaced by them."""
+        `truncation`). With `first_ids` (a language tag), any tag the tokenizer put first (one of `tag_ids`, by
+        default the tokenizer's) is replaced by them."""
         check_text(text, "The input")
         max_length = self._max_source_length()
         # Always these arguments (see the module's docstring). Two tokens of headroom: one tells whether the text was
@@ -204,7 +206,7 @@ class Text2TextGenerationPipeline(Pipeline):
         encoding = self.tokenizer(text, truncation=True, max_length=max_length + 2, return_special_tokens_mask=True)
         ids, special = encoding["input_ids"], encoding["special_tokens_mask"]
         if first_ids is not None:
-            tags = set(self._language_tag_ids().values())
+            tags = set((tag_ids if tag_ids is not None else self._language_tag_ids()).values())
             kept = [index for index, token in enumerate(ids) if not (special[index] and token in tags)]
             ids, special = list(first_ids) + [ids[i] for i in kept], [1] * len(first_ids) + [special[i] for i in kept]
         if len(ids) > max_length:
@@ -282,9 +284,11 @@ class Text2TextGenerationPipeline(Pipeline):
         """Cut a sequence after its first end-of-sequence token: what follows is padding that only batching adds,
         so the ids returned for a text do not depend on `batch_size`."""
         eos = self.model.generation_config.eos_token_id
-        eos = eos if isinstance(eos, (list, tuple)) else [eos]
-        ends = torch.isin(ids[1:], torch.tensor(eos, device=ids.device)).nonzero()
-        return ids[: int(ends[0]) + 2] if len(ends) else ids
+        eos = set(eos) if isinstance(eos, (list, tuple)) else {eos}
+        for end, token in enumerate(ids[1:].tolist(), start=2):  # (a list: a few us, where tensor ops take ~10)
+            if token in eos:
+                return ids[:end]
+        return ids
 
     def _decoder_start_token_id(self) -> int:
         start = self.model.generation_config.decoder_start_token_id
@@ -343,6 +347,8 @@ class TranslationPipeline(Text2TextGenerationPipeline):
             preprocess_params["src_lang"] = src_lang
         if tgt_lang is not None:
             preprocess_params["tgt_lang"] = tgt_lang
+        # the tokenizer's language tags, read once per call (not once per text: reading them walks its special tokens)
+        preprocess_params["tag_ids"] = self._language_tag_ids()
         return preprocess_params, forward_params, postprocess_params
 
     def _check_direction(self, src_lang, tgt_lang) -> None:
@@ -368,13 +374,15 @@ class TranslationPipeline(Text2TextGenerationPipeline):
                 f"{tgt_lang!r}."
             )
 
-    def preprocess(self, text, truncation=True, src_lang=None, tgt_lang=None):
-        """With language tags, the call's target-language tag goes first (a ">>de<<" typed in the text stays text);
-        the tag is this call's own, never set on the shared tokenizer, which other threads may be using."""
-        if not self._language_tags():
+    def preprocess(self, text, truncation=True, src_lang=None, tgt_lang=None, tag_ids=None):
+        """With language tags (`tag_ids`, the call's reading of the tokenizer's), the call's target-language tag goes
+        first (a ">>de<<" typed in the text stays text); the tag is this call's own, never set on the shared
+        tokenizer, which other threads may be using."""
+        tag_ids = tag_ids if tag_ids is not None else self._language_tag_ids()
+        if not tag_ids:
             return self._encode(text, truncation)
         code = tgt_lang or self.tgt_lang
-        return self._encode(text, truncation, first_ids=[self._language_tag_ids()[code]] if code else [])
+        return self._encode(text, truncation, first_ids=[tag_ids[code]] if code else [], tag_ids=tag_ids)
 
 
 class TokenClassificationPipeline(TransformersTokenClassificationPipeline):
