@@ -142,7 +142,9 @@ def _output_folder(args: PushArguments, read_from: dict | None = None) -> Output
     }, overwrite=args.overwrite_output_dir, folders=(space.MODEL_FOLDER, space.PACKAGE_FOLDER) if args.space else ())
 
 
-def _git(*arguments: str) -> str | None:
+def checkout_git(*arguments: str) -> str | None:
+    """What `git ARGUMENTS` prints in the checkout this code runs from (a Space's or a recipe card's commit), or None
+    where that is not a git checkout or git fails."""
     try:
         result = subprocess.run(["git", *arguments], cwd=REPO, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
@@ -297,8 +299,8 @@ def _stage_space(staged: Staged, args: PushArguments, folder: Path) -> list[Path
     """Write into `folder` everything the Space will hold (see `vaswani.hub.space`); return the files."""
     task = read_task(Path(args.model_dir), "--model_dir")
     _stage(staged, folder / space.MODEL_FOLDER)
-    commit = _git("rev-parse", "HEAD")
-    if commit and _git("diff", "--name-only", "HEAD", "--", "modeling", "pipelines"):
+    commit = checkout_git("rev-parse", "HEAD")
+    if commit and checkout_git("diff", "--name-only", "HEAD", "--", "modeling", "pipelines"):
         commit += " with uncommitted changes"
     space.write_space_files(folder, _space_title(args), task, args.license, args.model_repo_id, commit)
     required = (*space.SPACE_FILES, f"{space.PACKAGE_FOLDER}/__init__.py")

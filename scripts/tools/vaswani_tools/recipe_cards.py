@@ -4,11 +4,10 @@ commit of the checkout, the recipe's commands), its results file (without `--res
 `--repo_id`). Publishing itself (`vaswani.hub.push`) knows nothing of recipes: they exist in the checkout only."""
 
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vaswani.hub.push import PushArguments
+from vaswani.hub.push import PushArguments, checkout_git
 
 from .recipes import Recipe, find_recipe, load_recipes
 
@@ -47,8 +46,8 @@ def training_data_of(recipe: Recipe) -> str:
 
 def provenance(recipe: Recipe) -> str:
     """The card's training procedure for a recipe's checkpoint: the recipe, the commit of the code, its commands."""
-    commit = _git("rev-parse", "HEAD")
-    changed = _git("diff", "--name-only", "HEAD", "--", "modeling", "pipelines", "scripts")
+    commit = checkout_git("rev-parse", "HEAD")
+    changed = checkout_git("diff", "--name-only", "HEAD", "--", "modeling", "pipelines", "scripts")
     if commit is None:
         code = "Code: not a git checkout, so no commit is recorded."
     else:
@@ -68,10 +67,3 @@ def provenance(recipe: Recipe) -> str:
         "```",
     ])
 
-
-def _git(*arguments: str) -> str | None:
-    try:
-        result = subprocess.run(["git", *arguments], cwd=REPO, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return result.stdout.strip() if result.returncode == 0 else None
