@@ -140,6 +140,30 @@ def test_beam_search_computes_one_row_per_input_at_its_first_step(en_de, monkeyp
     assert rows[:2] == [5, 15]
 
 
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_the_cache_grows_as_the_outputs_do_and_attention_reads_it_whole(en_de, monkeypatch, num_beams):
+    """The self-attention cache holds `min_span` positions at first and grows by as many when a step needs more
+    (through inputs ending and slots being freed in between); attention reads every position it holds, those not yet
+    written masked: the tokens stay generate's across several growths."""
+    plain, tokenizer = en_de
+    fast = copy.deepcopy(plain)
+    seen = []  # (position, capacity, positions the cache holds, keys each attention product reads) at each step
+    original = cpu_decoding.CpuDecoder.self_attention_inputs
+
+    def inputs(self, position):
+        attention = original(self, position)
+        seen.append((position, self.capacity, self.cache.shape[4], attention[1][0].shape[-1]))
+        return attention
+
+    monkeypatch.setattr(cpu_decoding.CpuDecoder, "self_attention_inputs", inputs)
+    assert_same_tokens(plain, fast, tokenizer(SENTENCES[:6], return_tensors="pt", padding=True), num_beams=num_beams,
+                       min_new_tokens=40, max_new_tokens=60)
+    span = -(-cpu_decoding.MIN_KEYS // num_beams)
+    capacities = sorted({capacity for _, capacity, _, _ in seen})
+    assert capacities[:3] == [span, 2 * span, 3 * span]
+    for position, capacity, held, keys in seen:
+        assert position < capacity <= position + span and held == capacity and keys == capacity * num_beams
+
 @pytest.mark.parametrize("name", ["multi30k_de_en", "samsum"])
 def test_relative_position_models_decode_generates_tokens(name, searches):
     """The shipped models with relative positions: de->en (post-LN) and the summarizer (pre-LN, its generation
