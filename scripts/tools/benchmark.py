@@ -41,7 +41,7 @@ before and after (a loaded machine's numbers are noise). The table of results/be
 
     python scripts/tools/benchmark.py --engines --threads 1 2 --rounds 5 --alone_pairs 5 \\
         --workloads base multi30k_en_de multi30k_de_en samsum --data_dir ../shared/data \\
-        --json results/benchmark/engines_cpu_amd_epyc_zen5_2026-11-28.json
+        --json results/benchmark/engines_cpu_amd_epyc_zen5_2026-11-28_cache.json
 """
 
 import argparse
