@@ -6,7 +6,6 @@ after the update under way, with a checkpoint to resume from."""
 import copy
 import json
 import logging
-import os
 import sys
 from dataclasses import asdict
 from fnmatch import fnmatch
@@ -30,6 +29,7 @@ from ..cli import (
 from ..data.arguments import TrainingDataArguments
 from ..data.loading import split_paths
 from ..output_paths import check_output_dir, write_text_atomically
+from ..runs.launch_status import processes_apart
 from ..runs.ownership import release_output_dir, take_output_dir
 from ..runs.preemption import RESUMABLE, StoppedBySignal, StopSignals
 from ..runs.records import ARGUMENTS_FILE, TRAINER_STATE_FILE
@@ -157,14 +157,10 @@ def check_run(training_args: TrainingArguments) -> None:
     """Fail early on a run that would do nothing, or that would silently run as unrelated single processes."""
     if not (training_args.do_train or training_args.do_eval):
         raise ValueError("Nothing to do: pass --do_train and/or --do_eval.")
-    launched = int(os.environ.get("WORLD_SIZE", "1"))
-    if launched > 1 and training_args.world_size != launched:
-        # without a GPU, accelerate forms a process group only when told to run on the CPU
-        raise ValueError(
-            f"Launched as {launched} processes (WORLD_SIZE={launched}), but they would each train alone "
-            f"(world_size={training_args.world_size}): on a machine without GPUs pass --use_cpu true "
-            "(or set ACCELERATE_USE_CPU=1) to train on CPU processes together."
-        )
+    apart = processes_apart(training_args.world_size, f"world_size={training_args.world_size}",
+                            "pass --use_cpu true (or set ACCELERATE_USE_CPU=1)")
+    if apart is not None:
+        raise ValueError(apart)
     # a checkpoint that is not there, or that holds what is never loaded, is an error now, not after loading everything
     checkpoint = resume_checkpoint(training_args)
     if checkpoint is not None:

@@ -1,7 +1,8 @@
 """Publishing a checkpoint on the Hugging Face Hub (scripts/push_to_hub.py): the options, the folder the repository
 will hold (the checkpoint loaded and saved again, the code files of this version of the project, the card rendered from
 model_card.md with its results and the training sections given to it (scripts/push_to_hub.py's --recipe fills them
-for a shipped model from the checkout's recipes), the generation config set to the decoding the card reports) and its upload as one commit that leaves the repository holding exactly that folder.
+for a shipped model from the checkout's recipes), the generation config set to the decoding the card reports) and
+its upload as one commit that leaves the repository holding exactly that folder.
 With --space, the folder of a Gradio Space serving the checkpoint in the web demo (`vaswani.hub.space`), written and
 published whole as every command's folder (`vaswani.output_paths.OutputFolder`).
 """

@@ -4,6 +4,7 @@
     errors          why a run stopped, when the user can act on it (`vaswani.cli` prints it in one line)
     ownership       one run per output folder (a lock), workers that die with their launcher
     preemption      SIGTERM / SIGUSR1: finish the update, checkpoint, exit with status 75 (resumable)
-    launch_status   the exit status of a run under a launcher, as its processes ended ("resumable" included)
+    launch_status   the exit status of a run under a launcher, as its processes ended ("resumable" included), and
+                    whether the processes it started train together
     records         the files a run leaves beside its model that other commands read: its options, its results
 """

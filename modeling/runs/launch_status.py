@@ -23,6 +23,20 @@ from .preemption import EXIT_RESUMABLE, STOP_SIGNALS
 STATUS_DIR = "VASWANI_STATUS_DIR"  # the environment variable naming the folder the processes report to
 
 
+def processes_apart(together: int, counted: str, advice: str) -> str | None:
+    """Where a launcher started WORLD_SIZE processes of a run but `together` of them form its process group (without
+    a GPU, Accelerate forms one only when told to run on the CPU), the processes would each train alone on the same
+    folder: the problem in one line, `counted` saying who counts them, `advice` what to do on a machine without
+    GPUs. None where they train together."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched <= 1 or together == launched:
+        return None
+    return (
+        f"Launched as {launched} processes (WORLD_SIZE={launched}), but they would each train alone ({counted}): on a "
+        f"machine without GPUs {advice} to train on CPU processes together."
+    )
+
+
 def report_start() -> None:
     """In a process of a command run under `run_reporting_status`: its process id, to pass stop signals on to."""
     folder = os.environ.get(STATUS_DIR)

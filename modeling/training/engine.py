@@ -15,6 +15,7 @@ from accelerate.utils import DistributedType, parse_flag_from_env, set_seed
 
 from ..output_paths import write_text_atomically
 from ..runs.errors import TrainingError
+from ..runs.launch_status import processes_apart
 from ..runs.ownership import release_output_dir
 from ..runs.records import ARGUMENTS_FILE
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments, arguments_as_dict, best_metric_name
@@ -63,16 +64,11 @@ def set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: Trai
             raise TrainingError(problem)
     if args.chunked_loss and (problem := chunked_loss_refusal(accelerator)) is not None:
         raise TrainingError(problem)
-    launched = int(os.environ.get("WORLD_SIZE", "1"))
-    if launched > 1 and accelerator.num_processes != launched:
-        # without a GPU, Accelerate forms a process group only when told to run on the CPU; the processes would
-        # otherwise each train alone on the same folder
-        raise TrainingError(
-            f"Launched as {launched} processes (WORLD_SIZE={launched}), but they would each train alone (Accelerate "
-            f"sees {accelerator.num_processes}): on a machine without GPUs set ACCELERATE_USE_CPU=1 "
-            "(`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N ...`) to train on CPU processes "
-            "together."
-        )
+    apart = processes_apart(accelerator.num_processes, f"Accelerate sees {accelerator.num_processes}",
+                            "set ACCELERATE_USE_CPU=1 (`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu "
+                            "--num_processes N ...`)")
+    if apart is not None:
+        raise TrainingError(apart)
     lock = prepare_output_dir(accelerator, output_dir, args, run_inputs(data, model_args))
     try:
         return _prepare_run(accelerator, lock, data, model_args, args)

@@ -436,9 +436,9 @@ class Workspace(threading.local):
 
     A buffer allocated afresh at every call comes from the system as new pages, and each page's first write faults:
     on the shipped en->de model, 64 captions, greedy, setting up the decoder took 15-18 ms with glibc's defaults
-    against 8 ms with the memory kept (one thread, 2-core Xeon). The cache grows to 8 MB there (32 positions), 34 MB with 4 beams, and
-    glibc maps anything over 32 MB afresh whatever its settings (`keep_freed_memory`). Each thread has
-    its own buffers (threading.local), so calls from several threads never share one. A buffer larger than
+    against 8 ms with the memory kept (one thread, 2-core Xeon). The cache grows to 8 MB there (32 positions), 34 MB
+    with 4 beams, and glibc maps anything over 32 MB afresh whatever its settings (`keep_freed_memory`). Each thread
+    has its own buffers (threading.local), so calls from several threads never share one. A buffer larger than
     `MAX_BYTES` is not kept."""
 
     MAX_BYTES = 256 * 2**20
@@ -502,7 +502,8 @@ def leave_freed_memory() -> None:
 
 
 def _malloc_set_by_environment() -> bool:
-    return any(name in os.environ for name in MALLOC_VARIABLES) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    return any(name in os.environ for name in MALLOC_VARIABLES) or "glibc.malloc." in tunables
 
 
 def _mallopt() -> Callable[[int, int], int]:
@@ -516,8 +517,9 @@ class CpuDecoder:
     `cache` (layers, 2 (keys, values), slots, heads, capacity, beams, head_dim), so that one copy writes a layer's
     new key and value: beam j's key at position p is in row (p, history[a, j, p]) of its slot's (capacity, beams)
     block. The capacity starts at `min_span` positions and grows by as many (`grow`); attention reads every
-    position of it, those after the current one masked (zeros, never NaN). Every layer's cross-attention keys and values are computed at the start, as the attention's two batched
-    products read them: keys (slots * heads, head_dim, source), values (slots * heads, source, head_dim).
+    position of it, those after the current one masked (zeros, never NaN). Every layer's cross-attention keys and
+    values are computed at the start, as the attention's two batched products read them: keys (slots * heads,
+    head_dim, source), values (slots * heads, source, head_dim).
 
     Beam search's first step takes one row per input (`first_step_per_input`: the beams are all alike then), whose
     key and value go to beam slot 0 of position 0, where every beam's history points.
@@ -536,12 +538,11 @@ class CpuDecoder:
         self.heads, self.head_dim = first.heads, first.head_dim
         self.max_positions = max_length - 1  # the last token generated is never fed
         self.min_span = -(-MIN_KEYS // beams)  # the fewest positions self-attention spans (MIN_KEYS)
-        cache_positions = max(self.max_positions, self.min_span)
-        self.most_positions = cache_positions
+        self.most_positions = max(self.max_positions, self.min_span)  # the most the cache ever holds
         self.position = 0
         self.slots = torch.arange(inputs)  # the slot of each input still decoding
         self.slot_count = inputs
-        self.capacity = min(cache_positions, self.min_span)  # the positions the cache holds now (`grow`)
+        self.capacity = min(self.most_positions, self.min_span)  # the positions the cache holds now (`grow`)
         shape = (len(weights.layers), 2, inputs, self.heads, self.capacity, beams, self.head_dim)
         self.cache = self.workspace.take("cache0", shape, encoder_states)
         self.cache.zero_()  # read (masked) before they are written: zeros, not NaN
@@ -575,7 +576,7 @@ class CpuDecoder:
         self.relative = first.relative_bias is not None
         self.position_bias = self.position_bias_table()
         # beam j's history: the beam slot holding its key at each position (before any choice, its own)
-        self.history = torch.arange(beams).view(1, beams, 1).repeat(inputs, 1, cache_positions)
+        self.history = torch.arange(beams).view(1, beams, 1).repeat(inputs, 1, self.most_positions)
         self.beam_ids = torch.arange(beams)
         # the logits of the steps MKL computes (all of them, or those of one row: ONEDNN_VOCAB)
         logit_rows = inputs * beams if weights.vocab_packed is None else min(inputs * beams, ONEDNN_VOCAB_ROWS - 1)

@@ -195,10 +195,10 @@ class Text2TextGenerationPipeline(Pipeline):
         return self._encode(text, truncation)
 
     def _encode(self, text, truncation: bool, first_ids: list[int] | None = None,
-                tag_ids: dict[str, int] | None = None) -> dict:
+                tags: frozenset[int] = frozenset()) -> dict:
         """The model inputs for one text: its token ids, cut to the length the model accepts (or refused, without
-        `truncation`). With `first_ids` (a language tag), any tag the tokenizer put first (one of `tag_ids`, by
-        default the tokenizer's) is replaced by them."""
+        `truncation`). With `first_ids` (a language tag), any tag the tokenizer put first (one of the ids `tags`) is
+        replaced by them."""
         check_text(text, "The input")
         max_length = self._max_source_length()
         # Always these arguments (see the module's docstring). Two tokens of headroom: one tells whether the text was
@@ -206,7 +206,6 @@ class Text2TextGenerationPipeline(Pipeline):
         encoding = self.tokenizer(text, truncation=True, max_length=max_length + 2, return_special_tokens_mask=True)
         ids, special = encoding["input_ids"], encoding["special_tokens_mask"]
         if first_ids is not None:
-            tags = set((tag_ids if tag_ids is not None else self._language_tag_ids()).values())
             kept = [index for index, token in enumerate(ids) if not (special[index] and token in tags)]
             ids, special = list(first_ids) + [ids[i] for i in kept], [1] * len(first_ids) + [special[i] for i in kept]
         if len(ids) > max_length:
@@ -382,7 +381,8 @@ class TranslationPipeline(Text2TextGenerationPipeline):
         if not tag_ids:
             return self._encode(text, truncation)
         code = tgt_lang or self.tgt_lang
-        return self._encode(text, truncation, first_ids=[tag_ids[code]] if code else [], tag_ids=tag_ids)
+        return self._encode(text, truncation, first_ids=[tag_ids[code]] if code else [],
+                            tags=frozenset(tag_ids.values()))
 
 
 class TokenClassificationPipeline(TransformersTokenClassificationPipeline):
