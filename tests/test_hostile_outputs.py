@@ -76,6 +76,7 @@ COMMANDS = [
     Command("export_onnx", "--model {model} --output_dir {output} --overwrite_output_dir"),
     Command("evaluate_model", "--model {model} --task translation --validation_file {data} --output_file {output}",
             kind="file"),
+    Command("predict", "--model {model} --input_file {data} --text_column en --output_file {output}", kind="file"),
     Command("extractive_baseline", "--method first_lines --validation_file {data} --source_column en "
             "--target_column de --output_file {output}", kind="file"),
     Command("attention_heatmap", "--model {model} --text Hello. --output_file {output}", kind="file", suffix=".png"),

@@ -73,3 +73,17 @@ def test_a_card_renders_from_the_installed_wheel_without_the_checkout(wheel, tmp
     assert Path(result["file"]).resolve().is_relative_to(site.resolve())
     assert result["card"] == render_model_card(tiny_config(), **CARD)  # the checkout's template, rendered the same
     assert "someone/vaswani-tiny-en-de" in result["card"]
+
+
+def test_the_corpus_command_is_installed_as_a_console_command(wheel, tmp_path):
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                    "--target", str(site), str(wheel)], check=True, timeout=300)
+    command = site / "bin" / "vaswani-predict"
+    assert command.is_file()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, str(command), "--help"], cwd=elsewhere, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(site)})
+    assert done.returncode == 0, done.stderr
+    assert "--max_tokens_per_batch" in done.stdout and "--read_batch_size" in done.stdout
