@@ -78,11 +78,6 @@ class PredictionArguments:
     dtype: Literal["float32", "bfloat16", "float16"] = field(
         default="float32", metadata={"help": "The weights' precision; bfloat16 / float16 on a GPU."}
     )
-    trust_remote_code: bool = field(
-        default=False,
-        metadata={"help": "Unused for this project's checkpoints (the installed package's classes run them); kept "
-                  "for the pipelines' convention."},
-    )
     # --- decoding (translation, summarization): unset ones come from the checkpoint's generation config -------------
     num_beams: int | None = field(default=None, metadata={"help": "Beam size (1: greedy)."})
     max_new_tokens: int | None = field(default=None, metadata={"help": "Longest output, in tokens."})
@@ -134,9 +129,6 @@ def check_arguments(args: PredictionArguments) -> None:
                          f"{args.read_batch_size}.")
     if args.num_beams is not None and args.num_beams > MOST_BEAMS:
         raise ValueError(f"--num_beams must be at most {MOST_BEAMS}; got {args.num_beams}.")
-    if args.num_return_sequences > max(args.num_beams or 1, 1) and args.num_beams is not None:
-        raise ValueError(f"--num_return_sequences {args.num_return_sequences} needs at least as many beams; got "
-                         f"--num_beams {args.num_beams}.")
     if args.aggregation_strategy not in AGGREGATIONS:
         raise ValueError(f"--aggregation_strategy must be one of {list(AGGREGATIONS)}; got "
                          f"{args.aggregation_strategy!r}.")

@@ -24,6 +24,7 @@ import os
 import sys
 import time
 from collections import deque
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -137,7 +138,8 @@ def _run(args, predictor: Predictor, source, work: WorkFolder | None, rank: int,
     """Decode this process's windows; returns the counts of this process and the number of windows of the corpus."""
     done = work.done() if work is not None else set()
     count, threads = _workers(args, state)
-    total = source.count() if state.is_main_process and not args.quiet else None
+    # the first process's bar: with several processes it counts its own windows, of a total it cannot know cheaply
+    total = source.count() if state.is_main_process and not args.quiet and world == 1 else None
     bar = _progress_bar(args, total, state.is_main_process)
     counts = {"lines": 0, "truncated": 0, "windows": 0, "resumed_windows": len(done)}
     pending = deque()
@@ -146,7 +148,7 @@ def _run(args, predictor: Predictor, source, work: WorkFolder | None, rank: int,
         index = -1
         for index, texts in enumerate(windows(source.examples(), args.read_batch_size)):
             if index % world != rank or index in done:
-                if bar is not None:
+                if bar is not None and index in done and world == 1:
                     bar.update(len(texts))
                 continue
             lengths = predictor.lengths(texts)
@@ -174,7 +176,15 @@ def _run(args, predictor: Predictor, source, work: WorkFolder | None, rank: int,
 
 def _finish(window, work: WorkFolder | None, counts: dict, bar) -> None:
     index, size, truncated, batches, futures = window
-    lines = in_input_order(batches, [future.result() for future in futures], size)
+    try:
+        outputs = [future.result() for future in futures]
+    except BrokenProcessPool:
+        raise OSError(
+            "a worker process died (killed by the system: out of memory?). The windows done are kept: run the same "
+            "command again to continue, with fewer --workers or a smaller --batch_size / --max_tokens_per_batch if "
+            "memory is short (other settings start over)."
+        ) from None
+    lines = in_input_order(batches, outputs, size)
     if work is None:
         sys.stdout.write("".join(line + "\n" for line in lines))
         sys.stdout.flush()
@@ -270,6 +280,9 @@ def _predictor(args: PredictionArguments, folder: Path, task: str, output_format
 def _workers(args: PredictionArguments, state) -> tuple[int, int]:
     """(workers, threads each): on a CPU, one worker per core of this process's share by default."""
     if state.device.type != "cpu":
+        if args.workers not in (None, 1):
+            raise ValueError(f"--workers {args.workers}: on a {state.device.type} device each process decodes its "
+                             "batches alone; launch more processes with `accelerate launch` instead.")
         return 1, 1
     cores = max(1, usable_cores() // max(1, state.num_processes if _on_one_machine(state) else 1))
     count = args.workers or cores

@@ -1,7 +1,8 @@
 """Reading a corpus one example at a time, in order, with no more than one record in memory: a text file (one example
 a line), JSON Lines or CSV (the text in one column), a split of a Hub dataset, or standard input.
 
-Each example is a string; an empty line is an example (an empty text, whose output is empty). A problem is one line
+Each example is a string; an empty line of a text file is an example (an empty text, whose output is empty), a blank
+line of JSON Lines holds no record and is passed over. A problem is one line
 naming the input and the line: a line that is not valid UTF-8 (`errors="replace"` reads its bad bytes as U+FFFD and
 counts them), a record that is not a JSON object, lacks the column or holds no text there, a record longer than
 `MOST_RECORD_BYTES`. A binary file, a missing column in a CSV header or a Hub dataset, and a file that is not a regular
@@ -62,6 +63,8 @@ class Source:
             yield from self._csv_texts(lines)
         else:
             for number, raw in lines:
+                if self.kind == "jsonl" and not raw.strip():
+                    continue  # a blank line of JSON Lines holds no record
                 text = self._decode(raw, number)
                 yield _json_text(text, number, self.column, self.name) if self.kind == "jsonl" else text
 

@@ -18,6 +18,7 @@ load hits both alike), on the same random batch:
 Runs on CPU by default and on the GPU when one is present (bf16 there, with a larger batch).
 
     python scripts/tools/benchmark.py --engines --threads 1 2    # generation in every engine (needs the ctranslate2 extra)
+    python scripts/tools/benchmark.py --corpus --rounds 3         # a file translated: scripts/predict.py vs CTranslate2
 
 With --engines, only generation is timed, on the CPU, fp32 weights unless named: this model's `generate` with
 transformers' loop (`vaswani`, `cpu_decoding=False`), as a user gets it with no set-up (`default_generate`, the model's
@@ -83,6 +84,15 @@ def main(argv=None):
     )
     parser.add_argument("--data_dir", default=str(REPO.parent / "shared" / "data"),
                         help="with --engines: the datasets folder the shipped workloads read")
+    parser.add_argument("--corpus", action="store_true",
+                        help="time the corpus workload instead: a file translated by scripts/predict.py, CTranslate2's "
+                        "translate_iterable and the pipeline (vaswani_tools.corpus_benchmark)")
+    parser.add_argument("--corpus_lines", type=int, default=10_000, help="with --corpus: the corpus's lines")
+    parser.add_argument("--corpus_beams", nargs="+", type=int, default=[5, 1], help="with --corpus: the beam counts")
+    parser.add_argument("--corpus_ct2_batch_sizes", nargs="+", type=int, default=[32],
+                        help="with --corpus: CTranslate2's max_batch_size, one engine each")
+    parser.add_argument("--memory_lines", nargs="+", type=int,
+                        help="time instead scripts/predict.py's peak memory over corpora of these sizes (short lines)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     if args.engines and any(count < 1 for count in args.threads):

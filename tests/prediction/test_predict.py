@@ -121,6 +121,18 @@ def test_empty_lines_keep_their_place_and_a_file_without_a_last_line_break_is_re
     assert lines_of(output) == [one_by_one[0], "", "", one_by_one[1], one_by_one[2]]
 
 
+def test_an_empty_corpus_gives_an_empty_output_and_blank_json_lines_are_no_records(translator, one_by_one, tmp_path):
+    empty = tmp_path / "empty.en"
+    empty.write_bytes(b"")
+    stats = predict(["--model", translator, "--input_file", empty, "--output_file", tmp_path / "empty.de", "--quiet"])
+    assert (tmp_path / "empty.de").read_bytes() == b"" and stats["windows"] == 0
+    records = tmp_path / "records.jsonl"
+    records.write_text(f'{{"en": {json.dumps(SENTENCES[0])}}}\n\n{{"en": {json.dumps(SENTENCES[1])}}}\n  \n')
+    predict(["--model", translator, "--input_file", records, "--output_file", tmp_path / "out.de", "--quiet",
+             *DECODING])
+    assert lines_of(tmp_path / "out.de") == one_by_one[:2]
+
+
 def test_jsonl_records_with_several_outputs_and_their_scores(translator, tokenizer, corpus, tmp_path):
     output = tmp_path / "out.jsonl"
     predict(["--model", translator, "--input_file", corpus, "--output_file", output, "--quiet", "--output_format",

@@ -764,7 +764,13 @@ def run_benchmark(args) -> dict:
     or with --engines the engines (`_compare_engines`); the report, also written to --json if given."""
     if args.json:  # checked before the measurements: it reads no file, so nothing to keep apart from
         check_output_file(args.json, {}, option="--json", replaces=lambda path: read_json_object(path) is not None)
-    report = _compare_engines(args) if args.engines else _compare_models(args)
+    if getattr(args, "corpus", False) or getattr(args, "memory_lines", None):
+        from .corpus_benchmark import run_corpus_benchmark, run_memory_benchmark
+
+        run = run_memory_benchmark if args.memory_lines else run_corpus_benchmark
+        report = run(args, REPO, cpu_name())
+    else:
+        report = _compare_engines(args) if args.engines else _compare_models(args)
     if args.json:  # written whole (vaswani.output_paths)
         write_text_atomically(args.json, json.dumps(report, indent=2), "--json")
     return report
