@@ -50,6 +50,10 @@ class OneDNNLinear(nn.Linear):
     """An `nn.Linear` whose fp32 CPU inference runs through oneDNN; anything else (training, other devices and
     dtypes) takes the usual path. Same parameters and state dict as the layer it replaces."""
 
+    # the same function as nn.Linear's, from the same parameters: the CPU decoder reads its weights as a Linear's
+    # (vaswani.cpu_decoding.unreproduced; a subclass does not inherit this)
+    cpu_decoder_reads_as = nn.Linear
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if (
             input.device.type == "cpu"

@@ -968,7 +968,9 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         On a CPU, greedy and beam search run through this project's decoder (`cpu_decoding.py`, carried by every
         checkpoint): the tokens of transformers' loop, two to four times faster at the shipped models' size. Any call
         it does not cover (sampling, a streamer, scores or attentions in the output, other logits processors, a model
-        in training mode or not in float32) runs transformers' loop, as every call on a GPU does.
+        in training mode or not in float32) runs transformers' loop, as every call on a GPU does; so does a model the
+        decoder would not reproduce exactly (a hook, a `forward` set on it or on a module, a module of another class:
+        `cpu_decoding.unreproduced`), said once at info level.
         `cpu_decoding=False`, or `model.generation_config.cpu_decoding = False`, keeps transformers' loop for all.
 
         With a `streamer` and no beam count given, decoding is greedy. Checkpoints decode by default as they were
