@@ -11,8 +11,14 @@ below from the checkpoint's own copy of this file. They behave as transformers 4
 
 `SummarizationPipeline` answers with "summary_text", `Text2TextGenerationPipeline` with "generated_text".
 
+A list of texts called with `batch_size` > 1 (per call or at construction) is run from the longest text to the
+shortest, so that each batch holds texts of about one length, and answered in the caller's order: the same results,
+sooner (`in_length_order`; a tagger's scores as near as batching leaves them, see TokenClassificationPipeline).
+Generators, datasets, one text and `batch_size` 1 run as given.
+
 A tagger (VaswaniForTokenClassification) declares `TokenClassificationPipeline`: transformers' own, told where the
-tokenizer's words start, so that every aggregation strategy groups the pieces of each word exactly.
+tokenizer's words start, so that every aggregation strategy groups the pieces of each word exactly; its lists are
+batched by length as the others' are.
 
 One pipeline may be called from several threads at once: a call keeps what it needs (its target language, its
 settings) to itself and sets nothing on the shared tokenizer or model. The tokenizer is called with the same
@@ -51,6 +57,26 @@ def check_text(value, where: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
         raise ValueError(f"{where} is not valid text ({error.reason}: {value[error.start:error.end]!a}).") from None
+
+
+def in_length_order(call, inputs: list, lengths: list[int], batch_size) -> list:
+    """`call(inputs)`, one result per input in the order of `inputs`, where `call` was given the inputs from the
+    longest to the shortest (by `lengths`; inputs of one length keep their order) when they are batched
+    (`batch_size` > 1): a batch is padded to its longest input, and a generating model decodes it until its longest
+    output ends, so batches of like lengths waste less. The order is this call's own; nothing shared is set."""
+    if not isinstance(batch_size, int) or batch_size <= 1 or len(inputs) <= 1:
+        return call(inputs)
+    order = sorted(range(len(inputs)), key=lambda index: -lengths[index])
+    results = [None] * len(inputs)
+    for index, result in zip(order, call([inputs[index] for index in order]), strict=True):
+        results[index] = result
+    return results
+
+
+def call_batch_size(pipeline: Pipeline, kwargs: dict):
+    """The batch size a call of `pipeline` runs with: the call's, else the one given at construction."""
+    batch_size = kwargs.get("batch_size")
+    return batch_size if batch_size is not None else getattr(pipeline, "_batch_size", None)
 
 
 # The generation settings a call or a model's generation config may give, by the values they allow: whole numbers
@@ -176,18 +202,25 @@ class Text2TextGenerationPipeline(Pipeline):
 
     def __call__(self, inputs, **kwargs):
         """Generate for one text (a list of results) or a list of texts (a list with one result per text, or a
-        list of lists with `num_return_sequences` > 1). Datasets and generators are streamed as in transformers."""
+        list of lists with `num_return_sequences` > 1; batched, the texts run from the longest to the shortest).
+        Datasets and generators are streamed as in transformers."""
         if inputs is None:
             raise TypeError(f"{type(self).__name__} needs a string or a list of strings, got None.")
         if isinstance(inputs, tuple):
             inputs = list(inputs)
-        if isinstance(inputs, list):
-            if not inputs:
-                return []
-            for index, text in enumerate(inputs):
-                check_text(text, f"Input {index}")
-        results = super().__call__(inputs, **kwargs)
-        if isinstance(inputs, list) and all(len(result) == 1 for result in results):
+        if not isinstance(inputs, list):
+            return super().__call__(inputs, **kwargs)
+        if not inputs:
+            return []
+        for index, text in enumerate(inputs):
+            check_text(text, f"Input {index}")
+        # Length in characters: en->de Multi30k validation (1,014 captions, batch_size 32, beam 5, one thread), six
+        # rounds each, 131.7 sentences/s as given, 143.0 sorted by characters, 141.6 by tokens (the tokenizer's
+        # backend, 35 ms for the captions), the same translations; SAMSum validation (818 dialogues, beam 4) 1.12x.
+        call = super().__call__
+        results = in_length_order(lambda texts: call(texts, **kwargs), inputs, [len(text) for text in inputs],
+                                  call_batch_size(self, kwargs))
+        if all(len(result) == 1 for result in results):
             return [result[0] for result in results]
         return results
 
@@ -396,8 +429,27 @@ class TokenClassificationPipeline(TransformersTokenClassificationPipeline):
     is the words "Berlin" and ".", as in CoNLL-2003), or they are the words of a pre-split input
     (`is_split_into_words=True`). A piece belongs to the word its first character is in; pieces that stand for
     spaces or line breaks only belong to no word and are left out. An entity's `word` is its text as it stands in the
-    input (`text[start:end]`). Everything else is transformers' pipeline unchanged.
+    input (`text[start:end]`). A list of texts (or of pre-split words) batched (`batch_size` > 1) runs from the
+    longest to the shortest and is answered in its own order. Everything else is transformers' pipeline unchanged.
     """
+
+    def __call__(self, inputs, **kwargs):
+        # CoNLL-2003 validation (3,250 sentences, batch_size 32, one thread): 190 sentences/s as given, 302 sorted,
+        # the same entities; a score moves with the padding its batch gets, sorted or not (243 texts with a score up
+        # to 8e-7 from the unsorted call's; on the first 300, batch_size 1's up to 7e-7 from the unsorted call's).
+        lengths = None
+        # (offsets given by the caller are given per input, in the caller's order: such a call runs as given)
+        if isinstance(inputs, list) and "offset_mapping" not in kwargs:
+            if not kwargs.get("is_split_into_words"):
+                if all(isinstance(text, str) for text in inputs):
+                    lengths = [len(text) for text in inputs]
+            # pre-split words: a list of word lists (a list of words alone is one text)
+            elif all(isinstance(words, list) and all(isinstance(word, str) for word in words) for words in inputs):
+                lengths = [sum(len(word) + 1 for word in words) for words in inputs]
+        if lengths is None:
+            return super().__call__(inputs, **kwargs)
+        call = super().__call__
+        return in_length_order(lambda texts: call(texts, **kwargs), inputs, lengths, call_batch_size(self, kwargs))
 
     def gather_pre_entities(
         self,
