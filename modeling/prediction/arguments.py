@@ -65,7 +65,7 @@ class PredictionArguments:
         metadata={"help": "Examples read at a time (a window): sorted by length, batched, decoded, written in input "
                   "order; progress is recorded per window."},
     )
-    batch_size: int = field(default=64, metadata={"help": "The most examples in a batch."})
+    batch_size: int = field(default=128, metadata={"help": "The most examples in a batch."})
     max_tokens_per_batch: int | None = field(
         default=None,
         metadata={"help": "The most input tokens in a batch, padding included (unset: --batch_size alone decides)."},

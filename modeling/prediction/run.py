@@ -297,7 +297,8 @@ def _settings(args, folder: Path, task: str, output_format: str, column, source,
     """What decides the output's bytes (a resumed run must have the same)."""
     weights = sorted(folder.glob("*.safetensors"))
     input_identity = (file_identity(source.file) if source.file is not None else
-                      {"dataset": args.dataset_name, "config": args.dataset_config_name, "split": args.split}
+                      {"dataset": args.dataset_name, "config": args.dataset_config_name, "split": args.split,
+                       "fingerprint": getattr(source.dataset, "_fingerprint", None)}
                       if args.dataset_name else {"stdin": True})
     settings = {
         "model": str(folder.resolve()),

@@ -91,6 +91,9 @@ def main(argv=None):
     parser.add_argument("--corpus_beams", nargs="+", type=int, default=[5, 1], help="with --corpus: the beam counts")
     parser.add_argument("--corpus_ct2_batch_sizes", nargs="+", type=int, default=[32],
                         help="with --corpus: CTranslate2's max_batch_size, one engine each")
+    parser.add_argument("--corpus_predict_batch_sizes", nargs="+", type=int, default=[],
+                        help="with --corpus: predict.py's --batch_size, one more engine each")
+    parser.add_argument("--corpus_no_pipeline", action="store_true", help="with --corpus: leave the pipeline out")
     parser.add_argument("--memory_lines", nargs="+", type=int,
                         help="time instead scripts/predict.py's peak memory over corpora of these sizes (short lines)")
     parser.add_argument("--json", help="also write the results to this file")

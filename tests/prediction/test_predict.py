@@ -121,6 +121,29 @@ def test_empty_lines_keep_their_place_and_a_file_without_a_last_line_break_is_re
     assert lines_of(output) == [one_by_one[0], "", "", one_by_one[1], one_by_one[2]]
 
 
+def test_a_split_of_a_hub_dataset_is_read_in_order_and_its_column_checked_first(translator, one_by_one, tmp_path,
+                                                                               monkeypatch):
+    import datasets
+
+    from vaswani.data import loading
+
+    asked = []
+
+    def hub_split(name, split, config_name):  # the Hub, offline: the split it would give
+        asked.append((name, split, config_name))
+        return datasets.Dataset.from_dict({"id": list(range(len(SENTENCES))), "en": SENTENCES})
+
+    monkeypatch.setattr(loading, "load_split", hub_split)
+    output = tmp_path / "out.de"
+    predict(["--model", translator, "--dataset_name", "someone/captions", "--dataset_config_name", "en-de",
+             "--split", "validation", "--output_file", output, "--quiet", *DECODING])
+    assert asked == [("someone/captions", "validation", "en-de")]
+    assert lines_of(output) == one_by_one
+    with pytest.raises(ValueError, match=r"Column 'text' is not in --dataset_name someone/captions \(validation\)"):
+        predict(["--model", translator, "--dataset_name", "someone/captions", "--split", "validation",
+                 "--text_column", "text", "--output_file", tmp_path / "other.de", *DECODING])
+
+
 def test_an_empty_corpus_gives_an_empty_output_and_blank_json_lines_are_no_records(translator, one_by_one, tmp_path):
     empty = tmp_path / "empty.en"
     empty.write_bytes(b"")

@@ -6,11 +6,12 @@ The shipped en->de model on Multi30k's 1,014 validation captions repeated to `--
 tokens) and greedy, all the machine's cores for every engine:
 
   * `predict`: scripts/predict.py's work (vaswani.prediction.run.predict) with its defaults: windows sorted by length,
-    one one-thread worker per core;
+    one one-thread worker per core (`predict_bN`: with `--batch_size N`, for each of `--corpus_predict_batch_sizes`);
   * `ct2_b32` (and `ct2_bN` for each of `--corpus_ct2_batch_sizes`): CTranslate2's `translate_iterable` on the
     checkpoint's export (scripts/export_ctranslate2.py), `max_batch_size` N, `inter_threads` = cores,
     `intra_threads` 1, the texts tokenized and the outputs detokenized by the checkpoint's tokenizer;
-  * `pipeline`: transformers' `pipeline("translation", model=FOLDER, trust_remote_code=True)(lines, batch_size=32)`.
+  * `pipeline`: transformers' `pipeline("translation", model=FOLDER, trust_remote_code=True)(lines, batch_size=32)`
+    (left out with `--corpus_no_pipeline`).
 
 Each engine runs in a fresh process, in rounds (`--rounds`), the engines' order reversed every other round; a
 process times its own work (reading the file, tokenizing, decoding, writing the output) after its imports and its
@@ -89,13 +90,14 @@ def run_corpus_benchmark(args, repo: Path, cpu: str) -> dict:
                 settings.update(length_penalty=1.0, early_stopping=True)
             reference = _generate_outputs(folder, sorted(set(lines)), settings)
             expected = [reference[line] for line in lines]
-            engines = _engines(folder, export, corpus, scratch, settings, threads, args.corpus_ct2_batch_sizes)
+            engines = _engines(folder, export, corpus, scratch, settings, threads, args.corpus_ct2_batch_sizes,
+                               [None, *args.corpus_predict_batch_sizes], not args.corpus_no_pipeline)
             report["rows"].append(_row(engines, beams, settings, expected, args.rounds, repo))
     return report
 
 
 def _engines(folder: Path, export: Path, corpus: Path, scratch: Path, settings: dict, threads: int,
-             ct2_batch_sizes) -> dict[str, tuple[list[str], Path]]:
+             ct2_batch_sizes, predict_batch_sizes=(None,), pipeline: bool = True) -> dict[str, tuple[list[str], Path]]:
     """Engine -> (its command, the file it writes)."""
     from transformers import GenerationConfig
 
@@ -103,16 +105,21 @@ def _engines(folder: Path, export: Path, corpus: Path, scratch: Path, settings: 
 
     python = [sys.executable, "-c"]
     flags = [f"--{name}={value}" for name, value in settings.items()]
-    engines = {"predict": ([*python, DRIVERS["predict"], "--model", str(folder), "--input_file", str(corpus),
-                            "--output_file", str(scratch / "predict.de"), "--overwrite_output_file", "--quiet",
-                            *flags], scratch / "predict.de")}
+    engines = {}
+    for size in predict_batch_sizes:
+        name = "predict" if size is None else f"predict_b{size}"
+        output = scratch / f"{name}.de"
+        engines[name] = ([*python, DRIVERS["predict"], "--model", str(folder), "--input_file", str(corpus),
+                          "--output_file", str(output), "--overwrite_output_file", "--quiet", *flags,
+                          *([] if size is None else ["--batch_size", str(size)])], output)
     options = json.dumps(translate_options(GenerationConfig(**settings)))
     for size in ct2_batch_sizes:
         output = scratch / f"ct2_b{size}.de"
         engines[f"ct2_b{size}"] = ([*python, DRIVERS["ct2"], str(export), str(corpus), str(output), str(size),
                                     str(threads), options], output)
-    engines["pipeline"] = ([*python, DRIVERS["pipeline"], str(folder), str(corpus), str(scratch / "pipeline.de"),
-                            json.dumps(settings)], scratch / "pipeline.de")
+    if pipeline:
+        engines["pipeline"] = ([*python, DRIVERS["pipeline"], str(folder), str(corpus), str(scratch / "pipeline.de"),
+                                json.dumps(settings)], scratch / "pipeline.de")
     return engines
 
 
@@ -139,7 +146,7 @@ def _row(engines: dict, beams: int, settings: dict, expected: list[str], rounds:
     row = {"num_beams": beams, "settings": settings, "load_average_before_after": load,
            "sentences_per_second": {name: lines / statistics.median(values) for name, values in seconds.items()},
            "seconds": seconds, "wall_seconds": wall, "lines_equal_to_generate": equal}
-    row["predict_ratio"] = {
+    row["predict_ratio"] = {  # predict's speed over each other engine's, per round (the same engine's: 1)
         name: statistics.median(other / mine for other, mine in zip(seconds[name], seconds["predict"]))
         for name in names if name != "predict"
     }
