@@ -278,6 +278,10 @@ def _swap_into_place(temporary: Path, final: Path, kind: str) -> None:
         foreign = None if kind == CHECKPOINT else manifests.foreign_entry(final, hashes=False)
         what = f"{foreign.path} ({foreign.kind()}) {foreign.why}" if foreign else f"{final} is not the run's"
         raise OSError(errno.EEXIST, f"{what}, and is not replaced (move it away)", str(final))
+    # an earlier version's folder (proven by content) gets the run's mark first, so that one a kill leaves aside is
+    # known as the run's by the next run
+    if run_files.kind_of(final) != kind:
+        seal(final, kind)
     if manifests.exchange(temporary, final):
         shutil.rmtree(temporary)  # the earlier folder
         return

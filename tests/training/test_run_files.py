@@ -20,6 +20,7 @@ from helpers import run_main, snapshot
 from training_helpers import copy_of, run_in_process, tiny_argv
 from vaswani.output_paths import OutputFolder, check_output_file
 from vaswani.runs.errors import TrainingError
+from vaswani.runs.manifests import MANIFEST_FILE
 from vaswani.runs.ownership import LOCK_FILE
 from vaswani.training.checkpoints import list_checkpoints
 from vaswani.training.run_files import CHECKPOINT, MODEL, mark
@@ -132,3 +133,17 @@ def test_a_checkpoint_saved_again_at_its_update_replaces_only_the_runs_own(tmp_p
 
     assert is_own_checkpoint(tmp_path / "step-00000002") and not is_own_checkpoint(tmp_path / "step-00000003")
     assert foreign_checkpoint(tmp_path) == tmp_path / "step-00000003"
+
+
+def test_a_run_of_an_earlier_version_resumes_and_its_folders_are_replaced(checkpointed_run, tmp_path):
+    """Without manifests (an earlier version's run), best/, last/ and the checkpoints are known by their content:
+    the run resumes, replaces them, prunes the old checkpoints and starts over with --overwrite_output_dir."""
+    run = copy_of(checkpointed_run, tmp_path)
+    for manifest in run.rglob(MANIFEST_FILE):
+        manifest.unlink()
+    run_in_process(tiny_argv(run, resume=True, **{**SHORT, "max_steps": 6, "keep_checkpoints": 1}))
+    assert [step for step, _ in list_checkpoints(run / "checkpoints")] == [6]
+    for manifest in run.rglob(MANIFEST_FILE):
+        manifest.unlink()
+    run_in_process(tiny_argv(run, overwrite_output_dir=True, **SHORT))
+    assert [step for step, _ in list_checkpoints(run / "checkpoints")] == [2]
