@@ -15,30 +15,44 @@ no command deletes, replaces or alters a file it did not create.
      earlier results file: `evaluation_results.json`, which `scripts/evaluate_model.py` writes into the checkpoint
      by default); anywhere, an existing file is replaced only if it is of the kind the command writes (`replaces`);
    - an output folder inside what a training run manages (its `checkpoints/`, `best/`, `last/`, `tokenizer/`, or a
-     fine-tuning run's `checkpoint-*`: folders of a run folder that holds a run's lock) is refused: the run would
-     replace or prune it as its own, or keep it in place of its own checkpoints;
+     fine-tuning run's `checkpoint-*`) is refused: the run would replace or prune it as its own, or keep it in place
+     of its own checkpoints; and so is an output file inside a run's `checkpoints/` or `checkpoint-*` (pruned with
+     the checkpoint). A folder is known as a run's by its lock or by the records it keeps in sight (`run_evidence`:
+     `arguments.json`, `trainer_state.json`, a checkpoint's `training_progress.json`), so also when it was copied
+     without its dotfiles;
    - an existing output folder is refused unless the command replaces it (`--overwrite_output_dir`), and then only
-     if it holds nothing but files this project writes (`PROJECT_FILES`): a file of the user's there is named.
+     if everything in it is proven to be what this project wrote (`check_replaceable`: the folder's manifest, which
+     lists each file with its size and SHA-256, or an earlier version's model or tokenizer folder checked by content:
+     `vaswani.runs.manifests`): a file of the user's there, or one changed since, is named.
 
 2. **One writer.** A folder is written by one process at a time: train.py and the fine-tuning scripts hold
    `vaswani.runs.ownership`'s lock in the folder (`.run.lock`), a folder published whole holds the same lock on a
-   file beside it (`.NAME.lock`, removed when the command ends), taken before any work (`OutputFolder`). A second
-   command on the same folder is refused, naming the first.
+   file beside it (`.NAME.lock`, removed when the command ends, unless it records what the next command on the path
+   must put right), taken before any work (`OutputFolder`). A second command on the same folder is refused, naming
+   the first.
 
-3. **Published whole.** A folder is written into a temporary folder beside it (`.NAME.partial-*`), flushed to disk,
-   and renamed into place (`OutputFolder.publish`); an earlier folder it replaces is renamed aside first and deleted
-   last. Whatever fails on the way (a full disk), the folder is as it was, or absent, never partly written: the
-   temporary folder is removed and one line names the file that could not be written. A file is written the same
-   way (`write_atomically`, `write_text_atomically`): a temporary file beside it, flushed, renamed over it, never over
-   anything but a regular file. A reader finds the old content or the new; two writers of one file each publish a
-   whole file, the last rename wins.
+3. **Published whole.** A folder is written into a temporary folder beside it (`.NAME.partial-*`, marked as this
+   project's from its first instant), listed in its manifest (`.vaswani-manifest.json`), flushed to disk, and
+   swapped into place in one step (`OutputFolder.publish`: renameat2's exchange; where the system lacks it, two
+   renames, recorded first in the lock file). At every instant the path holds the earlier folder or the new one;
+   the earlier one is deleted last. Whatever fails on the way (a full disk), the folder is as it was, or absent,
+   never partly written: the temporary folder is removed and one line names the file that could not be written. A
+   command killed on the way leaves its record in the lock file: the next command on the path removes the folder it
+   was writing, or completes (or rolls back) the swap it had begun, in one line. A file is written the same way
+   (`write_atomically`, `write_text_atomically`): a temporary file beside it, flushed, renamed over it with the
+   permissions of the file it replaces, never over anything but a regular file; the temporary file of a write that
+   was killed is removed by the next write of that file, in one line. A reader finds the old content or the new;
+   two writers of one file each publish a whole file, the last rename wins.
 """
 
-import json
+import fcntl
+import hashlib
 import os
+import re
 import secrets
 import shutil
 import stat
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from fnmatch import fnmatch
@@ -46,26 +60,31 @@ from pathlib import Path
 
 from safetensors import SafetensorError
 
-from .runs.ownership import LOCK_FILE, release_output_dir, take_output_dir
+from .runs import manifests
+from .runs.manifests import (  # noqa: F401  (is_results_file, read_json_object, path_kind: this module's, as before)
+    LARGEST_RESULTS_FILE,
+    MANIFEST_FILE,
+    RESULTS_KEYS,
+    SPECIAL_KINDS,
+    is_plain_folder,
+    is_results_file,
+    path_kind,
+    read_json_object,
+)
+from .runs.ownership import LOCK_FILE, describe_holder, record_in_lock, release_output_dir, take_output_dir
 
 
 PathLike = str | os.PathLike
 Inputs = Mapping[str, PathLike | Iterable[PathLike] | None]  # option -> its path(s); None where it is unset
-RESULTS_KEYS = ("metrics", "conventions")  # what marks a results file (vaswani.evaluation.scoring.write_results)
-LARGEST_RESULTS_FILE = 16 * 1024 * 1024  # bytes; a larger file is not read to find out whether it is one
 MOST_FILES_COMPARED = 100_000  # files of an input or an existing output compared one by one; beyond, folders only
-# The files this project writes into a folder it publishes (models, tokenizers, exports, cards, results, data pairs):
-# what --overwrite_output_dir may replace. Anything else in the folder is the user's, and is named instead.
-PROJECT_FILES = (
-    "*.json", "*.jsonl", "*.safetensors", "*.py", "README.md", "model.bin", "*.onnx", "*.onnx.data", "*.png",
-    "*.pdf", "*.svg", "requirements.txt", LOCK_FILE,
-)
-# What a training run manages inside its folder (replaces or prunes as its own): train.py's and the Trainer's.
+# What a training run manages inside its folder (replaces or prunes as its own): train.py's and the Trainer's; and
+# where it keeps its checkpoints, into which no other command writes, not even a file.
 RUN_MANAGED = ("checkpoints", "best", "last", "tokenizer", "checkpoint-*")
-SPECIAL_KINDS = (
-    (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISSOCK, "a socket"),
-)
+RUN_CHECKPOINTS = ("checkpoints", "checkpoint-*")
+# The records by which a folder is known as a training run's, lock or not (a run folder copied without its dotfiles
+# is still one): train.py's and the fine-tuning scripts' options, the Trainer's progress, a checkpoint's progress.
+RUN_RECORDS = ("arguments.json", "trainer_state.json", "checkpoints/step-*/training_progress.json",
+               "checkpoint-*/trainer_state.json")
 
 
 # --- the checks before anything is loaded ----------------------------------------------------------------------
@@ -106,6 +125,7 @@ def check_output_file(
     _refuse_link_or_special(output_file, option)
     if output_file.is_dir():
         raise IsADirectoryError(f"{option} {output_file} is a folder; give the name of a file to write.")
+    _refuse_inside_a_run(output_file, option, RUN_CHECKPOINTS)  # a checkpoint pruned would take the file with it
     if output_file.exists() and not replaces(output_file):
         raise FileExistsError(
             f"{option} {output_file} exists and is not a file this command writes: it is not replaced. Choose "
@@ -113,14 +133,11 @@ def check_output_file(
         )
 
 
-def check_replaceable(output_dir: PathLike, option: str = "--output_dir", overwrite: bool = False,
-                      folders: tuple[str, ...] = (), files: tuple[str, ...] = ()) -> None:
+def check_replaceable(output_dir: PathLike, option: str = "--output_dir", overwrite: bool = False) -> None:
     """An existing output folder that is not empty is refused, unless `overwrite` (the command's
-    `--overwrite_output_dir`), and then only if everything in it is a regular file this project writes
-    (`PROJECT_FILES`), or one of the subfolders the command writes (`folders`: a Space's `model/` and `vaswani/`),
-    holding such files only, in folders of their own or Python's `__pycache__`; `files`: more name patterns the
-    command writes (the GPU suite's wheels): a link, a special file or any other file or folder is the user's, and
-    named."""
+    `--overwrite_output_dir`), and then only if everything in it is proven to be what this project wrote there
+    (`vaswani.runs.manifests.foreign_entry`: its manifest, or an earlier version's model or tokenizer folder checked
+    by content); anything else (a file of the user's, one changed since, a link, a subfolder) is named."""
     output_dir = Path(output_dir)
     if not output_dir.is_dir() or output_dir.is_symlink():
         return
@@ -130,45 +147,18 @@ def check_replaceable(output_dir: PathLike, option: str = "--output_dir", overwr
             f"{option} {output_dir} exists and is not empty ({_some(entries)}). Choose a new or empty folder, or "
             "replace what this project wrote there with --overwrite_output_dir."
         )
-    for path in entries:
-        foreign = _not_written_here(path, False, files) if path.name not in folders else next(
-            (inner for inner in sorted(path.rglob("*")) if _not_written_here(inner, True, files)), None)
-        if foreign:
-            foreign = path if foreign is True else foreign
-            raise FileExistsError(
-                f"{option} {output_dir} holds {foreign.relative_to(output_dir)} ({path_kind(foreign)}), which is not "
-                "a file this project writes: --overwrite_output_dir replaces only those. Move it away, or choose "
-                "another folder."
-            )
-
-
-def _not_written_here(path: Path, in_subfolder: bool, files: tuple[str, ...] = ()) -> bool:
-    """Whether `path` is not what this project writes into a folder it publishes (see `check_replaceable`)."""
-    kind = path_kind(path)
-    if kind == "a folder":
-        return not in_subfolder
-    if kind != "a file":
-        return True
-    patterns = (*PROJECT_FILES, *files, *(("*.pyc",) if in_subfolder else ()))
-    return not any(fnmatch(path.name, pattern) for pattern in patterns)
+    foreign = manifests.foreign_entry(output_dir, ignore=(LOCK_FILE,)) if entries else None
+    if foreign is not None:
+        raise FileExistsError(
+            f"{option} {output_dir} holds {foreign.path.relative_to(output_dir)} ({foreign.kind()}), which "
+            f"{foreign.why}: --overwrite_output_dir replaces only what this project wrote. Move it away, or choose "
+            "another folder."
+        )
 
 
 def _some(paths: list[Path]) -> str:
     names = [path.name for path in paths[:3]]
     return ", ".join(names) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-
-
-def path_kind(path: Path) -> str:
-    """`a file`, `a folder`, `a symbolic link to X`, `a character device`, ...: what is at `path` (not followed)."""
-    mode = os.lstat(path).st_mode
-    if stat.S_ISLNK(mode):
-        return f"a symbolic link to {os.readlink(path)}"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    for test, name in SPECIAL_KINDS:
-        if test(mode):
-            return name
-    return "a file"
 
 
 def _refuse_link_or_special(path: Path, option: str) -> None:
@@ -261,37 +251,35 @@ def _shared_message(option, output, input_option, input_path, input_file, output
     )
 
 
-def _refuse_inside_a_run(output: Path, option: str) -> None:
-    """An output inside what a training run manages: the run replaces `best/` and `last/`, prunes
-    `checkpoints/step-*` (or the Trainer's `checkpoint-*`) keeping the newest by name, and reads `tokenizer/`."""
+def _refuse_inside_a_run(output: Path, option: str, managed_names: tuple[str, ...] = RUN_MANAGED) -> None:
+    """An output inside what a training run manages (`managed_names`): the run replaces `best/` and `last/`, prunes
+    `checkpoints/step-*` (or the Trainer's `checkpoint-*`) keeping the newest by name, and reads `tokenizer/`. A
+    folder is known as a run's by its lock or by its visible records (`run_evidence`)."""
     resolved = output.resolve()
     for managed in (resolved, *resolved.parents):
         run_folder = managed.parent
-        if managed == run_folder or not (run_folder / LOCK_FILE).is_file():
+        if managed == run_folder or not any(fnmatch(managed.name, pattern) for pattern in managed_names):
             continue
-        if any(fnmatch(managed.name, pattern) for pattern in RUN_MANAGED):
+        evidence = run_evidence(run_folder)
+        if evidence is not None:
             raise ValueError(
-                f"{option} {output} lies inside {managed.name}/ of the training run in {run_folder} (it holds the "
-                f"run's lock, {LOCK_FILE}): the run replaces and prunes what is there as its own. Choose a folder "
-                "outside it (beside it in the run folder is fine, e.g. RUN/averaged)."
+                f"{option} {output} lies inside {managed.name}/ of the training run in {run_folder} (it holds "
+                f"{evidence}): the run replaces and prunes what is there as its own. Choose a place outside it "
+                "(beside it in the run folder is fine, e.g. RUN/averaged)."
             )
 
 
-def is_results_file(path: Path) -> bool:
-    """Whether `path` is a results file of scripts/evaluate_model.py or scripts/extractive_baseline.py."""
-    content = read_json_object(path)
-    return content is not None and all(key in content for key in RESULTS_KEYS)
-
-
-def read_json_object(path: Path) -> dict | None:
-    """The JSON object a regular file of at most LARGEST_RESULTS_FILE bytes holds; None for anything else."""
-    if not path.is_file() or path.is_symlink() or path.stat().st_size > LARGEST_RESULTS_FILE:
-        return None
-    try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return None
-    return content if isinstance(content, dict) else None
+def run_evidence(folder: Path) -> str | None:
+    """What shows `folder` to be a training run's (train.py's or a fine-tuning script's), in words: its lock, or one
+    of the records a run leaves in sight (`RUN_RECORDS`), so that a run folder copied without its dotfiles is still
+    known as one; None for any other folder."""
+    if (folder / LOCK_FILE).is_file():
+        return f"the run's lock, {LOCK_FILE}"
+    for pattern in RUN_RECORDS:
+        found = next((path for path in sorted(folder.glob(pattern)) if path.is_file()), None)
+        if found is not None:
+            return f"the run's record {found.relative_to(folder)}"
+    return None
 
 
 def _conflict_message(option: str, output: Path, relation: str, input_option: str, input_path: Path) -> str:
@@ -316,17 +304,23 @@ class OutputFolder:
             with output.publish() as folder:
                 model.save_pretrained(folder)
 
-    Entering checks the folder (`check_output_dir`, `check_replaceable`) and takes its lock (a file beside it, so
-    that it holds while the folder is swapped); `publish` gives a temporary folder beside it, and when the block
-    ends without an error, flushes it and renames it into place (an earlier folder, which `overwrite` allows to be
-    replaced, is renamed aside first and deleted last). A failure leaves the folder as it was and removes the
-    temporary one; a write that fails (a full disk) is one line naming the file."""
+    Entering checks the folder (`check_output_dir`, `check_replaceable`), takes its lock (a file beside it, so that
+    it holds while the folder is swapped) and puts right what a command killed on this path left (`_recover`);
+    `publish` gives a temporary folder beside it, marked as this project's from its first instant (a manifest that
+    lists nothing yet), and when the block ends without an error, lists what was written in the folder's manifest,
+    flushes it and swaps it into place (`_swap_in`). A failure leaves the folder as it was and removes the temporary
+    one; a write that fails (a full disk) is one line naming the file.
+
+    What is under way is recorded in the lock file (the temporary folder, the phase, the folder set aside), so that
+    the next command on the path, finding the lock of a holder that died, completes or rolls back what it left, and
+    says so in one line (`_recover`)."""
 
     def __init__(self, path: PathLike, inputs: Inputs, option: str = "--output_dir", overwrite: bool = False,
-                 folders: tuple[str, ...] = (), files: tuple[str, ...] = ()):
+                 say: Callable[[str], None] | None = None):
         self.path, self.inputs, self.option, self.overwrite = Path(path), inputs, option, overwrite
-        self.folders, self.files = folders, files  # the subfolders and files the command writes (`check_replaceable`)
+        self.say = say or _say
         self.lock: int | None = None
+        self.pending = False  # whether the lock file records something under way (kept when the lock is let go)
 
     @property
     def lock_file(self) -> Path:
@@ -334,11 +328,15 @@ class OutputFolder:
 
     def __enter__(self) -> "OutputFolder":
         check_output_dir(self.path, self.inputs, self.option)
-        check_replaceable(self.path, self.option, self.overwrite, self.folders, self.files)
+        if not os.path.lexists(self.lock_file):  # (else, first what a command killed here left is put right)
+            check_replaceable(self.path, self.option, self.overwrite)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.lock, _ = take_output_dir(self.path, lock_file=self.lock_file, option=self.option)
-        try:  # again, now that no other command of this project can change it
-            check_replaceable(self.path, self.option, self.overwrite, self.folders, self.files)
+        previous: dict = {}
+        self.lock, _ = take_output_dir(self.path, lock_file=self.lock_file, option=self.option, previous=previous)
+        try:  # what a killed command left; then the checks again, now that no other command can change the folder
+            self._recover(previous)
+            self._mention_unrecorded_leftovers()
+            check_replaceable(self.path, self.option, self.overwrite)
         except BaseException:
             self._release()
             raise
@@ -348,49 +346,147 @@ class OutputFolder:
         self._release()
 
     def _release(self) -> None:
-        if self.lock is not None:
-            release_output_dir(self.lock, remove=self.lock_file)
+        if self.lock is not None:  # the lock file goes, unless it records what the next command must put right
+            release_output_dir(self.lock, remove=None if self.pending else self.lock_file)
             self.lock = None
+
+    def _record(self, pending: dict | None) -> None:
+        if self.lock is not None:
+            record_in_lock(self.lock, pending=pending)
+            self.pending = pending is not None
 
     @contextmanager
     def publish(self) -> Iterator[Path]:
         """The temporary folder to write into; published when the block ends (see the class's docstring)."""
-        staging = self._aside("partial")
-        staging.mkdir()
+        staging, token = self._aside("partial"), secrets.token_hex(8)
+        pending = {"staging": staging.name, "token": token, "phase": "writing"}
+        self._record(pending)
+        retired = None
         try:
             try:
+                staging.mkdir()
+                manifests.start_manifest(staging, token=token)
                 yield staging
+                manifests.write_manifest(staging, token=token)  # last: what the folder holds, as published
                 fsync_tree(staging)
             except Exception as error:
                 if not is_write_failure(error):
                     raise
                 raise OSError(self._write_failure(error, staging)) from None
-            self._swap_in(staging)
+            retired = self._swap_in(staging, pending)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            if is_plain_folder(staging):  # the unpublished folder, or after a swap the earlier one
+                shutil.rmtree(staging, ignore_errors=True)
+            left = [path for path in (staging, retired) if path is not None and os.path.lexists(path)]
+            if left:  # recorded still: the next command on this path removes it
+                self.say(f"Note: {self.option} {self.path}: {', '.join(path.name for path in left)} beside it could "
+                         "not be removed; the next command on this path removes it, or remove it yourself.")
+            else:
+                self._record(None)
 
     def _aside(self, purpose: str) -> Path:
         return self.path.with_name(f".{self.path.name}.{purpose}-{os.getpid()}-{secrets.token_hex(4)}")
 
-    def _swap_in(self, staging: Path) -> None:
-        retired = None
-        if os.path.lexists(self.path):
-            _refuse_link_or_special(self.path, self.option)
-            check_replaceable(self.path, self.option, self.overwrite, self.folders, self.files)
-            if any(self.path.iterdir()):
-                retired = self._aside("replaced")
-                self.path.rename(retired)
-            else:
-                self.path.rmdir()
+    def _swap_in(self, staging: Path, pending: dict) -> Path | None:
+        """Put the staged folder in place of the earlier one, if any, so that the path holds one or the other at
+        every instant: one exchange (the earlier folder then lies at `staging`, which `publish` removes), or where
+        the system has no exchange, two renames recorded first (`_recover` completes them after a kill); returns
+        the earlier folder's place in that case."""
+        if not os.path.lexists(self.path):
+            self._record({**pending, "phase": "swapping"})
+            staging.rename(self.path)
+            fsync_directory(self.path.parent)
+            return None
+        _refuse_link_or_special(self.path, self.option)
+        check_replaceable(self.path, self.option, self.overwrite)
+        self._record({**pending, "phase": "swapping"})
+        if manifests.exchange(staging, self.path):
+            fsync_directory(self.path.parent)
+            return None
+        retired = self._aside("replaced")
+        self._record({**pending, "phase": "swapping", "retired": retired.name})
+        self.path.rename(retired)
         try:
             staging.rename(self.path)
         except BaseException:
-            if retired is not None and not os.path.lexists(self.path):
+            if not os.path.lexists(self.path):
                 retired.rename(self.path)
             raise
         fsync_directory(self.path.parent)
-        if retired is not None:
-            shutil.rmtree(retired, ignore_errors=True)
+        shutil.rmtree(retired, ignore_errors=True)
+        return retired
+
+    def _recover(self, previous: dict) -> None:
+        """Complete or roll back what a command killed on this path left (its lock file's record, `previous`), and
+        say so in one line: a folder it was writing is removed; a swap it had begun is completed where the new folder
+        is whole, else rolled back. Only the paths the record names, beside this folder, with the token it names
+        inside, are touched."""
+        pending = previous.get("pending")
+        if not isinstance(pending, dict) or not isinstance(pending.get("token"), str):
+            return
+        staging = self._named(pending.get("staging"), "partial")
+        retired = self._named(pending.get("retired"), "replaced")
+        token = pending["token"]
+        if staging is None:
+            return
+        self._record(pending)  # carried over: should this command be killed too, the next one finds it
+        who = describe_holder(previous)
+        said = f"Note: {self.option} {self.path}: a command killed while it was writing there ({who})"
+        if pending.get("phase") != "swapping":
+            if manifests.token_of(staging) == token:
+                shutil.rmtree(staging)
+                self.say(f"{said} left its unfinished folder {staging.name}: removed; {self.path} is as it was.")
+            elif is_plain_folder(staging) and not any(staging.iterdir()):
+                staging.rmdir()  # killed between its mkdir and its mark: empty
+        elif manifests.token_of(self.path) == token:
+            gone = [path for path in (staging, retired) if path is not None and is_plain_folder(path)]
+            for path in gone:
+                shutil.rmtree(path)
+            if gone:
+                self.say(f"{said} had put its new folder in place: the earlier one it set aside "
+                         f"({', '.join(path.name for path in gone)}) is removed.")
+        elif os.path.lexists(self.path):
+            if manifests.token_of(staging) == token:
+                shutil.rmtree(staging)
+                self.say(f"{said} was cut before it swapped its new folder in: {self.path} is as it was, and the "
+                         f"new folder ({staging.name}) is removed.")
+        elif manifests.token_of(staging) == token and manifests.foreign_entry(staging) is None:
+            staging.rename(self.path)
+            fsync_directory(self.path.parent)
+            if retired is not None and is_plain_folder(retired):
+                shutil.rmtree(retired)
+            self.say(f"{said} was cut between the two renames of its replace: completed; {self.path} holds the "
+                     "folder it wrote" + (f", and the earlier one ({retired.name}) is removed." if retired else "."))
+        elif retired is not None and is_plain_folder(retired):
+            retired.rename(self.path)
+            fsync_directory(self.path.parent)
+            if is_plain_folder(staging):
+                shutil.rmtree(staging)
+            self.say(f"{said} was cut between the two renames of its replace, its new folder incomplete: rolled "
+                     f"back; {self.path} holds the earlier folder again.")
+        self._record(None)
+
+    def _named(self, name, purpose: str) -> Path | None:
+        """The path beside this folder that a lock's record names, if it is one this class makes for `purpose`."""
+        if not isinstance(name, str) or not re.fullmatch(rf"\.{re.escape(self.path.name)}\.{purpose}-\d+-[0-9a-f]{{8}}",
+                                                          name):
+            return None
+        return self.path.with_name(name)
+
+    def _mention_unrecorded_leftovers(self) -> None:
+        """Folders beside this one named as this class names its temporary and set-aside folders, that no record
+        accounts for (an earlier version's, which kept none): named in one line, not touched, since nothing proves
+        them this project's; with no folder in place, the set-aside one may be the earlier folder to move back."""
+        pattern = re.compile(rf"\.{re.escape(self.path.name)}\.(partial|replaced)-\d+-[0-9a-f]{{8}}")
+        found = sorted(path.name for path in self.path.parent.iterdir() if pattern.fullmatch(path.name))
+        if not found:
+            return
+        back = next((name for name in found if ".replaced-" in name), None)
+        advice = (f"{back} may be the earlier {self.path.name} (mv {self.path.parent / back} {self.path}); "
+                  if back and not os.path.lexists(self.path) else "")
+        self.say(f"Note: {self.option} {self.path}: beside it lie {', '.join(found)}, left by a command that was "
+                 f"killed (an earlier version's, which kept no record of them): not touched. {advice}Remove them once "
+                 "you no longer need them.")
 
     def _write_failure(self, error: BaseException, staging: Path) -> str:
         file = _file_written(error, staging)
@@ -400,6 +496,10 @@ class OutputFolder:
             f"{_reason(error, staging)}. Nothing was published: {self.path} {before}, and the partial "
             "folder is removed. Free disk space (or make the folder writable), then run the command again."
         )
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _file_written(error: BaseException, folder: Path) -> Path | None:
@@ -421,17 +521,25 @@ def _reason(error: BaseException, folder: Path) -> str:
 
 def write_atomically(path: PathLike, write: Callable[[Path], None], option: str | None = None) -> Path:
     """Write the file at `path` so that a reader never finds it half written (see the module's docstring): `write`
-    writes the content to the temporary file it is given, which is then flushed and renamed over `path`. Refused
-    where `path` is a link or anything but a regular file; a write that fails (a full disk) leaves `path` as it was,
-    removes the temporary file, and is one line naming the file (and `option`, where given)."""
+    writes the content to the temporary file it is given, which is then flushed and renamed over `path`, with the
+    permissions of the file it replaces (a new file gets the usual ones, the umask's). Refused where `path` is a link
+    or anything but a regular file; a write that fails (a full disk) leaves `path` as it was, removes the temporary
+    file, and is one line naming the file (and `option`, where given). The temporary file of an earlier write of
+    `path` that was killed is removed first, in one line (`_remove_killed_writes`)."""
     path = Path(path)
     _refuse_link_or_special(path, option or "the output file")
     path.parent.mkdir(parents=True, exist_ok=True)
-    # a name of its own for each writer; created by os.open so that the file gets the usual (umask) permissions
-    temporary = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
-    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    _remove_killed_writes(path)
+    replaced = os.lstat(path) if os.path.lexists(path) else None
+    # a name of its own for each writer, that proves it this project's; created by os.open so that a new file gets
+    # the usual (umask) permissions; locked while it exists, so that no other writer takes it for a killed one's
+    temporary = path.with_name(_temporary_name(path.name, f"{os.getpid()}-{secrets.token_hex(4)}"))
+    held = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
+        fcntl.flock(held, fcntl.LOCK_EX)
         write(temporary)
+        if replaced is not None and stat.S_ISREG(replaced.st_mode):
+            os.chmod(temporary, stat.S_IMODE(replaced.st_mode))  # a private results file stays private
         with open(temporary, "rb") as handle:
             os.fsync(handle.fileno())
         _refuse_link_or_special(path, option or "the output file")  # again: it may have changed meanwhile
@@ -448,8 +556,52 @@ def write_atomically(path: PathLike, write: Callable[[Path], None], option: str 
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+    finally:
+        os.close(held)
     fsync_directory(path.parent)
     return path
+
+
+def _temporary_name(name: str, unique: str) -> str:
+    """`.NAME.PID-RANDOM-CHECK.partial`: CHECK, a hash of the rest, marks the name as made here (no file of the
+    user's is taken for a leftover because of its name alone)."""
+    return f".{name}.{unique}-{_name_check(name, unique)}.partial"
+
+
+def _name_check(name: str, unique: str) -> str:
+    text = f"vaswani write_atomically {name} {unique}".encode("utf-8", "surrogateescape")
+    return hashlib.sha256(text).hexdigest()[:8]
+
+
+def _remove_killed_writes(path: Path) -> None:
+    """Remove the temporary files that writes of `path` killed before their rename left beside it (complete-looking
+    copies that would stay forever), one line each: a regular file named by `_temporary_name` for this file, with its
+    check, that no live writer holds locked."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.((\d+)-[0-9a-f]{{8}})-([0-9a-f]{{8}})\.partial")
+    try:
+        names = [entry.name for entry in os.scandir(path.parent) if entry.name.startswith(f".{path.name}.")]
+    except OSError:
+        return
+    for name in names:
+        match = pattern.fullmatch(name)
+        if match is None or match.group(3) != _name_check(path.name, match.group(1)):
+            continue
+        leftover = path.with_name(name)
+        try:
+            descriptor = os.open(leftover, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                continue
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: a write under way
+            leftover.unlink()
+        except OSError:
+            continue
+        finally:
+            os.close(descriptor)
+        _say(f"Note: {path}: removed {name}, the unfinished copy a write of it left when it was killed (process "
+             f"{match.group(2)}).")
 
 
 def write_text_atomically(path: PathLike, text: str, option: str | None = None) -> Path:
@@ -506,8 +658,8 @@ def describe_write_error(error: BaseException, folder: Path) -> str:
 
 __all__ = [
     "Inputs",
+    "MANIFEST_FILE",
     "OutputFolder",
-    "PROJECT_FILES",
     "check_output_dir",
     "check_output_file",
     "check_replaceable",
@@ -518,6 +670,7 @@ __all__ = [
     "is_write_failure",
     "path_kind",
     "read_json_object",
+    "run_evidence",
     "write_atomically",
     "write_text_atomically",
 ]

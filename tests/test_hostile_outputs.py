@@ -236,11 +236,12 @@ def test_a_full_disk_leaves_no_folder_that_looks_complete_and_names_the_file(com
     """Writes fail past 4,096 bytes, as on a disk that fills (the tiny model's weights are 200 kB; the pairs' files,
     1 kB, past 200 bytes while they are written, after the data are read into datasets' cache): the command ends in
     one line naming the output and the file it could not write, and the folder is as it was (absent, or the earlier
-    one: replaced only by a complete one), with no partial folder beside it."""
+    one: replaced only by a complete one), with no partial folder beside it. The earlier folder is one a command
+    published (its manifest lists what it holds)."""
     output = tmp_path / "out"
     if earlier:
-        output.mkdir()
-        (output / "config.json").write_text('{"earlier": true}')
+        with OutputFolder(output, {}) as earlier_output, earlier_output.publish() as folder:
+            (folder / "config.json").write_text('{"earlier": true}')
     before = snapshot(tmp_path)
     full_disk = file_size_limit(4096)
     if command.script.startswith("make_"):

@@ -11,6 +11,9 @@ import errno
 import json
 import os
 import shutil
+import stat
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -247,6 +250,42 @@ def test_an_atomic_write_keeps_the_usual_permissions(tmp_path):
     ordinary.write_text("{}")
     written = write_text_atomically(tmp_path / "atomic.json", "{}")
     assert written.stat().st_mode == ordinary.stat().st_mode
+
+
+def test_an_atomic_write_keeps_the_permissions_of_the_file_it_replaces(tmp_path):
+    """A results file the user made private (0600) stays private when it is written again (it became 0644)."""
+    private = tmp_path / "evaluation_results.json"
+    private.write_text('{"metrics": [], "conventions": "earlier"}')
+    private.chmod(0o600)
+    write_text_atomically(private, '{"metrics": [], "conventions": "new"}')
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600 and "new" in private.read_text()
+
+
+# a write of a results file in a fresh process, killed (SIGKILL) once its temporary file is written, before the rename
+KILLED_WRITE = """
+import os, signal, sys
+from vaswani.output_paths import write_atomically
+
+def write_then_die(temporary):
+    temporary.write_text('{"metrics": [], "conventions": "complete-looking"}')
+    os.kill(os.getpid(), signal.SIGKILL)
+
+write_atomically(sys.argv[1], write_then_die, "--output_file")
+"""
+
+
+def test_the_next_write_of_a_file_removes_what_a_killed_write_left(tmp_path, capfd):
+    output = tmp_path / "res.json"
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITE, str(output)], capture_output=True, text=True,
+                            timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    [left] = [path.name for path in tmp_path.iterdir()]
+    assert left.startswith(".res.json.") and left.endswith(".partial")  # complete-looking, and it stayed forever
+    (tmp_path / ".res.json.mine.partial").write_text("the user's, named alike\n")
+    write_text_atomically(output, '{"metrics": [], "conventions": "new"}')
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".res.json.mine.partial", "res.json"]
+    said = capfd.readouterr().err
+    assert f"Note: {output}: removed {left}, the unfinished copy a write of it left when it was killed" in said, said
 
 
 # --- no code from a model folder ----------------------------------------------------------------------------------

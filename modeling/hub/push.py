@@ -26,7 +26,7 @@ from .. import (
     VaswaniModel,
 )
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
-from ..output_paths import OutputFolder
+from ..output_paths import MANIFEST_FILE, OutputFolder
 from ..runs.records import RESULTS_FILE
 from ..safe_loading import check_checkpoint_folder
 from ..serving.demo_tasks import read_task
@@ -133,14 +133,14 @@ def _check_arguments(args: PushArguments) -> None:
 def _output_folder(args: PushArguments, read_from: dict | None = None) -> OutputFolder:
     """--output_dir, checked, locked and published whole as every command's output (vaswani.output_paths): apart
     from every file the folder is made from (and those of `read_from`, by the option that named them), not an
-    existing folder unless --overwrite_output_dir (and then holding only files this project writes)."""
+    existing folder unless --overwrite_output_dir (and then holding only what this project wrote: its manifest)."""
     return OutputFolder(args.output_dir, {
         "--model_dir": args.model_dir,
         "--results": args.results,
         "--template": args.template,
         **(read_from or {}),
         "--space (the package's sources)": space.package_folders() if args.space else None,
-    }, overwrite=args.overwrite_output_dir, folders=(space.MODEL_FOLDER, space.PACKAGE_FOLDER) if args.space else ())
+    }, overwrite=args.overwrite_output_dir)
 
 
 def checkout_git(*arguments: str) -> str | None:
@@ -269,6 +269,7 @@ def _upload(args: PushArguments, folder: Path):
             repo_id=args.repo_id,
             repo_type=repo_type,
             folder_path=folder,
+            ignore_patterns=[MANIFEST_FILE, f"*/{MANIFEST_FILE}"],  # the local record of what a command wrote
             revision=args.revision,
             commit_message=args.commit_message,
             delete_patterns="*",
@@ -325,8 +326,9 @@ def push(args: PushArguments, read_from: dict | None = None) -> Path | str:
     if args.output_dir is not None:
         with _output_folder(args, read_from) as output:
             staged = prepare(args)
-            with output.publish() as staging:
-                files = [output.path / path.relative_to(staging) for path in stage(staged, staging)]
+            with output.publish() as staging:  # (its manifest, the record of what was written there, stays local)
+                files = [output.path / path.relative_to(staging) for path in stage(staged, staging)
+                         if path.name != MANIFEST_FILE]
             return _publish_staged(args, output.path, files)
     with tempfile.TemporaryDirectory(prefix="vaswani-push-") as temporary:
         folder = Path(temporary) / "repo"

@@ -31,13 +31,14 @@ _HELD: dict[str, int] = {}
 
 
 def take_output_dir(
-    output_dir: Path, lock_file: Path | None = None, option: str = "--output_dir"
+    output_dir: Path, lock_file: Path | None = None, option: str = "--output_dir", previous: dict | None = None,
 ) -> tuple[int, str | None]:
     """Lock `output_dir` for this process; return the lock's file descriptor (keep it open for the whole run) and a
     note about a previous holder that died without releasing it, if any. Raises TrainingError naming the holder when
     another live process holds it. The lock is `output_dir/.run.lock` unless `lock_file` names another file (a
     folder published whole is locked beside it: vaswani.output_paths); `option` is how the message names the
-    folder."""
+    folder; `previous`, a dict given, receives the record the previous holder left (with what it had under way, where
+    it was killed: `record_in_lock`)."""
     path = lock_file or output_dir / LOCK_FILE
     earlier = _HELD.pop(str(Path(path).resolve()), None)
     if earlier is not None:
@@ -57,10 +58,13 @@ def take_output_dir(
         if _still_at(path, descriptor):
             break
         os.close(descriptor)  # the holder removed the file as it let go: lock the one there now
-    previous = _read_holder(descriptor)
+    earlier_record = _read_holder(descriptor)
+    if previous is not None:
+        previous.update(earlier_record)
     note = None
-    if previous.get("pid") and not previous.get("released"):
-        note = f"the previous run in {output_dir} ({_describe(previous)}) ended without releasing its lock (killed?)"
+    if earlier_record.get("pid") and not earlier_record.get("released"):
+        note = (f"the previous run in {output_dir} ({_describe(earlier_record)}) ended without releasing its lock "
+                "(killed?)")
     record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "command": " ".join(sys.argv)[:500]}
     _write_holder(descriptor, record)
@@ -92,6 +96,23 @@ def release_output_dir(descriptor: int, remove: Path | None = None) -> None:
             _write_holder(descriptor, {**record, "released": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     finally:
         os.close(descriptor)  # closing the descriptor releases the flock
+
+
+def record_in_lock(descriptor: int, **fields) -> None:
+    """Add `fields` to the holder's record in the lock file (a field given None is dropped): what the holder has under
+    way, for the next holder to find should this one be killed (`take_output_dir(..., previous=...)`)."""
+    record = _read_holder(descriptor)
+    for name, value in fields.items():
+        if value is None:
+            record.pop(name, None)
+        else:
+            record[name] = value
+    _write_holder(descriptor, record)
+
+
+def describe_holder(record: dict) -> str:
+    """A lock's holder in words: process, host, start, command."""
+    return _describe(record)
 
 
 def _read_holder(descriptor: int) -> dict:
@@ -133,7 +154,9 @@ def die_with_the_launcher() -> bool:
 
 
 __all__ = [
+    "describe_holder",
     "die_with_the_launcher",
+    "record_in_lock",
     "release_output_dir",
     "take_output_dir",
 ]

@@ -14,18 +14,24 @@ missing or damaged, a progress value of the wrong type or out of range, a random
 is named with the reason, and the newest one that can is used instead. Each checkpoint also records fingerprints of
 the data and the tokenizer it was trained with (DATA_FILE), which a resume compares with its own.
 
-Every folder is written under a temporary name, flushed to disk, and only then renamed to its final name: a rename
-within one file system is atomic, so a folder named `step-*` is always complete, whatever happened during the save.
-Published models (`best/`, `last/`) are swapped in the same way. Only the last `keep` checkpoints are kept. A save
-that fails (a full disk: an OSError, safetensors' own error, or torch's RuntimeError from its zip writer) removes its
-temporary folder and raises CheckpointError in one line, the earlier checkpoints and models left as they were.
+Every folder is written under a temporary name (`.tmp-NAME`, marked as the run's from its first instant), listed in
+its manifest (vaswani.training.run_files), flushed to disk, and only then renamed to its final name: a rename within
+one file system is atomic, so a folder named `step-*` is always complete, whatever happened during the save.
+Published models (`best/`, `last/`) are swapped in: one exchange (renameat2), so that the name holds the earlier
+model or the new one at every instant, or where the system lacks it two renames (`.old-NAME` set aside first), which
+the next run completes or rolls back. Only the last `keep` checkpoints are kept, and only the run's own are pruned or
+replaced. A save that fails (a full disk: an OSError, safetensors' own error, or torch's RuntimeError from its zip
+writer) removes its temporary folder and raises CheckpointError in one line, the earlier checkpoints and models left
+as they were.
 
 An averaged model carries `checkpoint_averaging.json`, naming the checkpoints it was made of, so that the evaluation
 conventions beside its scores can state the averaging (`vaswani.runs.records.weights_provenance`).
 """
 
+import errno
 import json
 import logging
+import os
 import random
 import re
 import shutil
@@ -48,14 +54,15 @@ from accelerate.utils import load as load_weights_only  # torch.load(weights_onl
 from safetensors import safe_open
 
 from ..output_paths import describe_write_error, fsync_directory, fsync_tree, is_write_failure
+from ..runs import manifests
 from ..runs.errors import CheckpointError
 from ..runs.records import ARGUMENTS_FILE, AVERAGING_RECORD  # the run's options; an averaged model's record
 from ..safe_loading import describe_load_error, read_json_record
+from . import run_files
+from .run_files import CHECKPOINT, MODEL, RETIRED_PREFIX, TEMPORARY_PREFIX, is_own_checkpoint, mark, seal
 
 
 CHECKPOINT_NAME = re.compile(r"^step-(\d+)$")
-TEMPORARY_PREFIX = ".tmp-"
-RETIRED_PREFIX = ".old-"
 PROGRESS_FILE = "training_progress.json"  # {"num_processes": N, "progress": {...}}: where the run is
 LEGACY_PROGRESS_FILE = "custom_checkpoint_0.pkl"  # where earlier versions kept the progress, as a pickle
 DATA_FILE = "data_fingerprints.json"  # {what: fingerprint} of the data files and the tokenizer the run trained with
@@ -241,20 +248,53 @@ def latest_checkpoint(root: Path) -> Path | None:
     return checkpoints[-1][1] if checkpoints else None
 
 
-def remove_leftovers(folder: Path) -> None:
-    """Temporary folders left by a save that was interrupted; and a published model caught between its two renames
-    (`best/` moved aside, the new one not yet in place) is put back."""
-    if not folder.is_dir():
+def remove_leftovers(folder: Path, say: Callable[[str], None] = print) -> list[str]:
+    """What saves killed on the way left in `folder`: only folders holding the run's mark are removed or put back;
+    returns those named so without it (`vaswani.training.run_files.remove_leftovers`)."""
+    return run_files.remove_leftovers(folder, say)
+
+
+def _clear_the_way(temporary: Path, kind: str) -> None:
+    """The temporary folder's name free: a killed save's folder there (marked) is removed; anything else is not the
+    run's to delete, and the save stops naming it."""
+    if os.path.lexists(temporary) and not run_files.remove_own(temporary, kind):
+        raise OSError(errno.EEXIST, f"{temporary.name} is in the way and is not the run's (move it away)",
+                      str(temporary))
+
+
+def _swap_into_place(temporary: Path, final: Path, kind: str) -> None:
+    """Put the sealed folder `temporary` at `final`: a rename where nothing is there; else, where `final` is the run's
+    own (its mark, or of an earlier version, a checkpoint's progress record or a model folder's files), an exchange
+    in one step, the earlier folder then removed; where the system has no exchange, the earlier one is set aside as
+    `.old-NAME` first (put back on a failure, by the next run after a kill)."""
+    if os.path.islink(final):  # (`best` -> a published copy): replaced as a link, what it points to left as it is
+        final.unlink()
+    if not os.path.lexists(final):
+        temporary.rename(final)
         return
-    for path in folder.iterdir():
-        if path.name.startswith(RETIRED_PREFIX):
-            original = path.with_name(path.name[len(RETIRED_PREFIX) :])
-            if original.exists():
-                shutil.rmtree(path)
-            else:
-                path.rename(original)
-        elif path.name.startswith(TEMPORARY_PREFIX):
-            shutil.rmtree(path)
+    own = is_own_checkpoint(final) if kind == CHECKPOINT else (
+        manifests.is_plain_folder(final) and manifests.foreign_entry(final, hashes=False) is None)
+    if not own:
+        foreign = None if kind == CHECKPOINT else manifests.foreign_entry(final, hashes=False)
+        what = f"{foreign.path} ({foreign.kind()}) {foreign.why}" if foreign else f"{final} is not the run's"
+        raise OSError(errno.EEXIST, f"{what}, and is not replaced (move it away)", str(final))
+    # an earlier version's folder (proven by content) gets the run's mark first, so that one a kill leaves aside is
+    # known as the run's by the next run
+    if run_files.kind_of(final) != kind:
+        seal(final, kind)
+    if manifests.exchange(temporary, final):
+        shutil.rmtree(temporary)  # the earlier folder
+        return
+    retired = final.with_name(f"{RETIRED_PREFIX}{final.name}")
+    _clear_the_way(retired, kind)
+    final.rename(retired)
+    try:
+        temporary.rename(final)
+    except BaseException:
+        if not os.path.lexists(final):
+            retired.rename(final)
+        raise
+    shutil.rmtree(retired)
 
 
 def all_processes_succeeded(accelerator, succeeded: bool) -> bool:
@@ -284,8 +324,8 @@ def save_checkpoint(
     try:
         if accelerator.is_main_process:
             root.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(temporary, ignore_errors=True)
-            temporary.mkdir()
+            _clear_the_way(temporary, CHECKPOINT)
+            mark(temporary, CHECKPOINT)
     except OSError as caught:
         error = caught
     if all_processes_succeeded(accelerator, error is None):
@@ -301,19 +341,20 @@ def save_checkpoint(
             error = caught
     if all_processes_succeeded(accelerator, error is None) and accelerator.is_main_process:
         try:
+            seal(temporary, CHECKPOINT)
             fsync_tree(temporary)
-            if final.exists():  # saved at this step already (a run resumed from its final checkpoint)
-                shutil.rmtree(final)
-            temporary.rename(final)
+            # (a checkpoint of this step is there already where a run resumed from its final checkpoint)
+            _swap_into_place(temporary, final, CHECKPOINT)
             fsync_directory(root)
             for _, old in list_checkpoints(root)[:-keep]:
-                shutil.rmtree(old)
+                if is_own_checkpoint(old):  # a folder of another's named so is never pruned
+                    shutil.rmtree(old)
         except OSError as caught:
             error = caught
     if not all_processes_succeeded(accelerator, error is None):
         reason = describe_write_error(error, root) if error is not None else "another process failed to write its part"
         if accelerator.is_main_process:
-            shutil.rmtree(temporary, ignore_errors=True)
+            run_files.remove_own(temporary, CHECKPOINT)
         latest = latest_checkpoint(root)
         kept = f"the latest complete one is {latest}" if latest else "there is no earlier checkpoint"
         raise CheckpointError(
@@ -326,20 +367,19 @@ def save_checkpoint(
 
 def publish_model(accelerator, model, tokenizer, final: Path) -> None:
     """Save a loadable model folder (`best/`, `last/`) so that a reader never finds it half written: write it aside,
-    then swap it in with two renames. Raises CheckpointError, leaving the previous version in place."""
+    then swap it in (`_swap_into_place`). Raises CheckpointError, leaving the previous version in place."""
     temporary = final.with_name(f"{TEMPORARY_PREFIX}{final.name}")
     retired = final.with_name(f"{RETIRED_PREFIX}{final.name}")
     error = None
     try:
         if accelerator.is_main_process:
-            shutil.rmtree(temporary, ignore_errors=True)
+            _clear_the_way(temporary, MODEL)
+            mark(temporary, MODEL)
         _save_model(accelerator, model, tokenizer, temporary)
         if accelerator.is_main_process:
+            seal(temporary, MODEL)
             fsync_tree(temporary)
-            if final.exists():
-                final.rename(retired)
-            temporary.rename(final)
-            shutil.rmtree(retired, ignore_errors=True)
+            _swap_into_place(temporary, final, MODEL)
     except Exception as caught:  # safetensors and torch report a full disk as errors of their own
         if not is_write_failure(caught):
             raise
@@ -347,8 +387,8 @@ def publish_model(accelerator, model, tokenizer, final: Path) -> None:
     if not all_processes_succeeded(accelerator, error is None):
         reason = describe_write_error(error, final.parent) if error else "another process failed to write its part"
         if accelerator.is_main_process:
-            shutil.rmtree(temporary, ignore_errors=True)
-            if retired.exists() and not final.exists():
+            run_files.remove_own(temporary, MODEL)
+            if run_files.kind_of(retired) == MODEL and not os.path.lexists(final):
                 retired.rename(final)
         raise CheckpointError(
             f"Could not save the model to {final}: {reason}. The previous version there is intact (its temporary "

@@ -2,7 +2,7 @@
 tokenizer (given, or learned from the training data), and the model built from a preset."""
 
 import os
-import shutil
+import tempfile
 from pathlib import Path
 
 from transformers import AutoTokenizer
@@ -10,13 +10,23 @@ from transformers import AutoTokenizer
 from .. import PRESETS, VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
 from ..cli import parse_config_overrides
 from ..data.loading import split_paths
-from ..output_paths import Inputs, check_output_dir
+from ..output_paths import Inputs, check_output_dir, fsync_tree
 from ..loading_checks import check_fits_in_memory
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments
 from ..runs.errors import TrainingError
 from ..runs.ownership import release_output_dir, take_output_dir
 from ..runs.records import ARGUMENTS_FILE
 from .checkpoints import remove_leftovers
+from .run_files import (
+    TOKENIZER,
+    foreign_checkpoint,
+    mark,
+    remove_own,
+    remove_run_file,
+    run_files_problem,
+    seal,
+    unmarked_in_the_way,
+)
 from .seq2seq_data import training_texts
 
 
@@ -52,16 +62,29 @@ def prepare_output_dir(
                         f"--output_dir {output_dir} already holds a run ({', '.join(previous)}). Continue it with "
                         "--resume, start over with --overwrite_output_dir, or choose another folder."
                     )
+                _refuse_what_a_run_did_not_write(output_dir, tuple(previous), "--overwrite_output_dir would delete")
                 for name in previous:
-                    _remove_run_file(output_dir / name)
-            try:
-                probe = output_dir / ".write-test"
-                probe.write_bytes(b"ok")
-                probe.unlink()
+                    remove_run_file(output_dir / name)
+            elif args.resume:  # the run replaces best/ and last/, prunes checkpoints and saves its own among them
+                _refuse_what_a_run_did_not_write(output_dir, ("best", "last"), "--resume would replace")
+            foreign = foreign_checkpoint(output_dir / "checkpoints")
+            if foreign is not None:
+                raise TrainingError(
+                    f"--output_dir {output_dir}: {foreign} is not a checkpoint of this project's runs (it holds no "
+                    "record that a run wrote it), and the run would prune it or save its own checkpoint over it. Move "
+                    "it out of checkpoints/, then run again."
+                )
+            try:  # a name of its own: nothing of the user's is written over or deleted to find out
+                descriptor, probe = tempfile.mkstemp(prefix=".write-test-", dir=output_dir)
+                os.close(descriptor)
+                os.unlink(probe)
             except OSError as error:
                 raise TrainingError(f"--output_dir {output_dir} is not writable: {error}.") from error
-            remove_leftovers(output_dir)
-            remove_leftovers(output_dir / "checkpoints")
+            unmarked = remove_leftovers(output_dir, say=accelerator.print)
+            unmarked += [f"checkpoints/{name}" for name in
+                         remove_leftovers(output_dir / "checkpoints", say=accelerator.print)]
+            if unmarked:
+                raise TrainingError(unmarked_in_the_way(output_dir, unmarked))
         except BaseException:
             release_output_dir(lock)
             raise
@@ -78,13 +101,16 @@ def run_inputs(data: TrainDataArguments, model_args: TrainModelArguments) -> Inp
     }
 
 
-def _remove_run_file(path: Path) -> None:
-    """Delete what an earlier run wrote under one of RUN_FILES. A symbolic link there (`best` -> a published copy)
-    is removed itself, never followed: what it points to was never this run's to delete."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink()
+def _refuse_what_a_run_did_not_write(output_dir: Path, names: tuple[str, ...], action: str) -> None:
+    """Stop, naming it, where one of the run files `names` holds something a run of this project did not write
+    (vaswani.training.run_files): a file of another tool's in checkpoints/, a tokenizer of another kind, a file of
+    the user's in best/, one changed since the run wrote it."""
+    problem = run_files_problem(output_dir, names)
+    if problem is not None:
+        raise TrainingError(
+            f"--output_dir {output_dir}: {action} what an earlier run wrote there, but it holds {problem}: nothing "
+            "was deleted. Move it away (or choose another --output_dir), then run again."
+        )
 
 
 def obtain_tokenizer(accelerator, model_args: TrainModelArguments, train_raw, data: TrainDataArguments, output_dir: Path):
@@ -100,7 +126,13 @@ def obtain_tokenizer(accelerator, model_args: TrainModelArguments, train_raw, da
             split_punctuation=model_args.split_punctuation, split_newlines=model_args.split_newlines,
         )
         temporary = output_dir / ".tmp-tokenizer"
+        if os.path.lexists(temporary) and not remove_own(temporary, TOKENIZER):
+            raise TrainingError(f"--output_dir {output_dir}: {temporary} is in the way of the tokenizer the run "
+                                "learns, and is not the run's: move it away, then run again.")
+        mark(temporary, TOKENIZER)
         tokenizer.save_pretrained(temporary)
+        seal(temporary, TOKENIZER)
+        fsync_tree(temporary)
         temporary.rename(folder)
     accelerator.wait_for_everyone()
     return AutoTokenizer.from_pretrained(folder)

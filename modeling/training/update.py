@@ -6,6 +6,7 @@ stop the run there (`diverged`), before anything of that update is saved; `all_f
 states before a checkpoint is written."""
 
 import math
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from ..runs.errors import TrainingDiverged
 from ..runs.preemption import StopSignals
 from .arguments import TrainArguments
 from .checkpoints import latest_checkpoint, list_checkpoints
+from .run_files import is_own_checkpoint
 from .cuda_graphs import UpdateGraphs
 from .state import TrainingProgress
 
@@ -197,8 +199,11 @@ def diverged(what: str, progress: TrainingProgress, args: TrainArguments, accele
     set_aside = ""
     if suspect is not None:
         quarantine = suspect.with_name(f"diverged-{suspect.name}")
+        while os.path.lexists(quarantine) and not is_own_checkpoint(quarantine):  # not the run's: kept, a name apart
+            quarantine = quarantine.with_name(f"{quarantine.name}-again")
         if accelerator.is_main_process:
-            shutil.rmtree(quarantine, ignore_errors=True)
+            if os.path.lexists(quarantine):
+                shutil.rmtree(quarantine)  # an earlier divergence's, at the same update
             suspect.rename(quarantine)
         accelerator.wait_for_everyone()
         set_aside = (f" The checkpoint of update {progress.step} holds the weights that gave it, so it was set "

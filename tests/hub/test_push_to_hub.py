@@ -23,6 +23,9 @@ from transformers import AutoTokenizer
 from helpers import REPO, free_port, load_script, run_isolated, spread_weights, start_app, stop_app, tiny_config
 from vaswani.cli import run_command
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification, VaswaniModel, pipelines
+from vaswani.output_paths import OutputFolder
+from vaswani.runs import manifests
+from vaswani.runs.manifests import MANIFEST_FILE
 
 
 push_to_hub = load_script("push_to_hub")
@@ -75,7 +78,10 @@ def dry_run_folder(checkpoint, tmp_path_factory):
 
 
 def files_of(folder) -> dict[str, bytes]:
-    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    """What a folder holds for the Hub: its files but its manifest (the local record of what the command wrote there,
+    never uploaded)."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*")
+            if path.is_file() and path.name != MANIFEST_FILE}
 
 
 # --- the dry run ---------------------------------------------------------------------------------------------------
@@ -83,6 +89,7 @@ def files_of(folder) -> dict[str, bytes]:
 
 def test_dry_run_writes_a_complete_folder_and_nothing_else(dry_run_folder, checkpoint):
     assert set(files_of(dry_run_folder)) == EXPECTED_FILES
+    assert set(manifests.read_manifest(dry_run_folder)["files"]) == EXPECTED_FILES  # and the record of them
     for name in CODE_FILES:
         assert (dry_run_folder / name).read_bytes() == (checkpoint / name).read_bytes()
     config = json.loads((dry_run_folder / "config.json").read_text())
@@ -436,9 +443,9 @@ def test_the_card_metadata_is_valid_yaml_without_results(checkpoint, tmp_path):
 
 
 def test_a_recipe_folder_names_its_recipe_commands_and_commit_and_replaces_the_old_one(checkpoint, tmp_path):
-    output = tmp_path / "model"
-    output.mkdir()
-    (output / "stale.safetensors").write_bytes(b"the model this one replaces")
+    output = tmp_path / "model"  # as a shipped folder: one of an earlier version, without a manifest
+    shutil.copytree(checkpoint, output, ignore=shutil.ignore_patterns("optimizer.pt", "train.log"))
+    shutil.copy(output / "model.safetensors", output / "model-00001-of-00002.safetensors")  # a file the new one lacks
     run(["--model_dir", str(checkpoint), "--recipe", "Multi30k en->de", "--dry-run", "--output_dir", str(output),
          "--overwrite_output_dir"])
     assert set(files_of(output)) == EXPECTED_FILES  # the old contents are gone
@@ -638,10 +645,15 @@ def test_the_staged_space_starts_and_serves_its_model(space_folder, tmp_path):
 def test_a_space_replaces_a_folder_only_with_overwrite_and_then_whole(checkpoint, space_folder, tmp_path):
     output = tmp_path / "space"
     run(space_arguments(checkpoint, output))
-    (output / "app.py").write_text("an earlier Space's app")
+    earlier = (output / "app.py").read_text()
     with pytest.raises(FileExistsError, match="exists and is not empty"):
         run(space_arguments(checkpoint, output))
-    assert (output / "app.py").read_text() == "an earlier Space's app"
+    # an app.py the user changed is named, even with --overwrite_output_dir; as the command wrote it, it is replaced
+    (output / "app.py").write_text("the user's changes")
+    with pytest.raises(FileExistsError, match="holds app.py \\(a file\\), which was changed after"):
+        run(space_arguments(checkpoint, output, "--overwrite_output_dir"))
+    assert (output / "app.py").read_text() == "the user's changes"
+    (output / "app.py").write_text(earlier)
     run(space_arguments(checkpoint, output, "--overwrite_output_dir"))
     assert files_of(output) == files_of(space_folder)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["space"]
@@ -657,8 +669,8 @@ def test_a_space_that_fails_half_way_leaves_the_old_folder_and_no_part(checkpoin
 
     pytest.importorskip("gradio", reason="--space needs gradio (the demo extra): pip install -e '.[demo]'")
     output = tmp_path / "space"
-    output.mkdir()
-    (output / "app.py").write_text("the old Space")
+    with OutputFolder(output, {}) as earlier, earlier.publish() as folder:  # an earlier Space, which it wrote
+        (folder / "app.py").write_text("the old Space")
 
     def full_disk(folder, *arguments):
         (folder / "app.py").write_text("half")

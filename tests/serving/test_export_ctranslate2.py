@@ -39,6 +39,7 @@ from vaswani import (  # noqa: E402
 )
 from vaswani.serving import ctranslate2_export  # noqa: E402
 from vaswani.serving.ctranslate2_export import export_to_ctranslate2  # noqa: E402
+from vaswani.runs.manifests import MANIFEST_FILE  # noqa: E402
 
 export_ctranslate2 = load_script("export_ctranslate2")
 
@@ -302,9 +303,15 @@ def test_an_existing_output_folder_is_refused_unless_overwritten(tiny_checkpoint
         export_to_ctranslate2(tiny_checkpoint, output, overwrite_output_dir=True)
     assert [path.name for path in output.iterdir()] == ["notes.txt"]
     (output / "notes.txt").unlink()
-    (output / "model.bin").write_text("an earlier export's")
+    # a file named as an export's is no proof: only what the folder's manifest lists (an earlier export's) is replaced
+    (output / "model.bin").write_text("not an export's")
+    with pytest.raises(FileExistsError, match="holds model.bin \\(a file\\), which is not a file this project writes"):
+        export_to_ctranslate2(tiny_checkpoint, output, overwrite_output_dir=True)
+    (output / "model.bin").unlink()
+    export_to_ctranslate2(tiny_checkpoint, output)
+    earlier = (output / MANIFEST_FILE).read_text()
     export_to_ctranslate2(tiny_checkpoint, output, overwrite_output_dir=True)
-    assert (output / "model.bin").read_bytes() != b"an earlier export's"
+    assert (output / MANIFEST_FILE).read_text() != earlier
     assert (output / "translate_options.json").is_file()
     with pytest.raises(ValueError, match=r" is model_dir \(--model\) .* would delete or overwrite"):
         export_to_ctranslate2(tiny_checkpoint, tiny_checkpoint, overwrite_output_dir=True)

@@ -27,6 +27,7 @@ pytest.importorskip("onnxscript", reason=f"onnxscript (the dynamo exporter's ONN
 pytest.importorskip("onnxruntime", reason=f"onnxruntime {SKIP_REASON}")
 
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification  # noqa: E402
+from vaswani.output_paths import OutputFolder  # noqa: E402
 from vaswani.serving.onnx_export import export_to_onnx  # noqa: E402
 from vaswani.serving.onnx_generation import OnnxGenerator, onnx_greedy_generate  # noqa: E402
 
@@ -191,15 +192,16 @@ def copying_model(tokenizer, **overrides) -> VaswaniForConditionalGeneration:
 
 @pytest.fixture(scope="module")
 def tiny(tokenizer, tmp_path_factory):
-    """A tiny pre-LN, learned-positions checkpoint and its export. The export goes into a folder holding an earlier
-    export's stale file, with overwrite_output_dir=True (see test_overwrite_output_dir_replaces_the_folder)."""
+    """A tiny pre-LN, learned-positions checkpoint and its export. The export replaces an earlier command's folder
+    (its manifest lists a stale file), with overwrite_output_dir=True (see
+    test_overwrite_output_dir_replaces_the_folder)."""
     root = tmp_path_factory.mktemp("tiny")
     model = copying_model(tokenizer, layer_norm_position="pre", position_embedding_type="learned")
     model.save_pretrained(root / "model")
     tokenizer.save_pretrained(root / "model")
     output = root / "onnx"
-    output.mkdir()
-    (output / "stale.json").write_text("{}")  # a file of the kind an export writes
+    with OutputFolder(output, {}) as earlier, earlier.publish() as folder:  # an earlier export, with a file this
+        (folder / "stale.json").write_text("{}")  # one does not write
     export_to_onnx(root / "model", output, overwrite_output_dir=True)
     return model, root / "model", output
 

@@ -335,19 +335,22 @@ def test_gathering_writes_its_wheel_folder_whole_and_replaces_only_its_own(tmp_p
     (wheel_dir / "notes.txt").write_text("the user's")
     with pytest.raises(FileExistsError, match="exists and is not empty"):
         gather()
-    with pytest.raises(FileExistsError, match="notes.txt"):
+    with pytest.raises(FileExistsError, match="holds mine-1.0-py3-none-any.whl \\(a file\\), which is not a file this "
+                                              "project writes"):  # named as a wheel, but no gathering's
         gather(overwrite=True)
     assert sorted(path.name for path in wheel_dir.iterdir()) == ["mine-1.0-py3-none-any.whl", "notes.txt"]
     (wheel_dir / "notes.txt").unlink()
     (wheel_dir / "mine-1.0-py3-none-any.whl").unlink()
     gather()
-    assert sorted(path.name for path in wheel_dir.iterdir()) == [
-        "torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl", "vaswani_transformer-0.1.0-py3-none-any.whl"]
+    assert sorted(path.name for path in wheel_dir.iterdir()) == [  # and the record of what the gathering wrote
+        ".vaswani-manifest.json", "torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "vaswani_transformer-0.1.0-py3-none-any.whl"]
     with pytest.raises(FileExistsError, match="--overwrite_output_dir"):
         gather()
     monkeypatch.setattr(gpu_wheels, "unmet_requirements", lambda wheels, python_version: ["sympy is missing"])
     with pytest.raises(ValueError, match="sympy is missing"):
         gather(overwrite=True)
-    assert sorted(path.name for path in wheel_dir.iterdir()) == [
-        "torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl", "vaswani_transformer-0.1.0-py3-none-any.whl"]
+    assert sorted(path.name for path in wheel_dir.iterdir()) == [  # and the record of what the gathering wrote
+        ".vaswani-manifest.json", "torch-2.11.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "vaswani_transformer-0.1.0-py3-none-any.whl"]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["repo", "wheels"]  # no temporary folder left

@@ -23,6 +23,8 @@ from vaswani.training import checkpoints as checkpoints_module
 from vaswani.training.checkpoints import latest_checkpoint, list_checkpoints, remove_leftovers
 from vaswani.runs.errors import CheckpointError, TrainingError
 from vaswani.runs.records import weights_provenance
+from vaswani.runs.manifests import MANIFEST_FILE
+from vaswani.training.run_files import MODEL, mark, seal
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -130,8 +132,11 @@ def test_a_crafted_pickle_in_every_file_of_the_checkpoints_runs_nothing(checkpoi
     run = copy_of(checkpointed_run, tmp_path)
     marker = tmp_path / "pwned"
     for checkpoint in (run / "checkpoints").iterdir():
-        for path in [p for p in checkpoint.rglob("*") if p.is_file()] + [checkpoint / "custom_checkpoint_0.pkl"]:
-            torch.save(RunsCode(marker), path)  # every file, the weights and the JSON records included
+        # every file, the weights and the JSON records included; but the run's mark (its manifest, only ever parsed
+        # as JSON), without which the folder is not known as the run's checkpoint and is refused before anything
+        files = [p for p in checkpoint.rglob("*") if p.is_file() and p.name != MANIFEST_FILE]
+        for path in files + [checkpoint / "custom_checkpoint_0.pkl"]:
+            torch.save(RunsCode(marker), path)
     with pytest.raises(CheckpointError) as caught:
         run_in_process(tiny_argv(run, max_steps=6, save_steps=2, eval_steps=100, dropout=0.1, resume=True))
     assert not marker.exists()
@@ -230,9 +235,15 @@ def test_a_full_disk_inside_the_safetensors_writer_is_a_checkpoint_error(tmp_pat
 
 
 def test_a_half_swapped_published_model_is_put_back(tmp_path):
-    (tmp_path / ".old-best").mkdir()
-    (tmp_path / ".old-best" / "config.json").write_text("{}")
-    (tmp_path / ".tmp-last").mkdir()
+    """A swap cut between its two renames (where the system has no exchange): `best/` set aside as `.old-best`, the
+    new one complete in `.tmp-best` is put in place; a new `last` not yet complete leaves the earlier one put back. A
+    folder only named so, without the run's mark, is never touched (see tests/training/test_run_files.py)."""
+    for name, complete in [(".old-best", True), (".tmp-best", True), (".old-last", True), (".tmp-last", False)]:
+        mark(tmp_path / name, MODEL)
+        (tmp_path / name / "config.json").write_text(json.dumps({"from": name}))
+        if complete:
+            seal(tmp_path / name, MODEL)
     remove_leftovers(tmp_path)
-    assert (tmp_path / "best" / "config.json").is_file()
-    assert not (tmp_path / ".tmp-last").exists()
+    assert json.loads((tmp_path / "best" / "config.json").read_text()) == {"from": ".tmp-best"}
+    assert json.loads((tmp_path / "last" / "config.json").read_text()) == {"from": ".old-last"}
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["best", "last"]

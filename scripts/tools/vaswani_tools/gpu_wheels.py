@@ -164,10 +164,10 @@ def gather(args, repo: Path) -> None:
     options; `repo`: the checkout)."""
     wheel_dir, data_dir = Path(args.wheel_dir), repo / ".data"
     # the folder is written whole, as every command's output (vaswani.output_paths): an earlier gathering is replaced
-    # only with --overwrite_output_dir, and only where it holds wheels and nothing of the user's (one version of each
-    # package: two would stop the install on the machine)
+    # only with --overwrite_output_dir, and only where it holds what that gathering wrote (its manifest) and nothing
+    # of the user's (one version of each package: two would stop the install on the machine)
     with OutputFolder(wheel_dir, {"--multi30k_dir": None if args.no_data else args.multi30k_dir}, option="--wheel_dir",
-                      overwrite=args.overwrite_output_dir, files=("*.whl",)) as output:
+                      overwrite=args.overwrite_output_dir) as output:
         with output.publish() as staging:
             _download_wheels(_carried_versions(), staging, args.python_version)
             build_project_wheel(staging, repo)
