@@ -35,7 +35,6 @@ import re
 import warnings
 
 import torch
-from tokenizers.pre_tokenizers import BertPreTokenizer
 from transformers import Pipeline
 from transformers import TokenClassificationPipeline as TransformersTokenClassificationPipeline
 from transformers.pipelines.token_classification import AggregationStrategy
@@ -419,15 +418,23 @@ class TranslationPipeline(Text2TextGenerationPipeline):
 
 
 class TokenClassificationPipeline(TransformersTokenClassificationPipeline):
-    """transformers' token-classification pipeline, told where the words of the text are.
+    """transformers' token-classification pipeline, given a text cut into words as the tagger's training data was.
+
+    A tagger learns from words ("New", "York", "." in CoNLL-2003), each tokenized on its own and marked as a word start
+    ("▁."), and every later piece of a word is trained as inside it. A text tokenized whole glues a full stop to the
+    word before it ("York." gives the pieces "▁York", "."), a piece the tagger only ever saw inside a word ("U.S.") and
+    so tags as the entity's continuation: "New York." came out as the entity. So a text is first cut into CoNLL-2003's
+    words (`conll_words`: "York." is "York" and "."; "U.S." and "D.C." stay whole inside a text) and tokenized as
+    those words, as pre-split words (`is_split_into_words=True`) are; every entity is still the exact span of its
+    words in the text as given (`text[start:end] == word`, spaces and line breaks between words included). A call
+    that gives its own `offset_mapping` keeps the text's own tokenization, its words cut as `conll_words` cuts them.
 
     transformers groups the pieces of a word (aggregation_strategy "first", "average", "max") only for tokenizers
     that mark the pieces that continue a word (WordPiece's "##", a `continuing_subword_prefix`); for any other it
     guesses from the spaces around each piece and warns "Tokenizer does not support real words, using fallback
-    heuristic". This project's tokenizer marks the piece that starts a word ("▁") instead, so here the words are found
-    in the text itself, cut as BERT's pre-tokenizer cuts them: at spaces, and around each punctuation mark ("Berlin."
-    is the words "Berlin" and ".", as in CoNLL-2003), or they are the words of a pre-split input
-    (`is_split_into_words=True`). A piece belongs to the word its first character is in; pieces that stand for
+    heuristic". This project's tokenizer marks the piece that starts a word ("▁") instead, so here the pieces are
+    grouped by the words above (`conll_words`), or by those of a pre-split input (`is_split_into_words=True`). A piece
+    belongs to the word its first character is in; pieces that stand for
     spaces or line breaks only belong to no word and are left out. An entity's `word` is its text as it stands in the
     input (`text[start:end]`). A list of texts (or of pre-split words) batched (`batch_size` > 1) runs from the
     longest to the shortest and is answered in its own order. Everything else is transformers' pipeline unchanged.
@@ -488,6 +495,24 @@ class TokenClassificationPipeline(TransformersTokenClassificationPipeline):
                     entity["word"] = sentence[entity["start"] : entity["end"]]
         return entities
 
+    def preprocess(self, sentence, offset_mapping=None, **preprocess_params):
+        """A text is tokenized as its words (`conll_words`), the offsets of their pieces counted in the text itself;
+        pre-split words, a text given with its own `offset_mapping`, and a text without words go to transformers as
+        they are."""
+        spans = [] if preprocess_params.get("is_split_into_words") or offset_mapping is not None or not isinstance(
+            sentence, str) else conll_words(sentence)
+        if not spans:
+            yield from super().preprocess(sentence, offset_mapping=offset_mapping, **preprocess_params)
+            return
+        # (transformers sets is_split_into_words in the tokenizer's settings it is given: a copy, not the call's)
+        settings = {**preprocess_params, "is_split_into_words": True, "delimiter": " ",
+                    "tokenizer_params": dict(preprocess_params.get("tokenizer_params") or {})}
+        for model_inputs in super().preprocess([sentence[start:end] for start, end in spans], **settings):
+            if model_inputs["sentence"] is not None:
+                model_inputs["sentence"] = sentence
+            model_inputs["word_to_chars_map"] = spans
+            yield model_inputs
+
 
 def first_visible(text: str, start: int) -> int:
     """The position of the first character at or after `start` that is not a space."""
@@ -495,9 +520,84 @@ def first_visible(text: str, start: int) -> int:
 
 
 def word_numbers(text: str, positions: list[int]) -> list[int]:
-    """For each position in `text`, the number of the word it is in (words as BERT's pre-tokenizer cuts them)."""
-    starts = [start for _, (start, _) in BertPreTokenizer().pre_tokenize_str(text)]
+    """For each position in `text`, the number of the word it is in (words as `conll_words` cuts them)."""
+    starts = [start for start, _ in conll_words(text)]
     return [bisect.bisect_right(starts, position) for position in positions]
+
+
+# CoNLL-2003's words are Reuters news cut as the Penn Treebank cuts text: spaces part words, and punctuation at the
+# edges of a word is a word of its own ("York." -> "York" "."; "(AP)" -> "(" "AP" ")"; "Germany's" -> "Germany" "'s";
+# "didn't" -> "did" "n't"; "$5" -> "$" "5"; "5%" -> "5" "%"), while punctuation inside a word stays ("1,000", "6-4",
+# "1/2", "O'Brien", "S&P", "C$"). A word's last full stop stays with an abbreviation: letters each followed by a full
+# stop ("U.S.", "D.C.", "a.m."), one capital (an initial: "George W. Bush"), a number that starts the text (a rank:
+# "1. Michael Johnson"), or a word of ABBREVIATIONS ("Corp.", "vs."); the training data's words ending in a full stop
+# are of these kinds. Only at the end of the text (closing quotes aside) is the full stop split off them too, as
+# CoNLL-2003 splits a sentence's last one ("... in the U.S." ends "U.S" "."; '... & Co."' ends "Co" "." '"'; but
+# "... (U.S.)" ends "U.S." ")").
+ABBREVIATIONS = frozenset((
+    "vs etc Mr Mrs Ms Dr Prof Rev St Mt Ft Jr Sr Gen Gov Sen Rep Lt Col Capt Sgt Corp Inc Co Ltd Bros No Jan Feb Mar "
+    "Apr Aug Sep Sept Oct Nov Dec Calif Fla"
+).split())
+OPENING = re.compile(r"""["'`(\[{\u201c\u2018\u00ab]|(?:[A-Z]{0,3}\$|[\u00a3\u20ac\u00a5])(?=\d)""")
+CLOSING = set("\"'`)]},;:!?%\u201d\u2019\u00bb\u2026")
+CLOSING_QUOTES = set("\"'`\u201d\u2019\u00bb")
+CLITICS = ("'s", "'re", "'ve", "'ll", "'m", "'d", "n't", "\u2019s", "\u2019re", "\u2019ve", "\u2019ll", "\u2019m",
+           "\u2019d", "n\u2019t")
+INITIALS = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]|[^\W\d_]")  # "U.S", "a.m", "D" (before the last full stop)
+MOST_ABBREVIATED = 20  # the longest word before a full stop that is read as an abbreviation ("F.B.I": 5)
+
+
+def conll_words(text: str) -> list[tuple[int, int]]:
+    """The words of `text` as CoNLL-2003 cuts them (see above), as (start, end) spans of the text."""
+    chunks = [match.span() for match in re.finditer(r"\S+", text)]
+    spans = []
+    for number, (start, end) in enumerate(chunks):
+        spans.extend(chunk_words(text, start, end, first=number == 0, last=number == len(chunks) - 1))
+    return spans
+
+
+def chunk_words(text: str, start: int, end: int, first: bool, last: bool) -> list[tuple[int, int]]:
+    """The words of `text[start:end]`, a run without spaces: its edges' punctuation cut off, one mark at a time (each
+    step reads a bounded part of the run, so that a run of any length takes time in proportion to it)."""
+    before, after, at_end = [], [], last
+    while True:
+        opening = OPENING.match(text, start, end)
+        if opening and opening.end() < end and not (end - start <= 4 and text[start:end].lower() in CLITICS):
+            before.append((start, opening.end()))
+            start = opening.end()
+            continue
+        closing = closing_length(text, start, end, first and not before, at_end)
+        if not closing:
+            return [*before, (start, end), *reversed(after)]
+        at_end = at_end and text[end - closing:end] in CLOSING_QUOTES  # only closing quotes after the word
+        after.append((end - closing, end))
+        end -= closing
+
+
+def closing_length(text: str, start: int, end: int, first: bool, last: bool) -> int:
+    """How many characters at the end of the word `text[start:end]` are a word of their own (0: none): a clitic, a
+    run of full stops, a closing mark, or a full stop that ends no abbreviation (`first`, `last`: whether the word
+    starts / ends the text, closing quotes aside)."""
+    tail = text[max(start, end - 4):end].lower()
+    for clitic in CLITICS:
+        if tail.endswith(clitic) and end - start > len(clitic) and text[end - len(clitic) - 1].isalpha():
+            return len(clitic)
+    dots = end
+    while dots > start and text[dots - 1] == ".":
+        dots -= 1
+    if end - dots > 1:
+        return end - dots if dots > start else 0
+    if end - start < 2:
+        return 0
+    if text[end - 1] in CLOSING:
+        return 1
+    if text[end - 1] != ".":
+        return 0
+    core = text[start:end - 1] if end - 1 - start <= MOST_ABBREVIATED else ""
+    abbreviation = core and ((core.title() if core.isupper() else core) in ABBREVIATIONS  # "ST." in a headline
+                             or INITIALS.fullmatch(core) and (len(core) > 1 or core.isupper())
+                             or first and core.isdigit())
+    return 0 if abbreviation and not last else 1
 
 
 __all__ = [
