@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .configuration_vaswani import misspelled_fields
+from .configuration_vaswani import misspelled_fields, special_kind
 from .runs.errors import TrainingError
 from .runs.launch_status import report_exit, report_start
 from .runs.preemption import StoppedBySignal
@@ -78,6 +78,9 @@ def require_folder_or_hub_id(value: str, option: str, needed_file: str = "config
     the repository not in the cache): one line naming the option and the value, where transformers gives two lines
     naming neither. Any other Hub id goes to the Hub."""
     if os.path.lexists(value):
+        if not os.path.exists(value):  # a link that leads nowhere, or round in a loop: not "no such folder"
+            kind = special_kind(value) or f"a symbolic link to {os.readlink(value)}, which is not there"
+            raise FileNotFoundError(f"{option} {value}: it is {kind}. Give the folder itself.")
         return
     if not _looks_like_hub_repo_id(value):
         raise FileNotFoundError(f"{option} {value}: no such folder. Give a folder that exists, or a Hub repository id.")

@@ -18,7 +18,8 @@ from pathlib import Path
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
 import vaswani  # noqa: F401  (registers the project's classes with the Auto classes)
-from vaswani.cli import require_folder_or_hub_id, run_command
+from vaswani.cli import POSITIVE, check_numbers, require_folder_or_hub_id, run_command
+from vaswani.output_checks import check_output_writable
 from vaswani.serving.attention_map import (
     PICTURE_FORMATS,
     CrossAttentionMap,
@@ -49,15 +50,19 @@ class HeatmapArguments:
     )
 
 
+# What each numeric option allows; every one is a finite number of its type (vaswani.cli.check_numbers): a NaN
+# length penalty would decode without a word. How many beams fit is checked against the model and the memory left
+# when it is loaded (vaswani.loading_checks.check_generation_fits), before it translates.
+NUMBER_RULES = {"num_beams": POSITIVE, "max_new_tokens": POSITIVE}
+
+
 def check_arguments(args: HeatmapArguments) -> None:
     """What can be checked before loading the model."""
     if not args.text.strip():
         raise ValueError('--text is empty: give the sentence to translate, e.g. --text "A man is riding a horse."')
     if Path(args.output_file).suffix.lower() not in PICTURE_FORMATS:
         raise ValueError(f"--output_file {args.output_file}: the picture must end in one of {list(PICTURE_FORMATS)}.")
-    for name in ("num_beams", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be at least 1, got {getattr(args, name)}.")
+    check_numbers(args, NUMBER_RULES)
 
 
 def load_translation_model(path: str):
@@ -80,6 +85,7 @@ def main(argv: list[str] | None = None) -> CrossAttentionMap:
     check_arguments(args)
     require_folder_or_hub_id(args.model, "--model")
     check_heatmap_files(Path(args.output_file), {"--model": args.model})
+    check_output_writable(args.output_file, "--output_file")
     model, tokenizer = load_translation_model(args.model)
     attention_map = cross_attention_map(
         model, tokenizer, args.text, args.layer, args.head, args.num_beams, args.length_penalty, args.max_new_tokens

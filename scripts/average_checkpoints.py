@@ -27,6 +27,7 @@ import vaswani  # noqa: F401  (registers the Vaswani classes with the Auto class
 from vaswani.cli import run_command
 from vaswani.code_references import keep_own_code_references, keep_own_tokenizer_code_references
 from vaswani.output_paths import OutputFolder
+from vaswani.configuration_vaswani import check_regular_files
 from vaswani.safe_loading import check_checkpoint_folder
 from vaswani.training.checkpoints import list_checkpoints, write_averaging_record
 
@@ -46,6 +47,8 @@ def model_folder(path: Path) -> Path:
     """A full training checkpoint keeps its loadable model in `model/`; a saved model folder is one itself."""
     if not path.is_dir():
         raise FileNotFoundError(f"--checkpoints {path}: no such folder; give checkpoint or saved model folders.")
+    for folder in (path, path / "model"):  # a FIFO named config.json is named as such, and never opened
+        check_regular_files(folder)
     if (path / "model" / "config.json").is_file():
         return path / "model"
     if (path / "config.json").is_file():

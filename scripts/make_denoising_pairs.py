@@ -20,6 +20,7 @@ fewer than `--min_words` words are dropped, and repeated pieces kept once. Write
 
 import math
 import random
+import reprlib
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
@@ -89,7 +90,13 @@ def read_texts(spec: str) -> list[str]:
         raise ValueError(f"--texts takes FILE:COLUMN pairs (e.g. ../shared/data/sst2/train.jsonl:text), got {spec!r}.")
     dataset = load_split(path, "train", None)
     require_columns(dataset, [column], where=path)
-    return [" ".join(value) if isinstance(value, list) else value for value in dataset[column] if value]
+    values = dataset[column]
+    for row, value in enumerate(values, start=1):  # text, or a list of words (joined); null or empty: no text
+        if not (value is None or isinstance(value, str)
+                or isinstance(value, list) and all(isinstance(word, str) for word in value)):
+            raise ValueError(f"{path}, row {row}: `{column}` holds {type(value).__name__} ({reprlib.repr(value)}), "
+                             "not text: a string, or a list of words.")
+    return [" ".join(value) if isinstance(value, list) else value for value in values if value]
 
 
 def main(argv: list[str] | None = None) -> dict[str, int]:

@@ -33,7 +33,14 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser
 
 from vaswani.cli import run_command
-from vaswani.data.loading import data_source, load_split, require_columns, split_paths, write_train_validation
+from vaswani.data.loading import (
+    data_source,
+    load_split,
+    require_columns,
+    require_text,
+    split_paths,
+    write_train_validation,
+)
 from vaswani.evaluation.extractive import METHODS, extract
 from vaswani.evaluation.metrics import compute_scores, score_values
 from vaswani.output_paths import OutputFolder
@@ -78,6 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, int | float]:
         dataset = load_split(source, args.split, args.dataset_config_name)
         columns = [args.column] + ([args.reference_column] if args.reference_column else [])
         require_columns(dataset, columns, where=source)
+        require_text(dataset, columns, where=source)  # a number or a list is named (a null: a document left out)
         if args.max_train_samples is not None:
             dataset = dataset.select(range(min(args.max_train_samples, len(dataset))))
         pairs, extracts = [], []

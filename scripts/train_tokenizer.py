@@ -9,13 +9,21 @@ folder appears whole or not at all; an existing one is replaced only with `--ove
 (vaswani.output_paths).
 """
 
+import json
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
 from vaswani import VaswaniTokenizer
 from vaswani.cli import POSITIVE, VOCAB_SIZE, at_least, check_numbers, run_command
-from vaswani.data.loading import data_source, iter_texts, load_split, require_columns, split_paths
+from vaswani.data.loading import (
+    data_source,
+    iter_texts,
+    load_split,
+    require_columns,
+    require_text_rows,
+    split_paths,
+)
 from vaswani.output_paths import OutputFolder
 
 
@@ -53,6 +61,18 @@ NUMBER_RULES = {
 }
 
 
+def _require_merges(tokenizer: VaswaniTokenizer, args: TokenizerTrainingArguments, rows: int) -> None:
+    """A vocabulary that learned no subword (no merge) while --vocab_size left room for some spells every text
+    character by character: refused, with the reason (--min_frequency above every pair's count)."""
+    model = json.loads(tokenizer.backend_tokenizer.to_str()).get("model", {})
+    if not model.get("merges") and tokenizer.backend_tokenizer.get_vocab_size() < args.vocab_size:
+        raise ValueError(
+            f"No subword was learned from {rows} rows: no pair of characters occurs --min_frequency "
+            f"{args.min_frequency} times in their texts, so the vocabulary would spell every word character by "
+            "character. Lower --min_frequency (the default is 2), or give more text."
+        )
+
+
 def main(argv: list[str] | None = None) -> VaswaniTokenizer:
     (args,) = HfArgumentParser(TokenizerTrainingArguments).parse_args_into_dataclasses(args=argv)
     check_numbers(args, NUMBER_RULES)
@@ -65,6 +85,7 @@ def main(argv: list[str] | None = None) -> VaswaniTokenizer:
             dataset = dataset.select(range(min(args.max_train_samples, len(dataset))))
         if len(dataset) == 0:
             raise ValueError(f"{source} has no rows to learn a vocabulary from.")
+        require_text_rows(dataset, args.columns, where=source)
         tokenizer = VaswaniTokenizer.train_from_texts(
             iter_texts(dataset, args.columns),
             vocab_size=args.vocab_size,
@@ -74,6 +95,7 @@ def main(argv: list[str] | None = None) -> VaswaniTokenizer:
             split_punctuation=args.split_punctuation,
             split_newlines=args.split_newlines,
         )
+        _require_merges(tokenizer, args, len(dataset))
         with output.publish() as folder:
             tokenizer.save_pretrained(folder)
     print(f"Saved a tokenizer of {len(tokenizer)} tokens, learned from {len(dataset)} rows, to {args.output_dir}")

@@ -6,8 +6,12 @@ fields, never a traceback, and no code from the file ever runs."""
 
 import importlib.util
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -422,3 +426,130 @@ def test_merges_beyond_the_vocabulary_are_refused_before_the_tokenizer_is_built(
                                          "memory to build, more than the"):
         VaswaniTokenizer.from_pretrained(folder)
     assert not built
+
+
+# --- files that are not regular files (issue 67) -----------------------------------------------------------------
+
+
+UNBLOCKER = """
+import os, sys, time
+while True:  # until killed
+    try:
+        os.close(os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:  # no reader yet (ENXIO)
+        pass
+    time.sleep(0.05)
+"""
+
+
+@contextmanager
+def unblocked(fifo):
+    """Open `fifo` for writing (and close it) whenever a reader waits on it, until the block ends: a command that
+    opens it reads an empty file and fails some other way, instead of waiting forever. From another process: a
+    reader blocked in a library that holds the interpreter's lock (safetensors) would stop a thread of this one."""
+    process = subprocess.Popen([sys.executable, "-c", UNBLOCKER, str(fifo)])
+    try:
+        yield
+    finally:
+        process.kill()
+        process.wait()
+
+
+def make_fifo(path):
+    path.unlink()
+    os.mkfifo(path)
+    return "a FIFO \\(named pipe\\)"
+
+
+def make_loop(path):
+    path.unlink()
+    path.symlink_to(path.name)
+    return "a loop of symbolic links"
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json", "tokenizer.json"])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_checkpoint_file_that_is_a_fifo_is_named_and_never_opened(name, command, checkpoint, copy_of, data,
+                                                                     tmp_path):
+    """A FIFO named model.safetensors blocked evaluate_model and the pipelines forever in open(); one named
+    config.json or tokenizer.json gave "Unrecognized model" or "no tokenizer.json"."""
+    folder = copy_of()
+    path = folder / name
+    described = make_fifo(path)
+    with unblocked(path), pytest.raises(OSError, match=rf"^{re.escape(str(path))} is {described}, not a regular "
+                                                       r"file: a checkpoint's files are read only as regular files"):
+        command_loaders(checkpoint, data, tmp_path)[command](folder)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json", "tokenizer.json"])
+def test_a_checkpoint_file_that_is_a_loop_of_links_is_named(name, checkpoint, copy_of, data, tmp_path):
+    """(The commands that write compare the folder with their output first: vaswani.output_paths.)"""
+    folder = copy_of()
+    path = folder / name
+    described = make_loop(path)
+    with pytest.raises(OSError, match=rf"^{re.escape(str(path))} is {described}, not a regular file"):
+        command_loaders(checkpoint, data, tmp_path)["pipeline"](folder)
+
+
+@pytest.mark.parametrize("load", [VaswaniForConditionalGeneration.from_pretrained, AutoTokenizer.from_pretrained,
+                                  VaswaniTokenizer.from_pretrained])
+def test_the_classes_refuse_a_fifo_in_the_folder(load, copy_of):
+    folder = copy_of()
+    make_fifo(folder / "model.safetensors")
+    with unblocked(folder / "model.safetensors"), pytest.raises(OSError, match="is a FIFO"):
+        load(folder)
+
+
+# --- a tokenizer whose regular expressions backtrack without end (issue 67) -----------------------------------------
+
+
+def with_pre_tokenizer_regex(folder, pattern):
+    """Put a Split on `pattern` first in the folder's pre-tokenizer."""
+    path = folder / "tokenizer.json"
+    content = json.loads(path.read_text())
+    split = {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
+    content["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split, content["pre_tokenizer"]]}
+    path.write_text(json.dumps(content))
+    return path
+
+
+@pytest.mark.parametrize("pattern, refusal", [
+    ("(a+)+$", r"repeats a group that itself repeats \('\(a\+\)'\), which can take exponential time"),
+    ("(?:\\w*\\s?)*x", r"repeats a group that itself repeats"),
+    ("(a|a)*$", r"a regular expression of its steps \('\(a\|a\)\*\$', .*\) fails on the 65-character text"),
+], ids=["nested-plus", "nested-star", "overlapping-alternatives"])
+def test_a_catastrophic_regex_in_a_tokenizer_is_refused_at_load(pattern, refusal, checkpoint, copy_of, data,
+                                                                  tmp_path):
+    """`(a+)+$` was accepted, and a 25-character text then panicked the tokenizer (in the web demo that request
+    never got an answer)."""
+    folder = copy_of()
+    path = with_pre_tokenizer_regex(folder, pattern)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: .*{refusal}"):
+        AutoTokenizer.from_pretrained(folder)
+    with pytest.raises(ValueError, match=refusal) as refused:  # and a command, in one line
+        command_loaders(checkpoint, data, tmp_path)["evaluate_model"](folder)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("pattern", [
+    # GPT-2's and Llama 3's pre-tokenizers, and the project's own
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "\r?\n", "\u2581(?=[\\s\\S])", "(?>a+)+", "(ab){2}c+", "[(a+)]+",
+])
+def test_regexes_of_real_tokenizers_pass(pattern, copy_of):
+    folder = copy_of()
+    with_pre_tokenizer_regex(folder, pattern)
+    AutoTokenizer.from_pretrained(folder)("A man is riding a horse, 25 times.")
+
+
+def test_the_shipped_tokenizers_pass_the_regex_check_in_milliseconds():
+    import time
+
+    from vaswani.tokenization_vaswani import check_regexes
+
+    for path in sorted((REPO / "results").glob("*/model/tokenizer.json")):
+        content = json.loads(path.read_text())
+        started = time.perf_counter()
+        check_regexes(path, content)
+        assert time.perf_counter() - started < 0.5, path

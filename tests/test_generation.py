@@ -294,6 +294,33 @@ def test_a_static_cache_longer_than_the_positions_is_named():
     model = model_with()
     input_ids, attention_mask = batch()
     too_long = model.config.max_position_embeddings + 1
-    with pytest.raises(ValueError, match="static cache holds.*max_position_embeddings"):
+    # refused before decoding starts (issue 67), where it was refused when the static cache was made
+    with pytest.raises(ValueError, match="(static cache holds|more than this model can generate).*"
+                                         "max_position_embeddings"):
         model.generate(input_ids, attention_mask=attention_mask, cache_implementation="static", num_beams=1,
                        max_new_tokens=too_long, min_new_tokens=too_long)
+
+
+def test_a_generation_configs_max_new_tokens_beyond_the_positions_is_refused_before_decoding(tokenizer, monkeypatch):
+    """`max_new_tokens: 1e9` in a generation config decoded up to the position limit and was refused only there."""
+    from vaswani.modeling_vaswani import VaswaniDecoder
+    from vaswani.pipelines import pipeline
+
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer), source_lang="en",
+                                                        target_lang="de")).eval()
+    model.generation_config.max_new_tokens = 10**9
+    steps = []
+    forward = VaswaniDecoder.forward
+    monkeypatch.setattr(VaswaniDecoder, "forward", lambda self, *args, **kwargs: steps.append(1) or forward(
+        self, *args, **kwargs))
+    message = (r"^max_new_tokens=1000000000 \(the model's generation config\) is more than this model can generate: "
+               r"max_position_embeddings=128 leaves room for at most 127 new tokens after the start token\.$")
+    input_ids, attention_mask = random_batch(vocab=len(tokenizer))
+    for cpu_decoding in (True, False):
+        with pytest.raises(ValueError, match=message):
+            model.generate(input_ids, attention_mask=attention_mask, cpu_decoding=cpu_decoding)
+    with pytest.raises(ValueError, match=message):
+        pipeline("translation", model=model, tokenizer=tokenizer)("A man is riding a horse.")
+    assert not steps
+    assert model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=3).shape[1] <= 4  # a call's own

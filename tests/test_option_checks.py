@@ -140,3 +140,17 @@ def test_a_length_beyond_the_models_positions_is_refused_before_the_tokenizer_is
                                          r"128; lower it"):
         SCRIPTS["train"].main(["--train_file", str(data), "--output_dir", str(tmp_path / "out"), "--preset", "tiny"])
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--length_penalty", "nan"], "--length_penalty must be a finite number; got nan."),
+    (["--length_penalty", "inf"], "--length_penalty must be a finite number; got inf."),
+    (["--num_beams", "0"], "--num_beams must be a whole number >= 1; got 0."),
+    (["--max_new_tokens", "-3"], "--max_new_tokens must be a whole number >= 1; got -3."),
+])
+def test_attention_heatmaps_numbers_are_checked_before_the_model_is_read(tmp_path, options, message):
+    """`--length_penalty nan` was accepted (and decoded without a word)."""
+    with pytest.raises(ValueError) as raised:
+        load_script("attention_heatmap").main(["--model", "missing-model", "--text", "A man.", "--output_file",
+                                               str(tmp_path / "out.png"), *options])
+    assert str(raised.value) == message

@@ -10,12 +10,15 @@ Errors name what is wrong: the file and line of a broken record, the missing col
 
 import csv
 import json
+import os
 import reprlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import datasets
 
+from ..configuration_vaswani import json_nesting_depth, special_kind
+from ..loading_checks import cpu_memory_available
 from ..output_paths import path_kind
 
 
@@ -27,7 +30,10 @@ def is_local(dataset: str) -> bool:
 
 
 def split_paths(dataset: str) -> list[str]:
-    """Several local files may be given at once, separated by commas."""
+    """Several local files may be given at once, separated by commas; a path that is there as given, commas and
+    all (`a,b.jsonl`), is one file."""
+    if "," in dataset and os.path.lexists(dataset.strip()):
+        return [dataset.strip()]
     return [part.strip() for part in dataset.split(",") if part.strip()]
 
 
@@ -90,18 +96,38 @@ def evaluated_source(
 
 
 def check_files_exist(files: str, option: str) -> None:
-    """Every file of a file option is there (comma-separated files each)."""
-    if not split_paths(files):
+    """Every file of a file option is there (comma-separated files each; a message about one of several says how
+    the option was split). A link that leads nowhere, or round in a loop, is named as such."""
+    parts = split_paths(files)
+    if not parts:
         raise ValueError(f"{option} {files!r} names no file.")
-    for part in split_paths(files):
-        if not Path(part).exists():
-            hint = f" (a dataset on the Hub is given with {HUB_OPTION})" if looks_like_hub_dataset(part) else ""
-            raise FileNotFoundError(f"{option} {part}: no such file{hint}.")
+    split = f" ({option} {files} is read as {len(parts)} files separated by commas: {parts})" if len(parts) > 1 else ""
+    for part in parts:
+        if Path(part).exists():
+            continue
+        if os.path.lexists(part):  # a symbolic link
+            kind = special_kind(part) or f"a symbolic link to {os.readlink(part)}, which is not there"
+            raise FileNotFoundError(f"{option} {part}: it is {kind}; give the data file itself{split}.")
+        hint = f" (a dataset on the Hub is given with {HUB_OPTION})" if looks_like_hub_dataset(part) else ""
+        raise FileNotFoundError(f"{option} {part}: no such file{hint}{split}.")
+
+
+# Bounds on what a data file's check reads: a record (a line of JSON Lines or CSV) longer than any real one (a long
+# document is a few hundred KB) is refused before it is held whole (a 1 GiB line ended in a MemoryError), and so is a
+# record nested deeper than any data a command reads (a translation pair is nested 2 levels; JSON nested 100,000
+# levels deep exhausts the interpreter's stack).
+MAX_RECORD_BYTES = 32 * 2**20
+MAX_RECORD_DEPTH = 64
+# A .json file is parsed whole (here and by the loader): about this many bytes of memory per byte of the file.
+JSON_PARSE_BYTES_PER_FILE_BYTE = 10
+READ_CHUNK = 2**20
 
 
 def _check_local_file(path: Path) -> None:
     """Read a local data file once, so that an encoding or syntax error is reported with its file and line rather
-    than from deep inside the loader."""
+    than from deep inside the loader; a record too long or nested too deep (MAX_RECORD_BYTES, MAX_RECORD_DEPTH), a
+    key given twice in one record, a number beyond what Python reads (4,300 digits) and a .json file that is not a
+    list of records or an object of columns are named with their file and line."""
     if path.is_dir():
         found = sorted(p.name for p in path.iterdir() if p.suffix.lower() in LOCAL_FORMATS)
         raise ValueError(
@@ -109,40 +135,157 @@ def _check_local_file(path: Path) -> None:
             + (f" (it holds {', '.join(found[:8])})." if found else ".")
         )
     if not path.exists():
-        raise FileNotFoundError(f"Data file {path} does not exist.")
+        kind = special_kind(path) if os.path.lexists(path) else None
+        raise FileNotFoundError(f"Data file {path} {f'is {kind}' if kind else 'does not exist'}.")
     if not path.is_file():  # a device (/dev/zero would never end), a FIFO, a socket
         raise ValueError(f"Data file {path} is {path_kind(path.resolve())}, not a regular file; give a data file.")
     suffix = path.suffix.lower()
     if suffix not in LOCAL_FORMATS:
         raise ValueError(f"Data file {path}: unsupported format {suffix!r}; use one of {sorted(LOCAL_FORMATS)}.")
+    if suffix == ".json":
+        _check_json_document(path)
+        return
     records = 0
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in enumerate(_bounded_lines(handle, path), start=1):
             records += bool(raw.strip())
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise ValueError(f"{path}, line {number}: not valid UTF-8 ({error}).") from None
             if suffix == ".jsonl" and line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}).") from None
-                if not isinstance(record, dict):
-                    raise ValueError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}.")
-                if (bad := _unencodable(record)) is not None:
-                    raise ValueError(f"{path}, line {number}: {bad}.")
+                _check_record(parse_record(line, f"{path}, line {number}"), f"{path}, line {number}")
     if records == 0:
         raise ValueError(f"Data file {path} is empty: it holds no records.")
     if suffix == ".csv":
         _check_csv_rows(path)
-    if suffix == ".json":
+
+
+def _bounded_lines(handle, path: Path) -> Iterator[bytes]:
+    """The lines of a file opened in binary, each read only up to MAX_RECORD_BYTES: a longer one is refused."""
+    number = 0
+    while True:
+        raw = handle.readline(MAX_RECORD_BYTES + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > MAX_RECORD_BYTES:
+            raise ValueError(f"{path}, line {number}: longer than {MAX_RECORD_BYTES:,} bytes, more than any record "
+                             "of text a command reads (a long document is a few hundred KB). The file is damaged, or "
+                             "its records are not one a line; split it into records.")
+        yield raw
+
+
+def parse_record(text: str, where: str, whole_file: Path | None = None):
+    """One JSON value of a data file (`where`: its file and line, for messages; or `whole_file`, the file it all is,
+    whose line of a syntax error is then named), refused in one line where it is nested deeper than
+    MAX_RECORD_DEPTH, gives a key twice in one object, holds a number Python will not read or is not valid JSON."""
+    if json_nesting_depth(text, stop_above=MAX_RECORD_DEPTH) > MAX_RECORD_DEPTH:
+        raise ValueError(f"{where}: nested more than {MAX_RECORD_DEPTH} levels deep, deeper than any record of "
+                         "text (a translation pair is nested 2 levels). The file is damaged or hostile.")
+    try:
+        return json.loads(text, object_pairs_hook=_object_without_repeated_keys)
+    except _RepeatedKey as repeated:
+        raise ValueError(f"{where}: the key {repeated.key!r} is given twice in one object; the loader would keep "
+                         "only one of its values without a word. Give each key once.") from None
+    except json.JSONDecodeError as error:
+        where = where if whole_file is None else f"{where}, line {error.lineno}"
+        raise ValueError(f"{where}: not valid JSON ({error.msg}).") from None
+    except ValueError as error:  # Python's limit on the digits of an integer it converts (4,300)
+        raise ValueError(f"{where}: {str(error).splitlines()[0][:160]} (a number of thousands of digits is "
+                         "no data a command reads).") from None
+    except RecursionError:
+        raise ValueError(f"{where}: nested too deeply to read.") from None
+
+
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _object_without_repeated_keys(pairs: list) -> dict:
+    record = {}
+    for key, value in pairs:
+        if key in record:
+            raise _RepeatedKey(key)
+        record[key] = value
+    return record
+
+
+def _check_record(record, where: str) -> None:
+    """A record of JSON Lines is an object, and its strings are valid text."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {_json_kind(record)}.")
+    if (bad := _unencodable(record)) is not None:
+        raise ValueError(f"{where}: {bad}.")
+
+
+def _json_kind(value) -> str:
+    """What a parsed JSON value is, as JSON names it."""
+    kinds = ((bool, "true/false"), (str, "a string"), (int, "a number"), (float, "a number"), (list, "an array"),
+             (dict, "an object"))
+    return next((kind for cls, kind in kinds if isinstance(value, cls)), "null")
+
+
+def _check_json_document(path: Path) -> None:
+    """A .json file: valid UTF-8 throughout (read in chunks, the line of a bad byte named), then parsed whole, as the
+    loader parses it, where the memory left allows (else refused), as a list of record objects or an object of
+    columns; or, failing that, JSON Lines (which the loader also takes), each line a record."""
+    size = path.stat().st_size
+    available = cpu_memory_available()
+    if available is not None and size * JSON_PARSE_BYTES_PER_FILE_BYTE > available:
+        raise ValueError(f"{path} ({size:,} bytes) would take about {size * JSON_PARSE_BYTES_PER_FILE_BYTE:,} bytes "
+                         f"of memory to parse, more than the {available:,} available: give the data as JSON Lines "
+                         "(.jsonl, one record a line), which is read a record at a time.")
+    _check_utf8(path)
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        raise ValueError(f"Data file {path} is empty: it holds no records.")
+    try:
+        content = parse_record(text, str(path), whole_file=path)
+    except ValueError as whole:
+        if "not valid JSON" not in str(whole) or not _is_json_lines(path):
+            raise
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                if len(line) > MAX_RECORD_BYTES:
+                    raise ValueError(f"{path}, line {number}: longer than {MAX_RECORD_BYTES:,} bytes.") from None
+                _check_record(parse_record(line, f"{path}, line {number}"), f"{path}, line {number}")
+        return
+    if isinstance(content, list):
+        for index, record in enumerate(content):
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}: item {index} of its array is {_json_kind(record)}; a .json file holds an "
+                                 "array of record objects, or an object of columns.")
+        if not content:
+            return  # no rows: the caller says so with its role
+    elif not isinstance(content, dict):
+        raise ValueError(f"{path} holds {_json_kind(content)}, not records: a .json file holds an array of record "
+                         "objects (`[{\"en\": ..., \"de\": ...}, ...]`), or an object of columns.")
+    if (bad := _unencodable(content)) is not None:
+        raise ValueError(f"{path}: {bad}.")
+
+
+def _check_utf8(path: Path) -> None:
+    """Every byte of the file is UTF-8, read a chunk at a time (a bad byte is named with its line)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines = 1
+    with open(path, "rb") as handle:
+        while chunk := handle.read(READ_CHUNK):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as error:
+                line = lines + chunk.count(b"\n", 0, error.start)
+                raise ValueError(f"{path}, line {line}: not valid UTF-8 ({error.reason}).") from None
+            lines += chunk.count(b"\n")
         try:
-            json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            # a .json file may also hold one object per line, which the loader accepts
-            if not _is_json_lines(path):
-                raise ValueError(f"{path}, line {error.lineno}: not valid JSON ({error.msg}).") from None
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{path}, line {lines}: not valid UTF-8 ({error.reason}: the file ends inside a "
+                             "character).") from None
 
 
 def _check_csv_rows(path: Path) -> None:
@@ -187,12 +330,13 @@ def _unencodable(value, where: str = "") -> str | None:
 
 
 def _is_json_lines(path: Path) -> bool:
+    """Whether every line of a .json file that did not parse whole parses on its own (the bounds aside)."""
     try:
         for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
+            if line.strip() and json_nesting_depth(line, stop_above=MAX_RECORD_DEPTH) <= MAX_RECORD_DEPTH:
                 json.loads(line)
         return True
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return False
 
 
@@ -246,6 +390,25 @@ def require_text(dataset: datasets.Dataset, columns: Sequence[str], where: str =
                     f"{where}, row {row}: `{column}` holds {_value_kind(value)} ({reprlib.repr(value)}), not text; "
                     "every value of a text column must be a string."
                 )
+
+
+def require_text_rows(dataset: datasets.Dataset, columns: Sequence[str], where: str = "the dataset") -> None:
+    """Every row holds text in each of `columns`: a string, or, in a column of dicts (transformers' `translation`), a
+    string under each key. A row whose value is null or missing, a number, a list or anything else is named with
+    its row and what it holds: a command that learns from the texts (train_tokenizer.py) would otherwise skip it
+    and count it as learned."""
+    for column in columns:
+        for row, value in enumerate(dataset[column], start=1):
+            values = value.items() if isinstance(value, dict) else [(None, value)]
+            if isinstance(value, dict) and not value:
+                values = [(None, None)]
+            for key, item in values:
+                if isinstance(item, str):
+                    continue
+                name = f"{column}.{key}" if key is not None else column
+                held = "null or missing" if item is None else f"{_value_kind(item)} ({reprlib.repr(item)})"
+                raise ValueError(f"{where}, row {row}: `{name}` is {held}, not text; every row needs a string in "
+                                 f"each of the columns {list(columns)}.")
 
 
 def _column_feature(features: datasets.Features, column: str):
@@ -364,6 +527,7 @@ __all__ = [
     "require_columns",
     "require_same_lengths",
     "require_text",
+    "require_text_rows",
     "require_values",
     "split_paths",
     "unnest_translation",

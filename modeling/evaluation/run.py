@@ -27,6 +27,8 @@ from transformers import (
 from .. import pipelines as vaswani_pipelines
 from ..cli import POSITIVE, at_least, check_numbers, require_folder_or_hub_id
 from ..data.label_sets import LabelSet
+from ..loading_checks import check_generation_fits
+from ..output_checks import check_output_writable
 from ..output_paths import check_output_file
 from ..pipelines.vocabulary import check_vocabulary
 from ..runs.records import RESULTS_FILE, weights_provenance
@@ -49,6 +51,7 @@ from .scoring import (
 )
 
 
+RESULTS_ROOM = 1 << 16  # bytes: the least a results file takes (metrics, conventions, diagnostics)
 AUTO_CLASSES = {
     "translation": AutoModelForSeq2SeqLM,
     "summarization": AutoModelForSeq2SeqLM,
@@ -177,20 +180,21 @@ def _score_split(args: EvaluationArguments, model, tokenizer, dataset, columns: 
     is generated)) for the task, through its pipeline."""
     config = model.config
     if args.task in ("translation", "summarization"):
-        max_new_tokens = min(args.max_new_tokens, getattr(config, "max_position_embeddings", 10**9) - 1)
-        decoding = {
-            "num_beams": args.num_beams, "length_penalty": args.length_penalty, "max_new_tokens": max_new_tokens
-        }
-        beams = f"beam {args.num_beams}, length penalty {args.length_penalty}, at most {max_new_tokens} new tokens"
+        decoding = applied_decoding(args, config)
+        if args.num_beams > 1:
+            beams = f"beam {args.num_beams}, length penalty {args.length_penalty}"
+        else:  # a length penalty weighs finished beams against each other: greedy decoding has none to weigh
+            beams = "greedy (beam 1)"
+        beams += f", at most {decoding['max_new_tokens']} new tokens"
         if args.no_repeat_ngram_size is not None:
-            decoding["no_repeat_ngram_size"] = args.no_repeat_ngram_size
             beams += f", no repeated {args.no_repeat_ngram_size}-grams"
         recorded = dict(decoding)
         if (args.engine, args.quantization) != ("transformers", "none"):  # recorded where it is not the default
             recorded.update(engine=args.engine, quantization=args.quantization)
             beams += f"; decoded with {args.engine}" + (", int8 weights" if args.quantization == "int8" else "")
-        pipe = _generation_pipeline(args, model, tokenizer)
         sources, references = dataset[columns["source"]], dataset[columns["target"]]
+        _check_generation_size(args, model, tokenizer, sources)
+        pipe = _generation_pipeline(args, model, tokenizer)
         weights = weights_provenance(args.model)
         if args.task == "translation":
             target_lang = args.target_lang or getattr(config, "target_lang", None) or "en"
@@ -230,6 +234,34 @@ def _score_split(args: EvaluationArguments, model, tokenizer, dataset, columns: 
         f"entities (aggregation_strategy={args.aggregation_strategy!r})."
     )
     return metrics, {"aggregation_strategy": args.aggregation_strategy}, conventions, {}
+
+
+def applied_decoding(args: EvaluationArguments, config) -> dict:
+    """The decoding settings the evaluation applies, as the results file records them and `generate()` gets them:
+    the length penalty only with beam search (greedy decoding never reads it, and a results file that named it would
+    say otherwise), at most as many new tokens as the model has positions for after its start token."""
+    max_new_tokens = min(args.max_new_tokens, getattr(config, "max_position_embeddings", 10**9) - 1)
+    decoding = {"num_beams": args.num_beams, "max_new_tokens": max_new_tokens}
+    if args.num_beams > 1:
+        decoding["length_penalty"] = args.length_penalty
+    if args.no_repeat_ngram_size is not None:
+        decoding["no_repeat_ngram_size"] = args.no_repeat_ngram_size
+    return decoding
+
+
+def _check_generation_size(args: EvaluationArguments, model, tokenizer, sources) -> None:
+    """Refuse, before the first batch, a --batch_size x --num_beams whose decoding would not fit in the memory
+    left (vaswani.loading_checks.check_generation_fits), for the longest source of the split (by characters)."""
+    if not sources:
+        return
+    config = model.config
+    longest = max(sources, key=len)
+    source_length = len(tokenizer(longest, truncation=True, max_length=tokenizer.model_max_length)["input_ids"])
+    rows = min(args.batch_size, len(sources)) * args.num_beams
+    target = applied_decoding(args, config)["max_new_tokens"] + 1
+    check_generation_fits(config, rows, source_length, target,
+                          f"--batch_size {min(args.batch_size, len(sources))} x --num_beams {args.num_beams}",
+                          dtype=model.dtype, device=model.device)
 
 
 def _generation_pipeline(args: EvaluationArguments, model, tokenizer):
@@ -278,6 +310,7 @@ def evaluate_checkpoint(args: EvaluationArguments, data: EvaluatedSplitArguments
         raise ValueError(f"--model {args.model} is not a local folder: give --output_file for the results.")
     data.source()  # bad data options stop here, before the model is loaded
     check_output_file(output_file, {"--model": args.model, **data.files()})
+    check_output_writable(output_file, "--output_file", needed_bytes=RESULTS_ROOM)
 
     model, tokenizer = _load_checkpoint(args)
     columns = _columns_for(args, model.config)
@@ -320,4 +353,4 @@ def _print_results(metrics: list[dict], diagnostics: dict) -> None:
         if "encoder_layers" in diagnostics:
             print(format_encoder_collapse(diagnostics["encoder_layers"]))
 
-__all__ = ["AUTO_CLASSES", "EvaluationArguments", "evaluate_checkpoint"]
+__all__ = ["AUTO_CLASSES", "EvaluationArguments", "applied_decoding", "evaluate_checkpoint"]

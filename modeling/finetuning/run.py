@@ -6,6 +6,7 @@ after the update under way, with a checkpoint to resume from."""
 import copy
 import json
 import logging
+import os
 import sys
 from dataclasses import asdict
 from fnmatch import fnmatch
@@ -24,6 +25,7 @@ from ..cli import (
     Allowed,
     at_least,
     check_numbers,
+    parse_config_overrides,
     require_folder_or_hub_id,
 )
 from ..data.arguments import TrainingDataArguments
@@ -33,7 +35,7 @@ from ..runs.launch_status import processes_apart
 from ..runs.ownership import release_output_dir, take_output_dir
 from ..runs.preemption import RESUMABLE, StoppedBySignal, StopSignals
 from ..runs.records import ARGUMENTS_FILE, TRAINER_STATE_FILE
-from ..safe_loading import check_trainer_checkpoint
+from ..safe_loading import check_trainer_checkpoint, read_json_record
 from .head_loading import ModelArguments
 
 
@@ -52,6 +54,7 @@ def start_run(task_arguments, argv: list[str] | None, training_arguments=Trainin
     setup_logging(training_args)
     check_run(training_args)
     _check_paths(model_args, data_args, training_args)
+    _check_resumed_inputs((model_args, data_args, task_args), training_args)
     _take_output_dir(training_args)
     _stop_at_once_while_setting_up(training_args)
     set_seed(training_args.seed)
@@ -225,6 +228,85 @@ def _check_paths(model_args: ModelArguments, data_args: TrainingDataArguments, t
         _refuse_an_earlier_run(Path(training_args.output_dir))
 
 
+# --- the inputs a resumed run continues with ------------------------------------------------------------------
+
+
+# The options of a run's model, data and task (arguments.json's "model", "data" and "task") that a resumed run may
+# change: which rows it is evaluated on. Every other one decides what it trains (the base model, the tokenizer, the
+# training data, its columns, labels and lengths), and is recorded in each checkpoint (`RecordInputsInCheckpoints`).
+CHANGEABLE_ON_RESUME = ("validation_file", "validation_split", "max_eval_samples", "trust_remote_code")
+PATH_OPTIONS = ("model_name_or_path", "tokenizer_name", "train_file")  # compared as the files they name
+
+
+def run_record(arguments: tuple) -> dict:
+    """arguments.json's record of a run's model, data and task options (`arguments`: their dataclasses)."""
+    return {"script": Path(sys.argv[0]).name,
+            **{kind: asdict(value) for kind, value in zip(("model", "data", "task"), arguments)}}
+
+
+def _check_resumed_inputs(arguments: tuple, training_args: TrainingArguments) -> None:
+    """A run resumed from a checkpoint (`--resume_from_checkpoint`) goes on with the base model, tokenizer, data and
+    task options that checkpoint was trained with (its arguments.json): another --train_file or
+    --model_name_or_path would be trained on without a word, and arguments.json (and so the model card) would name
+    only the last command's inputs. One line names each option that differs; a checkpoint of an earlier version,
+    without the record, is resumed with a warning."""
+    checkpoint = resume_checkpoint(training_args)
+    if checkpoint is None:
+        return
+    record_file = Path(checkpoint) / ARGUMENTS_FILE
+    if not record_file.is_file():
+        logger.warning(f"--resume_from_checkpoint {checkpoint}: the checkpoint records no options ({ARGUMENTS_FILE}; "
+                       "written by an earlier version), so the base model and data could not be checked to be the "
+                       "run's.")
+        return
+    saved = read_json_record(record_file)
+    current = run_record(arguments)
+    changed = []
+    for kind in ("model", "data", "task"):
+        before = saved.get(kind) if isinstance(saved.get(kind), dict) else {}
+        for name, value in current[kind].items():
+            if name in CHANGEABLE_ON_RESUME or name not in before or _same_option(name, before[name], value):
+                continue
+            changed.append(f"--{name} {before[name]!r} -> {value!r}")
+    if changed:
+        raise ValueError(
+            f"--resume_from_checkpoint {checkpoint}: these options differ from those of the run it continues (what "
+            f"was -> what is): {'; '.join(changed)}. The run would go on training another model or on other data, "
+            f"and its record would name only this command's. Give the run's values (its {record_file}), or start a "
+            f"new run in another --output_dir. Options that may change on resume: {', '.join(CHANGEABLE_ON_RESUME)}."
+        )
+
+
+def _same_option(name: str, saved, current) -> bool:
+    """Paths are the same where they name the same files (`./a.jsonl`, `a.jsonl`); config overrides where they set
+    the same fields to the same values."""
+    if saved == current:
+        return True
+    if name == "config_overrides" and isinstance(saved, str) and isinstance(current, str):
+        try:
+            return parse_config_overrides(saved) == parse_config_overrides(current)
+        except ValueError:
+            return False
+    if name in PATH_OPTIONS and isinstance(saved, str) and isinstance(current, str):
+        resolved = [[os.path.realpath(part) for part in split_paths(value)] for value in (saved, current)]
+        return resolved[0] == resolved[1]
+    return False
+
+
+class RecordInputsInCheckpoints(TrainerCallback):
+    """Write the run's model, data and task options (`run_record`) into each checkpoint the Trainer saves, as
+    arguments.json, which a resumed run checks its own against (`_check_resumed_inputs`)."""
+
+    def __init__(self, arguments: tuple):
+        self.record = json.dumps(run_record(arguments), indent=2, default=str) + "\n"
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        if state.is_world_process_zero and folder.is_dir():
+            write_text_atomically(folder / ARGUMENTS_FILE, self.record)
+        return control
+
+
 # What a fine-tuning run writes into --output_dir (the Trainer's files and this project's): finding any of them means
 # that a run, or a model, is there already, which this run would replace.
 RUN_FILES = (f"{PREFIX_CHECKPOINT_DIR}-*", TRAINER_STATE_FILE, "all_results.json", "train_results.json",
@@ -382,8 +464,7 @@ def _save_trained_model(trainer: Trainer, training_args: TrainingArguments, argu
     trainer.save_model()
     trainer.save_state()
     if trainer.is_world_process_zero():
-        record = {"script": Path(sys.argv[0]).name, **{kind: asdict(value) for kind, value in
-                                                        zip(("model", "data", "task"), arguments)}}
+        record = run_record(arguments)
         record["training"] = training_args.to_dict()  # tokens are masked by transformers
         write_text_atomically(Path(training_args.output_dir) / ARGUMENTS_FILE,
                               json.dumps(record, indent=2, default=str) + "\n")
@@ -416,6 +497,8 @@ def _train_and_evaluate(trainer: Trainer, training_args: TrainingArguments, extr
     loss_is_a_batch_mean(trainer)
     trainer.add_callback(WarmupWithinRun())
     trainer.add_callback(UpdatesLeftToTrain())
+    if arguments:
+        trainer.add_callback(RecordInputsInCheckpoints(arguments))
     if training_args.do_train:
         # a stop signal is acted on while there is training to lose: after the last update it lets the saves finish
         with StopSignals() as signals:

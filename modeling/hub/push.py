@@ -26,6 +26,7 @@ from .. import (
     VaswaniModel,
 )
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
+from ..configuration_vaswani import check_regular_files
 from ..output_paths import MANIFEST_FILE, OutputFolder
 from ..runs.records import RESULTS_FILE
 from ..safe_loading import check_checkpoint_folder
@@ -115,6 +116,7 @@ def _check_arguments(args: PushArguments) -> None:
     model_dir = Path(args.model_dir)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"--model_dir {model_dir}: no such folder; give a checkpoint folder.")
+    check_regular_files(model_dir)  # a FIFO named config.json is not "no config.json", and is never opened
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"--model_dir {model_dir} is not a checkpoint folder: it has no config.json.")
     if not (model_dir / "tokenizer.json").is_file():

@@ -127,8 +127,12 @@ def _answer(served: ServedModel, text: str):
 
     try:
         answer = demo_tasks.RUNNERS[served.task](served, text)
-    except InputError as error:
-        raise gr.Error(str(error)) from None
+    except InputError as error:  # the person's text, not a fault of the server: no traceback in its log
+        raise gr.Error(str(error), print_exception=False) from None
+    except BaseException as error:  # the tokenizers library's panic (PanicException) would leave the request unanswered
+        if type(error).__name__ != "PanicException":
+            raise
+        raise gr.Error("The model's tokenizer failed on this text; try another one.") from None
     for note in answer.notes:
         gr.Warning(note)
     return answer
@@ -246,6 +250,60 @@ def _outputs(gr, served: ServedModel, key: str):
     return [highlighted, entities], _tag(served)
 
 
+# The largest request body the server reads: a text of MAX_CHARACTERS, JSON-escaped (at most 6 bytes a character,
+# `\uXXXX`), with room to spare. The page uploads no files. A longer body is answered 413 before it is read: a
+# 100 MB request was read into memory whole before the length of its text was checked.
+MAX_REQUEST_BYTES = 2**20
+
+
+class RequestSizeLimit:
+    """ASGI middleware: a request whose body is longer than `limit` bytes (by its Content-Length, or as it streams
+    in) gets 413 Request Entity Too Large, without its body being read (or the rest of it)."""
+
+    def __init__(self, app, limit: int = MAX_REQUEST_BYTES):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.strip().isdigit() or int(length) > self.limit):
+            return await self._refuse(send)
+        received, started = 0, False
+
+        async def bounded_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise _TooLarge()
+            return message
+
+        async def noting_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, bounded_receive, noting_send)
+        except _TooLarge:
+            if not started:
+                await self._refuse(send)
+
+    async def _refuse(self, send):
+        body = (f"The request is larger than the {self.limit:,} bytes this demo reads; a text takes at most "
+                f"{demo_tasks.MAX_CHARACTERS:,} characters.").encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
 def import_gradio():
     try:
         import gradio
@@ -338,7 +396,17 @@ def main(argv: list[str] | None = None) -> None:
     import_gradio()
     tabs = load_tabs(args.model)
     app = build_app(tabs)
-    app.launch(server_name=args.host, server_port=args.port, show_error=False)
+    app.launch(server_name=args.host, server_port=args.port, show_error=False, app_kwargs=_limited_requests())
 
 
-__all__ = ["DEFAULT_PORT", "EXAMPLES", "QUEUE_SIZE", "SHIPPED", "Tab", "build_app", "load_tabs", "main"]
+def _limited_requests() -> dict:
+    """The keyword arguments of Gradio's server (FastAPI) that put `RequestSizeLimit` in front of every route."""
+    from starlette.middleware import Middleware
+
+    return {"middleware": [Middleware(RequestSizeLimit, limit=MAX_REQUEST_BYTES)]}
+
+
+__all__ = [
+    "DEFAULT_PORT", "EXAMPLES", "MAX_REQUEST_BYTES", "QUEUE_SIZE", "SHIPPED", "RequestSizeLimit", "Tab", "build_app",
+    "load_tabs", "main",
+]

@@ -31,6 +31,7 @@ from transformers import (
 )
 
 from .. import VaswaniConfig
+from ..configuration_vaswani import check_regular_files
 from .. import pipelines as vaswani_pipelines
 from ..safe_loading import check_checkpoint_folder
 from .attention_map import CrossAttentionMap, attention_of_translation
@@ -134,6 +135,7 @@ def read_task(folder: Path, option: str = "--model") -> str:
     line (a ValueError or FileNotFoundError) naming the option, the folder and what is wrong."""
     if not folder.is_dir():
         raise FileNotFoundError(f"{option} {folder}: no such folder; give a checkpoint folder of this project.")
+    check_regular_files(folder)  # a FIFO named config.json is not "no config.json", and is never opened
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{option} {folder} is not a checkpoint folder: it has no config.json.")
     check_checkpoint_folder(folder)  # before any of its files is parsed

@@ -3,6 +3,8 @@ of the checkpoint they read and of the folder they write. An error names the arg
 value and what is allowed; and the options both export scripts take (`ExportArguments`)."""
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import torch
 
 from .. import output_paths
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
+from ..output_checks import check_output_writable
 from ..pipelines.vocabulary import check_vocabulary
 from ..safe_loading import check_checkpoint_folder
 
@@ -34,11 +37,25 @@ class ExportArguments:
 def claim_output_dir(output_dir: Path, model_dir: Path, overwrite_output_dir: bool) -> output_paths.OutputFolder:
     """The export's folder, checked and published as every command's (vaswani.output_paths): not a link or a special
     file, apart from the checkpoint file by file, not an existing folder unless overwriting (and then holding only
-    files this project writes), written by one export at a time and renamed into place whole."""
+    files this project writes), written by one export at a time and renamed into place whole; and, before the
+    checkpoint is loaded, a folder that can be written there (vaswani.output_checks: its name with the temporary
+    name's suffix within the file system's limit, a folder this process can write into, room on the disk for the
+    weights at least), so that a conversion is never lost to a write that could not be made."""
+    check_output_writable(output_dir, "output_dir (--output_dir)", needed_bytes=_weights_bytes(Path(model_dir)))
     return output_paths.OutputFolder(
         output_dir, {"model_dir (--model)": model_dir}, option="output_dir (--output_dir)",
         overwrite=overwrite_output_dir,
     )
+
+
+def _weights_bytes(model_dir: Path) -> int | None:
+    """The size of the checkpoint's weights file (an export holds them once at least); None where it is not a
+    regular file of the folder."""
+    try:
+        found = os.stat(model_dir / "model.safetensors")
+    except OSError:
+        return None
+    return found.st_size if stat.S_ISREG(found.st_mode) else None
 
 
 def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwargs):

@@ -118,7 +118,9 @@ def _train_until_done(run: Run, bar, stop: StopSignals | None = None) -> tuple[s
     args, progress, accelerator = run.args, run.progress, run.accelerator
     batches = training_batches(run)
     window = LoggingWindow()
-    last_evaluated = last_saved = None
+    last_saved = None
+    # resumed from the checkpoint of an update that was evaluated before it was saved: that evaluation is done
+    last_evaluated = progress.step if progress.last_evaluated == progress.step else None
     run.model.train()
     while progress.step < args.max_steps:
         if args.max_epochs is not None and progress.epoch >= args.max_epochs:
@@ -259,6 +261,7 @@ def _evaluate_and_keep_best(run: Run) -> dict:
         progress.evaluations_without_improvement += 1
     record = {"step": progress.step, **{k: v for k, v in results.items() if k not in ("samples", "warning")}}
     _log_metrics(run, record)
+    progress.last_evaluated = progress.step  # (after its line is written: a checkpoint says so from here on)
     accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=progress.step)
     if accelerator.is_main_process:
         source, output, reference = results["samples"][0]

@@ -35,6 +35,9 @@ class TrainingProgress:
     best_score: float | None = None
     best_step: int | None = None
     evaluations_without_improvement: int = 0
+    # the last update whose evaluation is done and in metrics.jsonl: a run resumed from the checkpoint of that update
+    # (one killed right after it was saved) does not evaluate it again, which wrote its line twice
+    last_evaluated: int | None = None
 
     COUNTS = ("step", "epoch", "position", "first_batch", "tokens", "evaluations_without_improvement")
     SECONDS = ("train_seconds", "wall_seconds")
@@ -78,6 +81,10 @@ class TrainingProgress:
                     "evaluation")
         if best_step is not None and not (is_count(best_step) and best_step <= state.get("step", 0)):
             return (f"`best_step` is {describe_value(best_step)}; allowed: an update from 0 to `step` "
+                    f"({state.get('step', 0)}), or null before any evaluation")
+        last_evaluated = state.get("last_evaluated")
+        if last_evaluated is not None and not (is_count(last_evaluated) and last_evaluated <= state.get("step", 0)):
+            return (f"`last_evaluated` is {describe_value(last_evaluated)}; allowed: an update from 0 to `step` "
                     f"({state.get('step', 0)}), or null before any evaluation")
         if (best_score is None) != (best_step is None):
             return (f"`best_score` is {describe_value(best_score)} and `best_step` {describe_value(best_step)}; "

@@ -47,6 +47,7 @@ before and after (a loaded machine's numbers are noise). The table of results/be
 
 import argparse
 
+from vaswani.cli import run_command
 from vaswani_tools.benchmarking import REPO, WORKLOADS, run_benchmark
 
 
@@ -106,4 +107,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)  # a bad --json (a device, a folder) is one line, before the measurements

@@ -46,8 +46,10 @@ def test_a_split_comes_from_one_source_and_each_option_is_checked(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"--train_file someone/corpus: no such file \(a dataset on the Hub is "
                                                 r"given with --dataset_name\)\."):
         data_source("someone/corpus", None)
-    with pytest.raises(FileNotFoundError, match=r"--train_file missing\.jsonl: no such file\.$"):
-        data_source(f"{local},missing.jsonl", None)  # each of several files
+    # each of several files, saying how the option was split (issue 67: the split went unsaid)
+    with pytest.raises(FileNotFoundError, match=r"--train_file missing\.jsonl: no such file \(--train_file .*,"
+                                                r"missing\.jsonl is read as 2 files separated by commas: \[.*\]\)\.$"):
+        data_source(f"{local},missing.jsonl", None)
     with pytest.raises(ValueError, match=r"--train_file .*train\.jsonl and --dataset_name someone/corpus both give "
                                          r"the data of one split"):
         data_source(str(local), "someone/corpus")

@@ -19,6 +19,7 @@ from helpers import (
     write_jsonl,
 )
 from transformers import pipeline as transformers_pipeline
+import vaswani.evaluation.run
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
 from vaswani.evaluation.metrics import rouge_percent
 from vaswani.pipelines import pipeline
@@ -339,3 +340,96 @@ def test_a_folder_given_as_the_data_file_is_called_a_folder(seq2seq, tmp_path):
         evaluate_model.main(["--model", str(seq2seq), "--task", "translation",
                              "--validation_file", str(tmp_path / "data"),
                              "--source_column", "en", "--target_column", "de", "--output_file", str(tmp_path / "r.json")])
+
+
+# --- what the results record, and the inputs checked before any work (issue 67) ------------------------------------
+
+
+def test_greedy_decoding_records_no_length_penalty(seq2seq, tmp_path):
+    """`--num_beams 1` recorded `length_penalty 0.6`, which greedy decoding never applied (and push_to_hub copied it
+    into the generation config): a results file records only the decoding settings applied."""
+    data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:2]])
+    results = evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--test_file", str(data),
+                                   "--num_beams", "1", "--length_penalty", "0.6", "--max_new_tokens", "6",
+                                   "--diagnostic_examples", "0", "--output_file", str(tmp_path / "results.json")])
+    assert results["decoding"] == {"num_beams": 1, "max_new_tokens": 6}
+    assert "length penalty" not in results["conventions"] and "greedy (beam 1)" in results["conventions"]
+    beam = evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--test_file", str(data),
+                                "--num_beams", "2", "--length_penalty", "0.6", "--max_new_tokens", "6",
+                                "--diagnostic_examples", "0", "--output_file", str(tmp_path / "beam.json")])
+    assert beam["decoding"] == {"num_beams": 2, "length_penalty": 0.6, "max_new_tokens": 6}
+
+
+@pytest.fixture
+def nothing_loaded(monkeypatch):
+    """Fail the test if the evaluation gets as far as loading the checkpoint."""
+    def load(args):
+        raise AssertionError("the checkpoint was loaded: the output was not checked first")
+
+    monkeypatch.setattr(vaswani.evaluation.run, "_load_checkpoint", load)
+
+
+def test_an_output_name_too_long_with_its_temporary_name_is_refused_before_the_evaluation(seq2seq, tmp_path,
+                                                                                          nothing_loaded):
+    """A valid 245-character name: the results file is written under a temporary name 26 characters longer first,
+    which the file system refused after the whole evaluation, in a message naming the temporary file."""
+    data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:2]])
+    name = "r" * 240 + ".json"
+    with pytest.raises(ValueError, match=rf"^--output_file {re.escape(str(tmp_path / name))}: its name is 245 bytes "
+                                         r"long, and the temporary name .* more than the 255 this file system "
+                                         r"allows\. Give a name of at most 223 bytes; nothing was done\.$"):
+        evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--test_file", str(data),
+                             "--output_file", str(tmp_path / name)])
+
+
+def test_an_output_on_a_read_only_file_system_is_refused_before_the_evaluation(seq2seq, tmp_path, monkeypatch,
+                                                                               nothing_loaded):
+    import os
+
+    import vaswani.output_checks
+
+    data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:2]])
+    read_only = tmp_path / "mounted"
+    read_only.mkdir()
+    statvfs = os.statvfs
+
+    class ReadOnly:
+        def __init__(self, real):
+            self.f_flag, self.f_bavail, self.f_frsize = real.f_flag | os.ST_RDONLY, real.f_bavail, real.f_frsize
+
+    monkeypatch.setattr(vaswani.output_checks.os, "statvfs",
+                        lambda path: ReadOnly(statvfs(path)) if str(path) == str(read_only) else statvfs(path))
+    with pytest.raises(PermissionError, match=rf"--output_file {re.escape(str(read_only))}/results\.json: "
+                                              rf"{re.escape(str(read_only))} is on a read-only file system"):
+        evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--test_file", str(data),
+                             "--output_file", str(read_only / "results.json")])
+
+
+def test_a_full_disk_is_refused_before_the_evaluation(seq2seq, tmp_path, monkeypatch, nothing_loaded):
+    import shutil as shutil_module
+    from collections import namedtuple
+
+    data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:2]])
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda path: usage(10**9, 10**9 - 100, 100))
+    with pytest.raises(OSError, match=r"the disk of .* has 100 bytes free, and the output needs at least 65\.5 KB"):
+        evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--test_file", str(data),
+                             "--output_file", str(tmp_path / "results.json")])
+
+
+def test_more_beams_than_the_memory_holds_are_refused_in_one_line_before_decoding(seq2seq, tmp_path, monkeypatch):
+    """`--num_beams 100000` made a shipped model ask for 40-160 GB, and the allocator's traceback came after the
+    model and the data were loaded and decoding began."""
+    import vaswani.loading_checks
+
+    data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:3]])
+    monkeypatch.setattr(vaswani.loading_checks, "available_memory", lambda device: 2**30)  # 1 GiB free
+    generated = []
+    monkeypatch.setattr(VaswaniForConditionalGeneration, "_cpu_generate", lambda self: generated.append(1))
+    with pytest.raises(ValueError, match=r"^Generating 300,000 sequences at once \(--batch_size 3 x --num_beams "
+                                         r"100000\), up to 128 tokens each .* needs at least [\d.]+ GB of memory, more "
+                                         r"than the 1\.1 GB available on cpu: lower num_beams") as refused:
+        evaluate_model.main(["--model", str(seq2seq), "--task", "translation", "--test_file", str(data),
+                             "--num_beams", "100000", "--output_file", str(tmp_path / "results.json")])
+    assert "\n" not in str(refused.value) and not generated
+    assert not (tmp_path / "results.json").exists()

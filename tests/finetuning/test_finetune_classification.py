@@ -6,7 +6,7 @@ import re
 
 import pytest
 import torch
-from transformers import AutoModelForSequenceClassification, pipeline
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
 from finetune_helpers import count_calls, language_rows, run_two_processes, weights
 from helpers import QUIET, load_script, save_seq2seq_checkpoint, write_jsonl
@@ -335,3 +335,36 @@ def test_sigterm_while_the_run_is_set_up_exits_75_with_its_line(tokenizer_dir, d
         "finetune_classification.py: stopped by SIGTERM while the run was being set up, before its first update: "
         "nothing was trained, so nothing is lost")
     assert not (tmp_path / "run" / "config.json").exists()
+
+
+def with_option(arguments: list[str], option: str, value: str) -> list[str]:
+    """`arguments` with `option` given `value` (in place of the value it had)."""
+    changed = list(arguments)
+    changed[changed.index(option) + 1] = value
+    return changed
+
+
+def test_resuming_with_other_data_or_another_base_model_is_refused(tokenizer_dir, data, tmp_path):
+    """`--resume_from_checkpoint last` with another --train_file or --model_name_or_path was accepted, and
+    arguments.json (and so the model card) named only the last command's inputs: each checkpoint records the run's
+    options, and a resume that changes what it trains on is refused in one line; the validation data may change."""
+    run = tmp_path / "run"
+    common = ["--do_train", "--save_strategy", "steps", "--save_steps", "2"]
+    script.main(scratch_args(tokenizer_dir, data, run, *common, "--max_steps", "2"))
+    record = json.loads((run / "checkpoint-2" / "arguments.json").read_text())
+    assert record["data"]["train_file"] == str(data / "train.jsonl") and record["model"]["preset"] == "tiny"
+    resumed = scratch_args(tokenizer_dir, data, run, *common, "--max_steps", "4", "--resume_from_checkpoint", "last")
+    other = write_jsonl(tmp_path / "other.jsonl", language_rows(english=1, german=0))
+    where = re.escape(f"--resume_from_checkpoint {run / 'checkpoint-2'}: these options differ from those of the run")
+    with pytest.raises(ValueError, match=rf"^{where} it continues \(what was -> what is\): --train_file "
+                                         rf"'{re.escape(str(data / 'train.jsonl'))}' -> '{re.escape(str(other))}'\. "):
+        script.main(with_option(resumed, "--train_file", str(other)))
+    base = save_seq2seq_checkpoint(tmp_path / "base", AutoTokenizer.from_pretrained(tokenizer_dir))
+    another_base = [item for item in resumed if item not in ("--preset", "tiny")] + ["--model_name_or_path", str(base)]
+    with pytest.raises(ValueError, match=rf"--model_name_or_path None -> '{re.escape(str(base))}'; --preset 'tiny' "
+                                         "-> None"):
+        script.main(another_base)
+    # the same inputs resume, another validation file too; the run's record names them
+    script.main(with_option(resumed, "--validation_file", str(other)))
+    final = json.loads((run / "arguments.json").read_text())
+    assert final["data"]["train_file"] == str(data / "train.jsonl")

@@ -80,8 +80,12 @@ def server(tmp_path_factory):
     pytest.importorskip("gradio", reason=f"the web demo needs gradio: {INSTALL_DEMO}")
     log = tmp_path_factory.mktemp("app") / "app.log"
     process, url = start_app([sys.executable, str(APP), "--port", str(free_port())], REPO, log)
+    SERVER_LOG["path"] = log
     yield url
     stop_app(process)
+
+
+SERVER_LOG = {}  # "path": the running demo's output (stdout and stderr)
 
 
 @pytest.fixture(scope="module")
@@ -278,6 +282,65 @@ def test_the_api_refuses_a_text_beyond_the_bounds_with_the_message(client):
         client.predict("x" * 5001, api_name="/classify")
     with pytest.raises(AppError, match="9 sentences \\(lines\\); this demo translates at most 8"):
         client.predict("A dog runs.\n" * 9, api_name="/translate_en_de")
+
+
+def test_a_refused_text_leaves_no_traceback_in_the_servers_log(client):
+    """Every refused text logged a full traceback (Gradio prints one for each gr.Error unless told not to)."""
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match="The text is empty"):
+        client.predict("   ", api_name="/classify")
+    log = SERVER_LOG["path"].read_text(errors="replace")
+    assert "Traceback" not in log and "InputError" not in log, log[-3000:]
+
+
+def test_a_request_body_over_the_limit_is_answered_413_before_it_is_read(server):
+    """The demo read a 100 MB request body into memory before the length check of its text."""
+    import http.client
+    from urllib.parse import urlparse
+
+    from vaswani.serving.app import MAX_REQUEST_BYTES
+
+    address = urlparse(server)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+    connection.putrequest("POST", "/gradio_api/call/classify")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", str(100 * 2**20))
+    connection.endheaders()
+    connection.send(b'{"data": ["' + b"x" * 1000)  # the rest never comes: the answer must not wait for it
+    response = connection.getresponse()
+    assert response.status == 413
+    assert f"larger than the {MAX_REQUEST_BYTES:,} bytes this demo reads" in response.read().decode()
+    connection.close()
+    # an ordinary request is still answered
+    gradio_client = pytest.importorskip("gradio_client")
+    assert gradio_client.Client(server, verbose=False).predict(EXAMPLES["text-classification"][0],
+                                                               api_name="/classify")
+
+
+def test_the_size_limit_counts_a_body_sent_without_its_length():
+    """A body streamed in chunks (no Content-Length) is cut off at the limit, and answered 413."""
+    import asyncio
+
+    from vaswani.serving.app import RequestSizeLimit
+
+    read, sent = [], []
+
+    async def application(scope, receive, send):
+        while (message := await receive())["more_body"]:
+            read.append(len(message["body"]))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    chunks = iter([{"type": "http.request", "body": b"x" * 600, "more_body": True}] * 10)
+
+    async def receive():
+        return next(chunks)
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(RequestSizeLimit(application, limit=1000)({"type": "http", "headers": []}, receive, send))
+    assert read == [600] and sent[0]["status"] == 413
 
 
 # --- the command line: a folder that is not a checkpoint of this project ----------------------------------------------

@@ -192,7 +192,7 @@ def test_a_classifier_checkpoint_is_refused_naming_its_class(tokenizer, tmp_path
         (["--head", "4"], "--head 4 is out of range: the decoder's cross-attention has 4 heads, "
                           "so use an index from -4 to 3"),
         (["--head", "-5"], "--head -5 is out of range"),
-        (["--num_beams", "0"], "--num_beams must be at least 1"),
+        (["--num_beams", "0"], "--num_beams must be a whole number >= 1; got 0."),
         (["--output_file", "x.json"], r"--output_file x.json: the picture must end in one of \['.png'"),
     ],
 )
@@ -209,6 +209,19 @@ def test_the_command_line_reports_bad_input_without_a_traceback(translator, tmp_
     assert result.returncode == 1
     assert "attention_heatmap.py: error: --text is empty" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_more_beams_than_the_memory_holds_are_one_line_before_translating(translator, tmp_path, monkeypatch):
+    """`--num_beams 100000` asked a shipped model for 40-160 GB, and ended in the allocator's traceback."""
+    import vaswani.loading_checks
+
+    monkeypatch.setattr(vaswani.loading_checks, "available_memory", lambda device: 2**30)  # 1 GiB free
+    result = command_in_process(REPO / "scripts" / "attention_heatmap.py", [
+        "--model", translator, "--text", SENTENCE, "--output_file", tmp_path / "x.png", "--num_beams", "100000"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert ("attention_heatmap.py: error: Generating 100,000 sequences at once (a batch of 1 input(s) x num_beams "
+            "100000), up to 65 tokens each") in result.stderr
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_the_title_names_layer_and_head_as_the_arguments_number_them(heatmap):

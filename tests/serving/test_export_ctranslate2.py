@@ -318,6 +318,27 @@ def test_an_existing_output_folder_is_refused_unless_overwritten(tiny_checkpoint
     assert (tiny_checkpoint / "model.safetensors").is_file()
 
 
+def test_an_output_that_cannot_be_written_is_refused_before_the_conversion(tiny_checkpoint, tmp_path, monkeypatch):
+    """A valid 245-character --output_dir: the export is written under a temporary name beside it first, which the
+    file system refused after the whole conversion; a disk without room for the weights, likewise."""
+    from collections import namedtuple
+
+    import vaswani.serving.exporting
+
+    converted = []
+    monkeypatch.setattr(ctranslate2_export, "build_spec", lambda *args: converted.append(1))
+    output = tmp_path / ("x" * 245)
+    with pytest.raises(ValueError, match=rf"^output_dir \(--output_dir\) {re.escape(str(output))}: its name is 245 "
+                                         r"bytes long, .* Give a name of at most 223 bytes; nothing was done\.$"):
+        export_to_ctranslate2(tiny_checkpoint, output)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(vaswani.serving.exporting.check_output_writable.__globals__["shutil"], "disk_usage",
+                        lambda path: usage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(OSError, match=r"has 1\.0 KB free, and the output needs at least [\d.]+ KB"):
+        export_to_ctranslate2(tiny_checkpoint, tmp_path / "out")
+    assert not converted and not output.exists() and not (tmp_path / "out").exists()
+
+
 def test_the_script_names_a_bad_argument(tiny_checkpoint, tmp_path, capsys):
     with pytest.raises(SystemExit):
         export_ctranslate2.main(

@@ -183,3 +183,14 @@ def test_matmul_peak_times_several_products_between_two_synchronizations(monkeyp
     assert products["count"] == 4 * rounds
     assert len(synchronizations) == 2 * rounds
     assert flops > 0
+
+
+@pytest.mark.parametrize("target", ["/dev/null", "folder"])
+def test_a_json_output_that_cannot_be_written_is_one_line_before_the_measurements(tmp_path, target):
+    """`--json /dev/null` (a device) ended in a traceback of 13 lines."""
+    from helpers import REPO, command_in_process
+
+    path = "/dev/null" if target == "/dev/null" else tmp_path
+    result = command_in_process(REPO / "scripts" / "tools" / "benchmark.py", ["--presets", "tiny", "--json", path])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"benchmark.py: error: --json {path} is ") and len(result.stderr.splitlines()) == 1

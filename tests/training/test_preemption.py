@@ -195,6 +195,31 @@ def test_sigterm_during_the_set_up_exits_75_with_its_line(tmp_path, monkeypatch,
     assert json.loads((tmp_path / ".run.lock").read_text()).get("released")  # the folder let go
 
 
+def catches(pid: int, number: int) -> bool:
+    """Whether process `pid` has a handler of its own for signal `number` (SigCgt in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (number - 1) & 1)
+    return False
+
+
+def test_sigterm_while_train_py_imports_its_libraries_exits_75_with_its_line(tmp_path):
+    """SIGTERM in train.py's first seconds, while it imports torch and transformers, exited 143 with no line."""
+    process = subprocess.Popen([sys.executable, str(REPO / "scripts" / "train.py"), *tiny_argv(tmp_path)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 3  # the handler comes first in the script, seconds before its imports end
+    while not catches(process.pid, signal.SIGTERM) and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == EXIT_RESUMABLE, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == (
+        "train.py: stopped by SIGTERM while the command was starting, before the run was set up: nothing was trained, "
+        "so nothing is lost; the same command starts it again (exit status 75: stopped by a signal, resumable).")
+    assert "Traceback" not in stderr and not (tmp_path / "checkpoints").exists()
+
+
 @contextlib.contextmanager
 def training_under_way(command: list[str], output_dir: Path, log: Path, env: dict):
     """`command` started in a session of its own, its stderr in `log` (a file, not a pipe: the progress bars would

@@ -44,3 +44,30 @@ def test_a_metrics_log_cut_by_a_kill_resumes_and_a_broken_line_is_named(checkpoi
     log.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
     with pytest.raises(TrainingError, match=rf"{log}, line 2: not a metrics record"):
         run_in_process(tiny_argv(run, max_steps=8, save_steps=2, eval_steps=100, dropout=0.1, resume=True))
+
+
+class Killed(Exception):
+    """Stands for a SIGKILL: the run ends where it is raised, with nothing after it."""
+
+
+def test_a_run_killed_right_after_its_last_checkpoint_logs_each_evaluation_once_on_resume(tmp_path, monkeypatch):
+    """Killed after the checkpoint of its last update (evaluated before it was saved), the resumed run evaluated
+    that update again and wrote the same validation line twice into metrics.jsonl."""
+    import vaswani.training.loop as loop
+
+    publish_model = loop.publish_model
+
+    def killed_before_last(accelerator, model, tokenizer, folder, *args, **kwargs):
+        if folder.name == "last":
+            raise Killed()
+        return publish_model(accelerator, model, tokenizer, folder, *args, **kwargs)
+
+    options = dict(max_steps=4, save_steps=2, eval_steps=2, dropout=0.1)
+    with monkeypatch.context() as patch:
+        patch.setattr(loop, "publish_model", killed_before_last)
+        with pytest.raises(Killed):
+            run_in_process(tiny_argv(tmp_path, **options))
+    assert [r["step"] for r in metrics_records(tmp_path) if "val_loss" in r] == [2, 4]
+    run_in_process(tiny_argv(tmp_path, resume=True, **options))
+    assert [r["step"] for r in metrics_records(tmp_path) if "val_loss" in r] == [2, 4]
+    assert (tmp_path / "last" / "config.json").is_file()

@@ -13,8 +13,10 @@ This file is copied into every saved checkpoint, so it imports nothing from this
 import contextvars
 import copy
 import difflib
+import errno
 import os
 import re
+import stat
 from dataclasses import fields
 from typing import Any
 
@@ -283,10 +285,57 @@ class VaswaniConfig(PreTrainedConfig):
         return isinstance(token_id, int) and not isinstance(token_id, bool) and 0 <= token_id < self.vocab_size
 
 
+# What a folder entry is, where it is not a regular file or a folder (links followed): never opened when a checkpoint
+# is read, since opening a FIFO blocks until something writes to it, and a device never ends.
+_SPECIAL_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                  (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+MAX_FOLDER_ENTRIES = 100_000  # entries of a checkpoint folder looked at; a checkpoint holds a few dozen
+
+
+def special_kind(path) -> str | None:
+    """What makes `path` unreadable as a file of a checkpoint, in words: a FIFO, a device, a socket (links
+    followed), or a loop of symbolic links; None for a regular file, a folder, or nothing there."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "a loop of symbolic links"
+        return None  # nothing there (a dangling link is missing to every reader)
+    return next((kind for test, kind in _SPECIAL_KINDS if test(mode)), None)
+
+
+def check_regular_files(folder) -> None:
+    """Refuse a checkpoint or tokenizer folder holding an entry that is not a regular file or a folder (a FIFO, a
+    device, a socket, a loop of symbolic links), before anything opens one: OSError naming it. A FIFO named
+    model.safetensors blocked every reader forever in open(); one named config.json made transformers answer
+    "Unrecognized model"."""
+    try:
+        with os.scandir(folder) as entries:
+            for count, entry in enumerate(entries):
+                if count >= MAX_FOLDER_ENTRIES:
+                    break
+                try:
+                    if entry.is_file() or entry.is_dir():  # (links followed)
+                        continue
+                except OSError:  # a loop of links
+                    pass
+                kind = special_kind(entry.path)
+                if kind is not None:
+                    raise OSError(f"{entry.path} is {kind}, not a regular file: a checkpoint's files "
+                                  "are read only as regular files. Replace it with the file itself (save or "
+                                  "download the checkpoint again).")
+    except (FileNotFoundError, NotADirectoryError):
+        return
+
+
 def check_json_file(path) -> None:
-    """Refuse a JSON file of a checkpoint that is larger or more deeply nested than any this project writes, before
-    anything parses it: ValueError naming the file. tokenizer.json may be larger than the others (it holds the
-    vocabulary)."""
+    """Refuse a JSON file of a checkpoint that is larger or more deeply nested than any this project writes, or that
+    is not a regular file (`special_kind`), before anything opens or parses it: ValueError naming the file.
+    tokenizer.json may be larger than the others (it holds the vocabulary)."""
+    kind = special_kind(path)
+    if kind is not None:
+        raise ValueError(f"{path} is {kind}, not a regular file: it is not opened. Replace it with the file itself "
+                         "(save or download the checkpoint again).")
     name = os.path.basename(os.fspath(path))
     limit = MAX_VOCABULARY_JSON_BYTES if name == "tokenizer.json" else MAX_JSON_BYTES
     size = os.path.getsize(path)
@@ -336,6 +385,8 @@ __all__ = [
     "PRESETS",
     "VaswaniConfig",
     "check_json_file",
+    "check_regular_files",
     "json_nesting_depth",
     "misspelled_fields",
+    "special_kind",
 ]

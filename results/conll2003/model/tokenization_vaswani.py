@@ -47,7 +47,9 @@ bounds of a checkpoint's files), with a relative import: transformers copies tha
 """
 
 import json
+import re
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
@@ -55,7 +57,7 @@ from tokenizers.models import BPE
 from tokenizers.trainers import BpeTrainer
 from transformers import PreTrainedTokenizerFast
 
-from .configuration_vaswani import check_json_file
+from .configuration_vaswani import check_json_file, check_regular_files
 
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -438,12 +440,17 @@ def update_tokenizer_file(folder: str | Path) -> bool:
 
 def check_tokenizer_files(folder: Path) -> None:
     """Bound the JSON files of a tokenizer folder before anything parses them (`check_json_file`), and the BPE
-    model of tokenizer.json before the tokenizers library builds it (`check_bpe_model`)."""
+    model of tokenizer.json before the tokenizers library builds it (`check_bpe_model`); before any of them is
+    opened, every entry of the folder is a regular file or a folder (`check_regular_files`: no FIFO, device or
+    socket)."""
+    check_regular_files(folder)
     for name in TOKENIZER_JSON_FILES:
         if (folder / name).is_file():
             check_json_file(folder / name)
     if (folder / "tokenizer.json").is_file():
-        check_bpe_model(folder / "tokenizer.json")
+        content = check_bpe_model(folder / "tokenizer.json")
+        if isinstance(content, dict):
+            check_regexes(folder / "tokenizer.json", content)
 
 
 # The memory the tokenizers library takes to build a tokenizer, per byte of its tokenizer.json (measured: 7.6 GB for a
@@ -451,10 +458,11 @@ def check_tokenizer_files(folder: Path) -> None:
 BUILD_BYTES_PER_FILE_BYTE = 64
 
 
-def check_bpe_model(path: Path) -> None:
+def check_bpe_model(path: Path):
     """Refuse a tokenizer.json that the memory left could not build, or whose BPE merges are not those of its
     vocabulary (a merge joins two tokens of the vocabulary into a third, so there are no more merges than tokens):
-    ValueError naming the file. A file of 149 MB (91 merges repeated to 10 million) took 98 s and 7.6 GB to build."""
+    ValueError naming the file. A file of 149 MB (91 merges repeated to 10 million) took 98 s and 7.6 GB to build.
+    Returns the file's content, parsed."""
     try:
         from .loading_checks import cpu_memory_available  # absent where a folder carries the tokenizer alone
     except ImportError:
@@ -472,7 +480,7 @@ def check_bpe_model(path: Path) -> None:
                          "tokenizer again.") from None
     model = content.get("model") if isinstance(content, dict) else None
     if not isinstance(model, dict) or model.get("type") != "BPE":
-        return
+        return content
     vocabulary, merges = model.get("vocab"), model.get("merges")
     if not isinstance(vocabulary, dict) or not isinstance(merges, list):
         raise ValueError(f"{path}: its BPE model has no vocabulary (`vocab`) or no list of `merges`; save or "
@@ -489,6 +497,206 @@ def check_bpe_model(path: Path) -> None:
             raise ValueError(f"{path}: BPE merge {number} ({str(merge)[:80]!r}) does not join two tokens of its "
                              "vocabulary into a third. The file is damaged or hostile; save or download the tokenizer "
                              "again.")
+    return content
+
+
+# The parts of a tokenizer.json whose steps may match a regular expression (a `Split` pre-tokenizer, a `Replace`
+# normalizer or decoder), run on every text the tokenizer reads or writes.
+REGEX_SECTIONS = ("normalizer", "pre_tokenizer", "decoder")
+MAX_REGEXES = 64  # more than any tokenizer has (GPT-2's: one; this project's: three)
+MAX_REGEX_CHARACTERS = 4096
+PROBE_LENGTH = 64  # characters of each probe text: a catastrophic pattern blows up on far fewer (25 for (a+)+$)
+PROBE_SECONDS = 1.0  # what all the probes together may take; they take about a millisecond
+
+
+def check_regexes(path: Path, content: dict) -> None:
+    """Refuse a tokenizer.json whose regular expressions (`Split`, `Replace`: `regexes_of`) could take exponential
+    time on a short text, before the tokenizer is built: one whose pattern repeats a group that itself repeats
+    (`(a+)+$`: star height 2, `nested_repetition`), or whose normalizer, pre-tokenizer or decoder, built on their
+    own, fails or takes more than PROBE_SECONDS on a few bounded probe texts made of the patterns' own characters
+    (`probe_regexes`). The regular-expression engine of the tokenizers library gives up after a number of steps
+    and the library then panics: a 25-character text ended the web demo's request without an answer. ValueError
+    naming the file and the pattern."""
+    patterns = regexes_of({key: content.get(key) for key in REGEX_SECTIONS})
+    if not patterns:
+        return
+    if len(patterns) > MAX_REGEXES:
+        raise ValueError(f"{path}: its steps hold {len(patterns)} regular expressions, more than the {MAX_REGEXES} "
+                         "allowed. The file is damaged or hostile; save or download the tokenizer again.")
+    for pattern in patterns:
+        if len(pattern) > MAX_REGEX_CHARACTERS:
+            raise ValueError(f"{path}: a regular expression of {len(pattern):,} characters (at most "
+                             f"{MAX_REGEX_CHARACTERS:,} allowed): {pattern[:60]!r}... The file is damaged or hostile.")
+        nested = nested_repetition(pattern)
+        if nested is not None:
+            raise ValueError(f"{path}: the regular expression {pattern[:80]!r} repeats a group that itself repeats "
+                             f"({nested[:40]!r}), which can take exponential time on a short text (the tokenizers "
+                             "library then panics). Use a tokenizer without it: save or download the tokenizer again.")
+    problem = probe_regexes(content, patterns)
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}; such a tokenizer could not read every text. Use a tokenizer without "
+                         "that step: save or download the tokenizer again.")
+
+
+def regexes_of(value) -> list[str]:
+    """Every regular expression (`{"Regex": "..."}`) in a part of a tokenizer.json, in order."""
+    found, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("Regex"), str):
+                found.append(item["Regex"])
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return found
+
+
+_REPEATS = re.compile(r"[*+]|\{(\d*)(,?)(\d*)\}")
+
+
+def nested_repetition(pattern: str) -> str | None:
+    """The first group of `pattern` that is repeated (`*`, `+`, `{n,}`, `{n,m}` with m > 1) and holds a repetition
+    itself, as written (`(a+)`); None where there is none. Escapes and character classes are skipped; an atomic
+    group (`(?>...)`), which never backtracks into itself, does not count."""
+    groups: list[list] = []  # open groups: [start, holds a repetition, atomic]
+    index, length = 0, len(pattern)
+    while index < length:
+        char = pattern[index]
+        if char == "\\":
+            index += 2
+            if pattern[index - 1:index] in ("p", "P", "x", "o") and pattern.startswith("{", index):  # \p{L}
+                index = (pattern.find("}", index) + 1) or length
+            end = index
+        elif char == "[":
+            index = _class_end(pattern, index)
+            end = index
+        elif char == "(":
+            groups.append([index, False, pattern.startswith("(?>", index)])
+            index += 1
+            continue
+        elif char == ")" and groups:
+            start, holds, atomic = groups.pop()
+            index += 1
+            repeated = _repetition_at(pattern, index)
+            if repeated and holds and not atomic:
+                return pattern[start:index]
+            if groups and (holds and not atomic or repeated):
+                groups[-1][1] = True
+            index += repeated[1] if repeated else 0
+            continue
+        else:
+            index += 1
+            end = index
+        repeated = _repetition_at(pattern, end)
+        if repeated and groups:
+            groups[-1][1] = True
+        index = end + (repeated[1] if repeated else 0)
+    return None
+
+
+def _repetition_at(pattern: str, index: int) -> tuple[bool, int] | None:
+    """(True, its length) where a quantifier that repeats more than once starts at `index`; None otherwise."""
+    match = _REPEATS.match(pattern, index)
+    if match is None:
+        return None
+    if match.group(0).startswith("{"):
+        low, comma, high = match.groups()
+        if not low and not comma:
+            return None
+        if not comma or (high and int(high) <= 1):
+            return None if not low or int(low) <= 1 else (True, match.end() - index)
+    return True, match.end() - index
+
+
+def _class_end(pattern: str, index: int) -> int:
+    """The index after the character class that starts at `index` (`[...]`, nested classes and escapes inside)."""
+    depth, index = 0, index
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char == "[":
+            depth += 1
+            if pattern.startswith("^]", index + 1) or pattern.startswith("]", index + 1):
+                index += 2 if pattern[index + 1] == "]" else 3
+                continue
+        elif char == "]":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+        index += 1
+    return len(pattern)
+
+
+def probe_texts(patterns: list[str]) -> list[str]:
+    """Short texts on which a pattern that backtracks without end shows it: each character the patterns name
+    (letters, digits, spaces, marks), repeated to PROBE_LENGTH, then a character of another kind, and a few mixes."""
+    characters = {char for pattern in patterns for char in pattern if char.isprintable() or char.isspace()}
+    characters = sorted(characters - set("\\()[]{}|*+?^$.:<>=!,-") | {"a", "1", " ", "\n", "."})[:64]
+    texts = []
+    for char in characters:
+        other = "!" if char.isalnum() else "a"
+        texts.append(char * PROBE_LENGTH + other)
+    texts += ["a1 " * (PROBE_LENGTH // 3) + "!", "ab" * (PROBE_LENGTH // 2) + "\n", "a." * (PROBE_LENGTH // 2) + "\u2581"]
+    return texts
+
+
+def probe_regexes(content: dict, patterns: list[str]) -> str | None:
+    """Run the tokenizer's normalizer, pre-tokenizer and decoder (built alone, around an empty model) on
+    `probe_texts`; what went wrong in words, or None. The regular-expression engine bounds each match (the library
+    panics past its limit), so a probe ends; a step slower than PROBE_SECONDS in all counts as wrong too."""
+    import time
+
+    state = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "post_processor": None,
+             **{key: content.get(key) for key in REGEX_SECTIONS},
+             "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                       "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": {},
+                       "merges": []}}
+    try:
+        backend = Tokenizer.from_str(json.dumps(state))
+    except Exception as error:  # the tokenizers library's own exception: a step it cannot build
+        return f"its steps cannot be built ({str(error).splitlines()[0][:200] if str(error) else type(error).__name__})"
+    started = time.perf_counter()
+    with _panic_report_silenced():
+        for text in probe_texts(patterns):
+            try:
+                normalized = backend.normalizer.normalize_str(text) if backend.normalizer else text
+                pieces = backend.pre_tokenizer.pre_tokenize_str(normalized) if backend.pre_tokenizer else [(text, 0)]
+                if backend.decoder:
+                    backend.decoder.decode([piece for piece, _ in pieces] or [text])
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as error:  # the library's panic (pyo3's PanicException is a BaseException)
+                return (f"a regular expression of its steps ({', '.join(repr(p[:40]) for p in patterns)}) fails on "
+                        f"the {len(text)}-character text {text[:12]!r}... ({type(error).__name__})")
+            if time.perf_counter() - started > PROBE_SECONDS:
+                return (f"its regular expressions ({', '.join(repr(p[:40]) for p in patterns)}) took more than "
+                        f"{PROBE_SECONDS:g} s on {PROBE_LENGTH}-character texts")
+    return None
+
+
+@contextmanager
+def _panic_report_silenced():
+    """The process's stderr (file descriptor 2) sent nowhere while the probes run (milliseconds): a panic of the
+    tokenizers library writes its report of 40 lines there, where the one line of the refusal is what counts."""
+    import os
+    import sys
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no descriptor 2 (an embedding application)
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as nowhere:
+            os.dup2(nowhere.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _strings(texts: Iterable[str]) -> Iterator[str]:
@@ -501,8 +709,10 @@ def _strings(texts: Iterable[str]) -> Iterator[str]:
 __all__ = [
     "VaswaniTokenizer",
     "check_bpe_model",
+    "check_regexes",
     "check_tokenizer_files",
     "flat_steps",
+    "nested_repetition",
     "space_marks",
     "update_saved_tokenizer",
     "update_tokenizer_file",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .configuration_vaswani import VaswaniConfig, check_json_file
+from .configuration_vaswani import VaswaniConfig, check_json_file, check_regular_files
 
 
 # The weights files transformers unpickles (torch.load) where a folder has no safetensors weights.
@@ -25,7 +25,9 @@ MODEL_JSON_FILES = ("config.json", "generation_config.json", "model.safetensors.
 
 def check_model_files(folder: Path) -> None:
     """What a model folder from elsewhere must pass before anything in it is parsed or loaded: its JSON files are
-    bounded (`check_json_file`), its safetensors headers readable, and pickled weights are refused."""
+    bounded (`check_json_file`), its safetensors headers readable, and pickled weights are refused; before any of
+    them is opened, every entry is a regular file or a folder (`check_regular_files`: no FIFO, device or socket)."""
+    check_regular_files(folder)
     for name in MODEL_JSON_FILES:
         if (folder / name).is_file():
             check_json_file(folder / name)
@@ -109,6 +111,45 @@ def check_fits_in_memory(config: VaswaniConfig, dtype: torch.dtype | None = None
         )
 
 
+# Copies of one step's scores over the vocabulary that a generate step holds at once (the logits, their float32
+# log-softmax, the scores of every continuation of every beam); and a floor under which a call is never refused.
+SCORE_COPIES = 3
+SMALL_GENERATION_BYTES = 2**28  # 256 MiB
+
+
+def generation_bytes(config, rows: int, source_length: int, target_length: int, itemsize: int = 4) -> int | None:
+    """About how many bytes `generate()` holds at its last step for `rows` sequences (inputs x beams, or x returned
+    sequences) of a source of `source_length` tokens and a target of `target_length`: each decoder layer's keys and
+    values of the target so far and of the source, the encoder's output, and a step's scores over the vocabulary. A
+    lower bound (the model's activations of one step are left out); None for a config that does not say its sizes."""
+    try:
+        d_model, layers, vocabulary = int(config.d_model), int(config.decoder_layers), int(config.vocab_size)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    per_row = (layers * 2 * (target_length + source_length) + source_length) * d_model * itemsize
+    per_row += SCORE_COPIES * vocabulary * 4
+    return rows * per_row
+
+
+def check_generation_fits(config, rows: int, source_length: int, target_length: int, what: str,
+                          dtype: torch.dtype | None = None, device=None) -> None:
+    """Refuse a generation whose caches and scores (`generation_bytes`) would not fit in the memory left on `device`
+    before it starts: `num_beams=100000` made a shipped model ask for 40-160 GB, and the allocator's error (or the
+    kernel's kill) came long after. `what` names the numbers the rows come from ("a batch of 16 inputs x num_beams
+    100000"), for the message; ValueError in one line."""
+    needed = generation_bytes(config, rows, source_length, target_length, (dtype or torch.float32).itemsize)
+    if needed is None or needed <= SMALL_GENERATION_BYTES:
+        return
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    available = available_memory(device)
+    if available is not None and needed > available:
+        raise ValueError(
+            f"Generating {rows:,} sequences at once ({what}), up to {target_length:,} tokens each from sources of up "
+            f"to {source_length:,}, needs at least {in_units(needed)} of memory, more than the {in_units(available)} "
+            f"available on {device.type}: lower num_beams, num_return_sequences or the batch size."
+        )
+
+
 def in_units(count: int) -> str:
     """A number of bytes in words: "52.1 GB", "300.5 KB"."""
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
@@ -188,9 +229,11 @@ def cgroup_memory_limit() -> int | None:
 __all__ = [
     "available_memory",
     "check_fits_in_memory",
+    "check_generation_fits",
     "check_model_files",
     "check_weights_file",
     "cpu_memory_available",
+    "generation_bytes",
     "loading_device",
     "loading_dtype",
     "refuse_pickled_weights",

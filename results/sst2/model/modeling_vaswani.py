@@ -53,7 +53,13 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani import MAX_SIZES, VaswaniConfig
-from .loading_checks import check_fits_in_memory, check_model_files, loading_device, loading_dtype
+from .loading_checks import (
+    check_fits_in_memory,
+    check_generation_fits,
+    check_model_files,
+    loading_device,
+    loading_dtype,
+)
 from .pipeline_tasks import register_pipeline_tasks
 
 
@@ -981,6 +987,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         if streamer is not None and "num_beams" not in kwargs and (config.num_beams or 1) > 1:
             kwargs["num_beams"] = 1
             kwargs.setdefault("length_penalty", 1.0)  # (a beam setting: unused and warned about with greedy)
+        self._check_generation_request(args, kwargs, config)
         if cpu_decoding is None:
             cpu_decoding = getattr(config, "cpu_decoding", True)
         if not isinstance(cpu_decoding, bool):
@@ -988,6 +995,44 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         if cpu_decoding and kwargs.get("custom_generate") is None and self.device.type == "cpu":
             return self._cpu_generate()(*args, streamer=streamer, **kwargs)
         return super().generate(*args, streamer=streamer, **kwargs)
+
+    def _check_generation_request(self, args: tuple, kwargs: dict, config) -> None:
+        """Refuse, before decoding starts, a call that asks for more new tokens than the model has positions (a
+        generation config's `max_new_tokens: 1000000000` decoded up to the position limit and failed there) or for
+        more sequences at once than the memory left can hold (`loading_checks.check_generation_fits`: a batch x
+        num_beams). Values of the wrong type are left to transformers, which names them."""
+
+        def setting(name: str):
+            given = kwargs.get(name)
+            if given is not None:
+                return given, ""
+            return getattr(config, name, None), " (the model's generation config)"
+
+        def count(value) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+        positions = self.config.max_position_embeddings
+        new_tokens, where = setting("max_new_tokens")
+        if count(new_tokens) and new_tokens > positions - 1:
+            raise ValueError(
+                f"max_new_tokens={new_tokens}{where} is more than this model can generate: max_position_embeddings="
+                f"{positions} leaves room for at most {positions - 1} new tokens after the start token."
+            )
+        max_length = kwargs.get("max_length")
+        if new_tokens is None and count(max_length) and max_length > positions:
+            raise ValueError(f"max_length={max_length} is more than this model accepts (max_position_embeddings="
+                             f"{positions}).")
+        target = new_tokens + 1 if count(new_tokens) else positions
+        inputs = kwargs.get("inputs", kwargs.get("input_ids", args[0] if args else None))
+        beams, returned = setting("num_beams")[0], setting("num_return_sequences")[0]
+        if not (torch.is_tensor(inputs) and inputs.dim() == 2 and count(beams or 1) and count(returned or 1)):
+            return
+        per_input = max(beams or 1, returned or 1)
+        what = f"a batch of {inputs.shape[0]:,} input(s) x num_beams {beams or 1}"
+        if (returned or 1) > (beams or 1):
+            what = f"a batch of {inputs.shape[0]:,} input(s) x num_return_sequences {returned}"
+        check_generation_fits(self.config, inputs.shape[0] * per_input, inputs.shape[1], min(target, positions), what,
+                              dtype=self.dtype, device=self.device)
 
     def _cpu_generate(self):
         """The model's CPU decoder (`cpu_decoding.CpuGenerate`, made at the first call): it holds the weights laid out
