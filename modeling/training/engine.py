@@ -217,7 +217,7 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
 
     resegmented = BpeDropoutEpochs(prepared.train, tokenizer, data, accelerator) if data.bpe_dropout > 0 else None
     batches = TokenBudgetBatches(
-        prepared.train["source_length"], prepared.train["target_length"], split.micro_batch_tokens, args.seed,
+        *prepared.train_lengths, split.micro_batch_tokens, args.seed,
         accelerator.num_processes, accelerator.process_index,
         epoch_lengths=resegmented.lengths if resegmented else None, shapes=shapes,
     )
