@@ -83,6 +83,18 @@ class EvaluationArguments:
     num_beams: int = field(default=4, metadata={"help": "Beam size (the paper: 4)."})
     length_penalty: float = field(default=0.6, metadata={"help": "Beam length penalty alpha (the paper: 0.6)."})
     max_new_tokens: int = field(default=128, metadata={"help": "Longest output, in tokens."})
+    max_new_tokens_over_input: int | None = field(
+        default=None,
+        metadata={"help": "Translation / summarization: outputs up to the input's length + N tokens instead of "
+                  "--max_new_tokens (the paper: 50, section 6.1), the input's length that of the longest input of its "
+                  "batch (as tensor2tensor bounds a padded batch); batches are made of inputs of about one length."},
+    )
+    compound_split: bool = field(
+        default=False,
+        metadata={"help": "Translation: also score tokenized_bleu_compound_split, cased BLEU of Moses-tokenized text "
+                  "with hyphenated compounds split (a-b -> a ##AT##-##AT## b), as WMT14 English-German is scored in "
+                  "the paper (tensor2tensor's get_ende_bleu.sh)."},
+    )
     no_repeat_ngram_size: int | None = field(
         default=None, metadata={"help": "Never repeat an n-gram of this size in an output (unset: no such rule)."}
     )
@@ -123,6 +135,7 @@ NUMBER_RULES = {
     "batch_size": POSITIVE,
     "num_beams": POSITIVE,
     "max_new_tokens": POSITIVE,
+    "max_new_tokens_over_input": at_least(0, meaning="unset: --max_new_tokens"),
     "no_repeat_ngram_size": at_least(1, meaning="unset: no such rule"),
     "diagnostic_examples": at_least(0, meaning="0 skips the diagnostics"),
     "max_eval_samples": at_least(1, meaning="unset: every row"),
@@ -138,6 +151,11 @@ def _check_arguments(args: EvaluationArguments, data: EvaluatedSplitArguments) -
         )
     if args.engine == "ctranslate2" and args.task not in ("translation", "summarization"):
         raise ValueError(f"--engine ctranslate2 translates and summarizes; --task {args.task} runs with transformers.")
+    if args.compound_split and args.task != "translation":
+        raise ValueError(f"--compound_split scores translation BLEU; --task {args.task} is not scored with BLEU.")
+    if args.max_new_tokens_over_input is not None and args.task not in ("translation", "summarization"):
+        raise ValueError(f"--max_new_tokens_over_input {args.max_new_tokens_over_input} bounds generated outputs; "
+                         f"--task {args.task} generates none.")
 
 
 def _columns_for(args: EvaluationArguments, config) -> dict[str, str]:
@@ -181,14 +199,23 @@ def _score_split(args: EvaluationArguments, model, tokenizer, dataset, columns: 
     config = model.config
     if args.task in ("translation", "summarization"):
         decoding = applied_decoding(args, config)
+        max_positions = getattr(config, "max_position_embeddings", 10**9)
         if args.num_beams > 1:
             beams = f"beam {args.num_beams}, length penalty {args.length_penalty}"
         else:  # a length penalty weighs finished beams against each other: greedy decoding has none to weigh
             beams = "greedy (beam 1)"
-        beams += f", at most {decoding['max_new_tokens']} new tokens"
+        if args.max_new_tokens_over_input is None:
+            beams += f", at most {decoding['max_new_tokens']} new tokens"
+        else:
+            del decoding["max_new_tokens"]
+            beams += (f", at most the input's length + {args.max_new_tokens_over_input} new tokens (the longest input "
+                      f"of its batch, in tokens; at most {max_positions - 1})")
         if args.no_repeat_ngram_size is not None:
             beams += f", no repeated {args.no_repeat_ngram_size}-grams"
         recorded = dict(decoding)
+        if args.max_new_tokens_over_input is not None:
+            recorded["max_new_tokens_over_input"] = args.max_new_tokens_over_input
+            decoding["over_input"] = (args.max_new_tokens_over_input, max_positions)
         if (args.engine, args.quantization) != ("transformers", "none"):  # recorded where it is not the default
             recorded.update(engine=args.engine, quantization=args.quantization)
             beams += f"; decoded with {args.engine}" + (", int8 weights" if args.quantization == "int8" else "")
@@ -198,11 +225,15 @@ def _score_split(args: EvaluationArguments, model, tokenizer, dataset, columns: 
         weights = weights_provenance(args.model)
         if args.task == "translation":
             target_lang = args.target_lang or getattr(config, "target_lang", None) or "en"
-            metrics, outputs = score_translation(pipe, sources, references, args.batch_size, target_lang, **decoding)
+            metrics, outputs = score_translation(pipe, sources, references, args.batch_size, target_lang,
+                                                 compound_split=args.compound_split, **decoding)
+            split = (f"; BLEU (tokenized, cased, compounds split) after Moses tokenization ({target_lang}) with each "
+                     "hyphen inside a word split off (a ##AT##-##AT## b), as WMT14 en-de is scored in the papers"
+                     if args.compound_split else "")
             conventions = (
                 f"sacreBLEU on detokenized output against the raw references (signature given); BLEU (tokenized, "
                 f"lowercased) after lowercasing and Moses normalization + tokenization ({target_lang}), as papers "
-                f"report it. {beams}; weights: {weights}."
+                f"report it{split}. {beams}; weights: {weights}."
             )
         else:
             metrics, outputs = score_summarization(pipe, sources, references, args.batch_size, **decoding)
@@ -258,7 +289,11 @@ def _check_generation_size(args: EvaluationArguments, model, tokenizer, sources)
     longest = max(sources, key=len)
     source_length = len(tokenizer(longest, truncation=True, max_length=tokenizer.model_max_length)["input_ids"])
     rows = min(args.batch_size, len(sources)) * args.num_beams
-    target = applied_decoding(args, config)["max_new_tokens"] + 1
+    if args.max_new_tokens_over_input is None:
+        target = applied_decoding(args, config)["max_new_tokens"] + 1
+    else:  # the longest source's outputs are the longest
+        target = min(source_length + args.max_new_tokens_over_input,
+                     getattr(config, "max_position_embeddings", 10**9) - 1) + 1
     check_generation_fits(config, rows, source_length, target,
                           f"--batch_size {min(args.batch_size, len(sources))} x --num_beams {args.num_beams}",
                           dtype=model.dtype, device=model.device)

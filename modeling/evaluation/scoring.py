@@ -91,12 +91,36 @@ def run_pipeline(pipe: Pipeline, texts: Sequence[str], batch_size: int, **call_k
     return results
 
 
+def run_bounded_by_input(pipe: Pipeline, texts: Sequence[str], batch_size: int, extra: int, max_positions: int,
+                         **call_kwargs) -> list:
+    """The pipeline's output for each text, in the order of `texts`, each batch generating up to the length of its
+    longest input + `extra` tokens (the paper's "input length + 50", as tensor2tensor bounds a padded batch), at most
+    `max_positions` - 1: the texts are batched from the longest to the shortest, in tokens as the encoder gets them."""
+    lengths = [len(ids) for ids in pipe.tokenizer(list(texts))["input_ids"]]
+    order = sorted(range(len(texts)), key=lambda index: -lengths[index])
+    results = [None] * len(texts)
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        bound = min(max(lengths[index] for index in batch) + extra, max_positions - 1)
+        outputs = pipe([texts[index] for index in batch], batch_size=batch_size, max_new_tokens=bound, **call_kwargs)
+        for index, output in zip(batch, outputs, strict=True):
+            results[index] = output
+    return results
+
+
 def score_translation(
-    pipe: Pipeline, sources, references, batch_size: int, target_lang: str, **generate_kwargs
+    pipe: Pipeline, sources, references, batch_size: int, target_lang: str, compound_split: bool = False,
+    over_input: tuple[int, int] | None = None, **generate_kwargs
 ) -> tuple[list[dict], list[str]]:
-    outputs = run_pipeline(pipe, sources, batch_size, **generate_kwargs)
+    """The translations and their scores; with `over_input` (extra tokens, the model's positions), each batch's
+    outputs bounded by its longest input (`run_bounded_by_input`) instead of a `max_new_tokens` of generate_kwargs."""
+    if over_input is not None:
+        outputs = run_bounded_by_input(pipe, sources, batch_size, *over_input, **generate_kwargs)
+    else:
+        outputs = run_pipeline(pipe, sources, batch_size, **generate_kwargs)
     hypotheses = [output["translation_text"] for output in outputs]
-    scores = compute_scores("translation", hypotheses, references, target_lang=target_lang)
+    scores = compute_scores("translation", hypotheses, references, target_lang=target_lang,
+                            compound_split=compound_split)
     return [score.as_entry() for score in scores], hypotheses
 
 
@@ -106,9 +130,13 @@ def rouge_metrics(summaries: Sequence[str], references: Sequence[str]) -> list[d
 
 
 def score_summarization(
-    pipe: Pipeline, documents, references, batch_size: int, **generate_kwargs
+    pipe: Pipeline, documents, references, batch_size: int, over_input: tuple[int, int] | None = None,
+    **generate_kwargs
 ) -> tuple[list[dict], list[str]]:
-    outputs = run_pipeline(pipe, documents, batch_size, **generate_kwargs)
+    if over_input is not None:
+        outputs = run_bounded_by_input(pipe, documents, batch_size, *over_input, **generate_kwargs)
+    else:
+        outputs = run_pipeline(pipe, documents, batch_size, **generate_kwargs)
     summaries = [output["summary_text"] for output in outputs]
     return rouge_metrics(summaries, references), summaries
 
@@ -170,6 +198,7 @@ __all__ = [
     "EvaluatedSplitArguments",
     "GROUPED_AGGREGATIONS",
     "rouge_metrics",
+    "run_bounded_by_input",
     "run_pipeline",
     "score_summarization",
     "score_text_classification",

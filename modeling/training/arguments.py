@@ -150,6 +150,14 @@ class TrainArguments:
             "(the paper: about 25,000)."
         },
     )
+    exact_tokens_per_update: bool = field(
+        default=False,
+        metadata={"help": "Make every update --tokens_per_update tokens a side on any number of processes: the fewest "
+                  "micro-batches per process of at most --max_tokens_per_batch, each cut to tokens_per_update / "
+                  "(processes x micro-batches), e.g. 25,000 = 1 x 25,000 = 8 x 3,125 = 16 x 1,562 (the batches then "
+                  "depend on the number of processes, which a resume keeps). False: micro-batches of "
+                  "--max_tokens_per_batch, as many as come nearest (on 8 processes of 4,096: 32,768 an update)."},
+    )
     learning_rate: float | None = field(
         default=None,
         metadata={"help": "Peak learning rate, reached at the end of warmup. Unset: the paper's d_model^-0.5 * "
@@ -244,7 +252,8 @@ CHANGEABLE_ON_RESUME = (
 
 
 # Options fixed by a checkpoint that checkpoints written before them do not record: the value those runs had.
-OPTIONS_OF_OLDER_CHECKPOINTS = {"torch_compile": False, "cuda_graphs": False}  # batches not padded to a few shapes
+# (batches not padded to a few shapes; micro-batches of --max_tokens_per_batch)
+OPTIONS_OF_OLDER_CHECKPOINTS = {"torch_compile": False, "cuda_graphs": False, "exact_tokens_per_update": False}
 
 
 def options_changed_on_resume(saved: dict, current: dict) -> list[str]:

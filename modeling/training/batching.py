@@ -165,6 +165,38 @@ def micro_batches_per_update(tokens_per_update: int, max_tokens_per_batch: int, 
     return max(1, round(tokens_per_update / (max_tokens_per_batch * num_processes)))
 
 
+class UpdateSplit(NamedTuple):
+    """How an update is made: `accumulation` micro-batches on each process, each packed to `micro_batch_tokens`
+    tokens a side (padding counted)."""
+
+    accumulation: int
+    micro_batch_tokens: int
+
+    def update_tokens(self, num_processes: int) -> int:
+        """The token budget of one update a side, over all processes."""
+        return num_processes * self.accumulation * self.micro_batch_tokens
+
+
+def update_split(tokens_per_update: int, max_tokens_per_batch: int, num_processes: int,
+                 exact: bool = False) -> UpdateSplit:
+    """The micro-batches of an update on `num_processes` processes.
+
+    Not `exact`: micro-batches of `max_tokens_per_batch`, as many per process as come nearest to `tokens_per_update`
+    (`micro_batches_per_update`); the update then holds a multiple of num_processes x max_tokens_per_batch, which can
+    be far from the target (4,096-token micro-batches on 8 processes: 32,768 for a target of 25,000). The batches of an
+    epoch are the same whatever the number of processes.
+
+    `exact`: the fewest micro-batches per process of at most `max_tokens_per_batch`, each cut to tokens_per_update /
+    (processes x micro-batches), so that every update holds tokens_per_update to within that rounding on any number of
+    processes (25,000 on one process of 25,000-token micro-batches, 8 of 3,125 or 16 of 1,562). The micro-batches,
+    hence the batches of an epoch, then depend on the number of processes."""
+    if not exact:
+        return UpdateSplit(micro_batches_per_update(tokens_per_update, max_tokens_per_batch, num_processes),
+                           max_tokens_per_batch)
+    accumulation = -(-tokens_per_update // (max_tokens_per_batch * num_processes))
+    return UpdateSplit(accumulation, max(1, tokens_per_update // (num_processes * accumulation)))
+
+
 def share_length(batches: int, num_processes: int, first_batch: int = 0) -> int:
     """How many batches each of `num_processes` processes takes of an epoch of `batches` batches, from batch
     `first_batch` on (the rest, fewer than `num_processes`, is left out)."""
@@ -262,10 +294,12 @@ __all__ = [
     "CollatingDataset",
     "StreamBatch",
     "TokenBudgetBatches",
+    "UpdateSplit",
     "collate",
     "evaluation_batches",
     "generation_shards",
     "micro_batches_per_update",
     "share_length",
     "token_counts",
+    "update_split",
 ]

@@ -19,7 +19,7 @@ from ..runs.launch_status import processes_apart
 from ..runs.ownership import release_output_dir
 from ..runs.records import ARGUMENTS_FILE
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments, arguments_as_dict, best_metric_name
-from .batching import BatchShapes, TokenBudgetBatches, micro_batches_per_update
+from .batching import BatchShapes, TokenBudgetBatches, UpdateSplit, update_split
 from .chunked_loss import ChunkedLossUpdates, autocast_dtype, refusal as chunked_loss_refusal
 from .cuda_graphs import GraphedUpdates, UpdateGraphs, refusal as cuda_graphs_refusal
 from .optimization import build_optimizer_and_schedule, paper_peak_learning_rate
@@ -33,6 +33,7 @@ from .preparation import (
 from .reporting import MetricsLog
 from .resuming import resume
 from .seq2seq_data import BpeDropoutEpochs, input_fingerprints, load_raw_splits, prepare_data
+from .set_up_waits import SetUpWaits
 from .state import Run, TrainingProgress
 
 
@@ -57,10 +58,9 @@ def set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: Trai
     )
     check_mixed_precision_applies(accelerator, args.mixed_precision)
     check_engine(accelerator)
+    split = split_of_updates(data, args, accelerator.num_processes)
     if args.cuda_graphs:
-        micro_batches = micro_batches_per_update(args.tokens_per_update, args.max_tokens_per_batch,
-                                                 accelerator.num_processes)
-        if (problem := cuda_graphs_refusal(accelerator, args.torch_compile, micro_batches)) is not None:
+        if (problem := cuda_graphs_refusal(accelerator, args.torch_compile, split.accumulation)) is not None:
             raise TrainingError(problem)
     if args.chunked_loss and (problem := chunked_loss_refusal(accelerator)) is not None:
         raise TrainingError(problem)
@@ -71,11 +71,27 @@ def set_up(data: TrainDataArguments, model_args: TrainModelArguments, args: Trai
         raise TrainingError(apart)
     lock = prepare_output_dir(accelerator, output_dir, args, run_inputs(data, model_args))
     try:
-        return _prepare_run(accelerator, lock, data, model_args, args)
+        return _prepare_run(accelerator, lock, data, model_args, args, split)
     except BaseException:
         if lock is not None:
             release_output_dir(lock)
         raise
+
+
+def split_of_updates(data: TrainDataArguments, args: TrainArguments, num_processes: int) -> UpdateSplit:
+    """The micro-batches of every update on `num_processes` processes (`batching.update_split`), refused where
+    --exact_tokens_per_update cuts them below the longest pair the run keeps."""
+    split = update_split(args.tokens_per_update, args.max_tokens_per_batch, num_processes,
+                         args.exact_tokens_per_update)
+    longest = max(data.max_source_length, data.max_target_length)
+    if split.micro_batch_tokens < longest:
+        raise TrainingError(
+            f"--exact_tokens_per_update with --tokens_per_update {args.tokens_per_update} on {num_processes} "
+            f"processes makes micro-batches of {split.micro_batch_tokens} tokens, fewer than the longest allowed "
+            f"sequence ({longest} tokens, from --max_source_length/--max_target_length); allowed: micro-batches of at "
+            f"least {longest}: raise --tokens_per_update or lower the lengths."
+        )
+    return split
 
 
 def default_mixed_precision(option: str | None, environment=os.environ, gpu_computes_bf16=None) -> str | None:
@@ -163,17 +179,19 @@ def fit_deepspeed_config(accelerator, accumulation: int) -> None:
 
 
 def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_args: TrainModelArguments,
-                args: TrainArguments) -> Run:
+                args: TrainArguments, split: UpdateSplit) -> Run:
     output_dir = Path(args.output_dir)
     set_seed(args.seed)
 
-    with accelerator.local_main_process_first():
+    # the first process loads, learns and tokenizes; the others then read its caches (waiting as long as it takes)
+    waits = SetUpWaits(accelerator)
+    with waits.local_main_process_first():
         train_raw, validation_raw = load_raw_splits(data, output_dir, args.seed)
-    tokenizer = obtain_tokenizer(accelerator, model_args, train_raw, data, output_dir)
+    tokenizer = obtain_tokenizer(accelerator, model_args, train_raw, data, output_dir, waits.wait_for_everyone)
     fingerprints = input_fingerprints(accelerator, data, output_dir, train_raw, validation_raw, tokenizer,
                                       model_args.tokenizer)
     model = build_model(model_args, data, args, tokenizer)
-    with accelerator.local_main_process_first():
+    with waits.local_main_process_first():
         prepared = prepare_data(train_raw, validation_raw, tokenizer, data)
     for report in prepared.reports:
         accelerator.print(report.describe(data))
@@ -185,11 +203,10 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
         # (the graphs of --cuda_graphs --torch_compile step the fused Adam, which reads its learning rate from a tensor)
         fused=(accelerator.device.type == "cuda" or _graphs_step(args)) and accelerator.distributed_type in UNSHARDED,
     )
-    accumulation = micro_batches_per_update(args.tokens_per_update, args.max_tokens_per_batch,
-                                            accelerator.num_processes)
+    accumulation = split.accumulation
     accelerator.gradient_accumulation_steps = accumulation
     fit_deepspeed_config(accelerator, accumulation)
-    shapes = (BatchShapes(args.max_tokens_per_batch, model.config.max_position_embeddings)
+    shapes = (BatchShapes(split.micro_batch_tokens, model.config.max_position_embeddings)
               if args.torch_compile or args.cuda_graphs else None)
     model, optimizer, schedule = accelerator.prepare(model, optimizer, schedule)
     update_model = ChunkedLossUpdates(model, autocast_dtype(accelerator)) if args.chunked_loss else model
@@ -200,7 +217,7 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
 
     resegmented = BpeDropoutEpochs(prepared.train, tokenizer, data, accelerator) if data.bpe_dropout > 0 else None
     batches = TokenBudgetBatches(
-        prepared.train["source_length"], prepared.train["target_length"], args.max_tokens_per_batch, args.seed,
+        *prepared.train_lengths, split.micro_batch_tokens, args.seed,
         accelerator.num_processes, accelerator.process_index,
         epoch_lengths=resegmented.lengths if resegmented else None, shapes=shapes,
     )
@@ -224,8 +241,10 @@ def _prepare_run(accelerator, lock: int | None, data: TrainDataArguments, model_
         ("chunked loss", args.chunked_loss)) if used)
     accelerator.print(
         f"Training a model of {accelerator.unwrap_model(model).num_parameters():,} parameters: "
-        f"{accelerator.num_processes} process(es) x {accumulation} micro-batch(es) of <= {args.max_tokens_per_batch} "
-        f"tokens per update (target {args.tokens_per_update}); peak learning rate {peak_learning_rate:.2e}; "
+        f"{accelerator.num_processes} process(es) x {accumulation} micro-batch(es) of <= {split.micro_batch_tokens} "
+        f"tokens per update = {split.update_tokens(accelerator.num_processes):,} tokens a side (target "
+        f"{args.tokens_per_update:,}{', exact' if args.exact_tokens_per_update else ''}); peak learning rate "
+        f"{peak_learning_rate:.2e}; "
         f"mixed precision: {accelerator.mixed_precision}{update_path}."
     )
     return run

@@ -1,10 +1,15 @@
 """What a run needs before its first update: an output folder that holds no other run and can be written, the
 tokenizer (given, or learned from the training data), and the model built from a preset."""
 
+import hashlib
+import json
 import os
+import shutil
 import tempfile
+import time
 from pathlib import Path
 
+import datasets
 from transformers import AutoTokenizer
 
 from .. import PRESETS, VaswaniConfig, VaswaniForConditionalGeneration, VaswaniTokenizer
@@ -15,6 +20,7 @@ from ..loading_checks import check_fits_in_memory
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments
 from ..runs.errors import TrainingError
 from ..runs.ownership import release_output_dir, take_output_dir
+from ..runs.manifests import MANIFEST_FILE
 from ..runs.records import ARGUMENTS_FILE
 from .checkpoints import remove_leftovers
 from .run_files import (
@@ -113,29 +119,70 @@ def _refuse_what_a_run_did_not_write(output_dir: Path, names: tuple[str, ...], a
         )
 
 
-def obtain_tokenizer(accelerator, model_args: TrainModelArguments, train_raw, data: TrainDataArguments, output_dir: Path):
+def obtain_tokenizer(accelerator, model_args: TrainModelArguments, train_raw, data: TrainDataArguments, output_dir: Path,
+                     wait_for_everyone=None):
     """The tokenizer given with --tokenizer, or the one this run learned from its training data (learned once, by
-    the main process, and saved in output_dir/tokenizer; every process, and a resumed run, loads that copy)."""
+    the main process, and saved in output_dir/tokenizer; every process, and a resumed run, loads that copy). A
+    tokenizer learned before from the same training data with the same options (`learned_tokenizer_cache`: another
+    run of the config, or the big model's run after the base's) is copied instead of learned again. The other
+    processes wait with `wait_for_everyone` (default: the accelerator's)."""
     if model_args.tokenizer is not None:
         return AutoTokenizer.from_pretrained(model_args.tokenizer)
     folder = output_dir / "tokenizer"
     if accelerator.is_main_process and not folder.is_dir():
-        accelerator.print(f"Learning a {model_args.vocab_size}-token vocabulary from the training data ...")
-        tokenizer = VaswaniTokenizer.train_from_texts(
-            training_texts(train_raw, data), vocab_size=model_args.vocab_size,
-            split_punctuation=model_args.split_punctuation, split_newlines=model_args.split_newlines,
-        )
         temporary = output_dir / ".tmp-tokenizer"
         if os.path.lexists(temporary) and not remove_own(temporary, TOKENIZER):
             raise TrainingError(f"--output_dir {output_dir}: {temporary} is in the way of the tokenizer the run "
                                 "learns, and is not the run's: move it away, then run again.")
         mark(temporary, TOKENIZER)
-        tokenizer.save_pretrained(temporary)
+        cached = learned_tokenizer_cache(train_raw, data, model_args)
+        if cached is not None and (cached / "tokenizer.json").is_file():
+            accelerator.print(f"The {model_args.vocab_size}-token vocabulary learned before from the same training "
+                              f"data with the same options: {cached}")
+            shutil.copytree(cached, temporary, dirs_exist_ok=True, ignore=shutil.ignore_patterns(MANIFEST_FILE))
+        else:
+            accelerator.print(f"Learning a {model_args.vocab_size}-token vocabulary from the training data ...")
+            started = time.perf_counter()
+            tokenizer = VaswaniTokenizer.train_from_texts(
+                training_texts(train_raw, data), vocab_size=model_args.vocab_size,
+                split_punctuation=model_args.split_punctuation, split_newlines=model_args.split_newlines,
+            )
+            tokenizer.save_pretrained(temporary)
+            accelerator.print(f"Learned the vocabulary in {time.perf_counter() - started:.0f} s.")
+            if cached is not None:
+                _keep_learned_tokenizer(temporary, cached)
         seal(temporary, TOKENIZER)
         fsync_tree(temporary)
         temporary.rename(folder)
-    accelerator.wait_for_everyone()
+    (wait_for_everyone or accelerator.wait_for_everyone)()
     return AutoTokenizer.from_pretrained(folder)
+
+
+# bumped when learning a tokenizer from the same texts and options would give another one
+TOKENIZER_LEARNING_VERSION = 1
+
+
+def learned_tokenizer_cache(train_raw, data: TrainDataArguments, model_args: TrainModelArguments) -> Path | None:
+    """Where a tokenizer learned from `train_raw` with these options is kept for the runs after it: a folder of
+    `datasets`' cache named by the training split's fingerprint (which `datasets` derives from the files or the Hub
+    revision it was read from, and the selection made of them), the columns and the learning options. None for a
+    split held in memory only, whose fingerprint names no content that outlives the process."""
+    if not train_raw.cache_files:
+        return None
+    key = json.dumps([TOKENIZER_LEARNING_VERSION, train_raw._fingerprint, data.source_column, data.target_column,
+                      model_args.vocab_size, model_args.split_punctuation, model_args.split_newlines])
+    return Path(datasets.config.HF_DATASETS_CACHE) / "vaswani_tokenizers" / hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _keep_learned_tokenizer(folder: Path, cached: Path) -> None:
+    """A copy of the tokenizer just learned in `cached`, whole or not at all; a cache that cannot be written only
+    costs the next run the learning."""
+    temporary = cached.with_name(f".tmp-{cached.name}-{os.getpid()}")
+    try:
+        shutil.copytree(folder, temporary, ignore=shutil.ignore_patterns(MANIFEST_FILE))
+        temporary.rename(cached)
+    except OSError:
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 def build_model(model_args: TrainModelArguments, data: TrainDataArguments, args: TrainArguments, tokenizer):
@@ -205,6 +252,7 @@ __all__ = [
     "check_lengths_before_work",
     "check_lengths_fit",
     "generation_settings",
+    "learned_tokenizer_cache",
     "obtain_tokenizer",
     "prepare_output_dir",
     "run_inputs",

@@ -12,7 +12,7 @@ from ..runs.errors import CheckpointError, TrainingError
 from ..runs.records import ARGUMENTS_FILE
 from ..safe_loading import describe_load_error, read_json_record
 from .arguments import CHANGEABLE_ON_RESUME, options_changed_on_resume
-from .batching import TokenBudgetBatches, micro_batches_per_update, share_length
+from .batching import TokenBudgetBatches, share_length, update_split
 from .checkpoints import DATA_FILE, PROGRESS_FILE, resumable_checkpoint
 from .seq2seq_data import changed_inputs
 from .state import Run, TrainingProgress
@@ -54,7 +54,20 @@ def resume(run: Run, peak_learning_rate: float) -> None:
         )
     written_by = record["num_processes"]
     _check_same_inputs(accelerator, folder, run.fingerprints, progress)
-    most_micro_batches = micro_batches_per_update(run.args.tokens_per_update, run.args.max_tokens_per_batch, 1)
+    args = run.args
+    if args.exact_tokens_per_update and written_by != accelerator.num_processes:
+        theirs, ours = (update_split(args.tokens_per_update, args.max_tokens_per_batch, processes, True)
+                        for processes in (written_by, accelerator.num_processes))
+        if theirs.micro_batch_tokens != ours.micro_batch_tokens:
+            raise CheckpointError(
+                f"--resume: {folder} was written by {written_by} process(es) and this run has "
+                f"{accelerator.num_processes}: --exact_tokens_per_update cuts micro-batches of "
+                f"{theirs.micro_batch_tokens} tokens on {written_by} and of {ours.micro_batch_tokens} on "
+                f"{accelerator.num_processes}, other batches than those its place in the data counts; allowed: "
+                f"resume on {written_by} process(es). Nothing was loaded."
+            )
+    most_micro_batches = update_split(args.tokens_per_update, args.max_tokens_per_batch, 1,
+                                      args.exact_tokens_per_update).accumulation
     problem = position_problem(progress, written_by, run.batches, most_micro_batches)
     if problem is not None:
         raise CheckpointError(

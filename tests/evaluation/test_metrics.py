@@ -21,6 +21,7 @@ from vaswani.evaluation.metrics import (
     rouge_percent,
     score_values,
 )
+from vaswani.evaluation.metrics.names import OPTIONAL_TASK_METRICS
 
 
 HYPOTHESES = ["Ein Mann reitet ein Pferd.", "Zwei Hunde spielen im Schnee!", "Ein Mädchen liest."]
@@ -172,7 +173,8 @@ def test_every_task_is_scored_under_its_names_in_order():
     for task, scores in (("summarization", summaries), ("text-classification", binary),
                          ("token-classification", entities)):
         assert tuple(s.type for s in scores) == TASK_METRICS[task]
-    assert {name for names in TASK_METRICS.values() for name in names} == set(METRIC_TYPES)
+    assert {name for names in (*TASK_METRICS.values(), *OPTIONAL_TASK_METRICS.values()) for name in names} == set(
+        METRIC_TYPES)
 
 
 def test_scoring_an_unknown_task_or_classification_without_its_labels_is_refused():

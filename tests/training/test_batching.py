@@ -1,11 +1,12 @@
 """vaswani.training.batching: batches under a token budget, bucketed by length, deterministic for a seed, shared
-among processes, and a batch stream that resumes at a position."""
+among processes, a batch stream that resumes at a position, and the micro-batches of an update on any number of
+processes."""
 
 import pytest
 import torch
 
 from vaswani.training.arguments import parse_arguments
-from vaswani.training.batching import TokenBudgetBatches
+from vaswani.training.batching import TokenBudgetBatches, UpdateSplit, update_split
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -63,3 +64,18 @@ def test_a_pair_longer_than_the_budget_is_refused():
         TokenBudgetBatches([80, 3], [5, 4], max_tokens=64, seed=0)
     with pytest.raises(ValueError, match=r"--max_tokens_per_batch \(100\) is smaller than the longest allowed"):
         parse_arguments(["--max_tokens_per_batch", "100", "--max_source_length", "128"])
+
+
+@pytest.mark.parametrize("processes, exact, split, update", [
+    (1, True, UpdateSplit(1, 25_000), 25_000),
+    (8, True, UpdateSplit(1, 3_125), 25_000),
+    (16, True, UpdateSplit(1, 1_562), 24_992),
+    (1, False, UpdateSplit(1, 25_000), 25_000),
+    (16, False, UpdateSplit(1, 25_000), 400_000),  # one micro-batch at least: 16 times the target
+])
+def test_an_update_holds_its_tokens_on_any_number_of_processes_when_exact(processes, exact, split, update):
+    assert update_split(25_000, 25_000, processes, exact) == split
+    assert split.update_tokens(processes) == update
+    # micro-batches of at most 4,096: the fewest that fit, each cut to the update's share
+    assert update_split(25_000, 4_096, 1, True) == UpdateSplit(7, 3_571)
+    assert update_split(25_000, 4_096, 8, False).update_tokens(8) == 32_768

@@ -140,3 +140,63 @@ def test_killing_the_launchers_group_stops_its_workers_and_a_resume_continues_al
     assert f"Resumed from {output_dir / 'checkpoints'}" in resumed.stdout
     steps = [r["step"] for r in metrics_records(output_dir) if "loss" in r]
     assert steps == list(range(1, step + 3)), "one writer: each update logged once, in order"
+
+
+PREPARING_WORKER = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+
+    from vaswani.training import engine, preparation
+    from vaswani.training.arguments import parse_arguments
+    from vaswani.training.loop import train
+
+    # what this process did with the data: learned a tokenizer or not, tokenized each split or read it back
+    learned, reports = [], []
+    original_learn, original_prepare = preparation.VaswaniTokenizer.train_from_texts, engine.prepare_data
+    def learn(*args, **kwargs):
+        learned.append(True)
+        return original_learn(*args, **kwargs)
+    def prepare(*args, **kwargs):
+        prepared = original_prepare(*args, **kwargs)
+        reports.extend({"name": report.name, "reused": report.reused} for report in prepared.reports)
+        return prepared
+    preparation.VaswaniTokenizer.train_from_texts = learn
+    engine.prepare_data = prepare
+
+    data, model_args, args = parse_arguments(sys.argv[1:])
+    outcome = train(data, model_args, args)
+    rank = outcome.accelerator.process_index
+    (Path(args.output_dir) / f"prepared-{rank}.json").write_text(json.dumps({"learned": len(learned),
+                                                                             "reports": reports}))
+    """
+)
+
+
+def test_two_processes_prepare_the_data_once_and_make_exact_updates(tmp_path):
+    """The first process learns the tokenizer and tokenizes; the second waits for it and reads both back. With
+    --exact_tokens_per_update, 600 tokens an update are 2 processes x 2 micro-batches of 150, and a resume on one
+    process, which would cut other micro-batches (3 x 200), is refused before anything is loaded."""
+    from training_helpers import run_in_process
+    from vaswani.runs.errors import CheckpointError
+
+    worker = tmp_path / "worker.py"
+    worker.write_text(PREPARING_WORKER)
+    output_dir = tmp_path / "run"
+    # a cache of their own: no tokenizer or tokenization of another test to read back
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf")}
+    argv = tiny_argv(output_dir, max_steps=2, eval_steps=2, save_steps=2, tokens_per_update=600,
+                     max_tokens_per_batch=256, exact_tokens_per_update=True)
+    result = subprocess.run(launch(worker, argv), capture_output=True, text=True, timeout=400, env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert "2 process(es) x 2 micro-batch(es) of <= 150 tokens per update = 600 tokens a side" in result.stdout
+    first, second = (json.loads((output_dir / f"prepared-{rank}.json").read_text()) for rank in range(2))
+    assert first == {"learned": 1, "reports": [{"name": "train", "reused": False},
+                                               {"name": "validation", "reused": False}]}
+    assert second == {"learned": 0, "reports": [{"name": "train", "reused": True},
+                                                {"name": "validation", "reused": True}]}
+    with pytest.raises(CheckpointError, match=r"written by 2 process\(es\) and this run has 1: "
+                                              r"--exact_tokens_per_update cuts micro-batches of 150 tokens on 2 and "
+                                              r"of 200 on 1.*allowed: resume on 2 process\(es\)"):
+        run_in_process(tiny_argv(output_dir, max_steps=4, eval_steps=2, save_steps=2, tokens_per_update=600,
+                                 max_tokens_per_batch=256, exact_tokens_per_update=True, resume=True))

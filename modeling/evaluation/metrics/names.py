@@ -24,6 +24,9 @@ class MetricType:
 METRIC_TYPES = {
     "sacrebleu": MetricType("sacreBLEU: BLEU of the detokenized, cased output against the raw references", 100),
     "tokenized_bleu": MetricType("BLEU of lowercased, Moses-tokenized text, as papers report it", 100),
+    "tokenized_bleu_compound_split": MetricType(
+        "BLEU of cased, Moses-tokenized text with hyphenated compounds split (a-b -> a ##AT##-##AT## b), as WMT14 "
+        "English-German is scored in the papers (tensor2tensor's get_ende_bleu.sh)", 100),
     "rouge1": MetricType("ROUGE-1 F-measure, Porter-stemmed, the mean over examples", 100),
     "rouge2": MetricType("ROUGE-2 F-measure, Porter-stemmed, the mean over examples", 100),
     "rougeL": MetricType("ROUGE-L F-measure, Porter-stemmed, the mean over examples", 100),
@@ -42,6 +45,9 @@ TASK_METRICS = {
     "text-classification": ("accuracy", "f1"),
     "token-classification": ("f1", "precision", "recall", "accuracy"),
 }
+
+# What a task may be scored with besides, when asked (scripts/evaluate_model.py --compound_split), listed after them.
+OPTIONAL_TASK_METRICS = {"translation": ("tokenized_bleu_compound_split",)}
 
 # Names an older version wrote, by what they meant where: {name: {where it was written: the name it is now}}.
 RETIRED_NAMES = {
@@ -65,4 +71,7 @@ def retired_metric(name: str) -> str | None:
             f"results files and recipes): use {' or '.join(sorted(set(meant.values())))}")
 
 
-__all__ = ["METRIC_TYPES", "MetricType", "RENAME_COMMAND", "RETIRED_NAMES", "TASK_METRICS", "retired_metric"]
+__all__ = [
+    "METRIC_TYPES", "MetricType", "OPTIONAL_TASK_METRICS", "RENAME_COMMAND", "RETIRED_NAMES", "TASK_METRICS",
+    "retired_metric",
+]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 
 from . import load_metric, rouge_percent
-from .names import METRIC_TYPES, TASK_METRICS
+from .names import METRIC_TYPES, OPTIONAL_TASK_METRICS, TASK_METRICS
 
 
 @dataclass(frozen=True)
@@ -33,16 +33,22 @@ class Score:
         return entry
 
 
-def _translation(predictions: Sequence[str], references: Sequence[str], target_lang: str) -> list[Score]:
+def _translation(predictions: Sequence[str], references: Sequence[str], target_lang: str,
+                 compound_split: bool = False) -> list[Score]:
     references = [[reference] for reference in references]
     sacrebleu = load_metric("sacrebleu", keep_in_memory=True).compute(predictions=predictions, references=references)
-    tokenized = load_metric("tokenized_bleu", keep_in_memory=True).compute(
-        predictions=predictions, references=references, lang=target_lang
-    )
-    return [
+    tokenized_bleu = load_metric("tokenized_bleu", keep_in_memory=True)
+    tokenized = tokenized_bleu.compute(predictions=predictions, references=references, lang=target_lang)
+    scores = [
         Score("sacrebleu", "sacreBLEU", sacrebleu["score"], sacrebleu["signature"]),
         Score("tokenized_bleu", "BLEU (tokenized, lowercased)", tokenized["score"], tokenized["signature"]),
     ]
+    if compound_split:
+        split = tokenized_bleu.compute(predictions=predictions, references=references, lang=target_lang,
+                                       lowercase=False, normalize=False, compound_split=True)
+        scores.append(Score("tokenized_bleu_compound_split", "BLEU (tokenized, cased, compounds split)",
+                            split["score"], split["signature"]))
+    return scores
 
 
 ROUGE_NAMES = {"rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "rougeLsum": "ROUGE-Lsum"}
@@ -72,17 +78,22 @@ def _token_classification(predictions: Sequence[Sequence[str]], references: Sequ
 
 
 def compute_scores(
-    task: str, predictions, references, *, target_lang: str = "en", num_labels: int | None = None
+    task: str, predictions, references, *, target_lang: str = "en", num_labels: int | None = None,
+    compound_split: bool = False,
 ) -> list[Score]:
     """The task's metrics (names.TASK_METRICS, in that order) of `predictions` against `references`, one of each
     per prediction:
 
-    - translation: texts; sacreBLEU, and tokenized lowercased BLEU with Moses' rules for `target_lang`;
+    - translation: texts; sacreBLEU, and tokenized lowercased BLEU with Moses' rules for `target_lang`; with
+      `compound_split`, then tokenized cased BLEU with hyphenated compounds split, as WMT14 en-de is scored
+      (`tokenized_bleu_compound_split`, names.OPTIONAL_TASK_METRICS);
     - summarization: texts; ROUGE-1/2/L/Lsum F-measures in 0-100, Porter-stemmed, the mean over examples;
     - text-classification: label ids; accuracy, and F1 of label 1 where `num_labels` is 2, else macro-averaged;
     - token-classification: a tag sequence each (BIO names); entity F1, precision and recall, token accuracy."""
+    if compound_split and task != "translation":
+        raise ValueError(f"Compound splitting is a rule of translation BLEU; --task {task} is not scored with it.")
     if task == "translation":
-        scores = _translation(list(predictions), list(references), target_lang)
+        scores = _translation(list(predictions), list(references), target_lang, compound_split)
     elif task == "summarization":
         scores = _summarization(predictions, references)
     elif task == "text-classification":
@@ -93,7 +104,8 @@ def compute_scores(
         scores = _token_classification(predictions, references)
     else:
         raise ValueError(f"No metrics for task {task!r}; the tasks scored are {list(TASK_METRICS)}.")
-    assert tuple(score.type for score in scores) == TASK_METRICS[task]
+    extra = OPTIONAL_TASK_METRICS[task] if compound_split else ()
+    assert tuple(score.type for score in scores) == TASK_METRICS[task] + extra
     return scores
 
 

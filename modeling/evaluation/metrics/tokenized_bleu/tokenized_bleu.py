@@ -1,10 +1,18 @@
-"""Tokenized, lowercased BLEU, as papers report it on Multi30k (multi-bleu over Moses-tokenized text).
+"""Tokenized BLEU, as papers report it (multi-bleu over Moses-tokenized text).
 
-Hypotheses and references go through the same steps as the dataset's own tokenized files (`*.lc.norm.tok.*`):
-lowercase, Moses punctuation normalization, Moses tokenization with its default escaping; BLEU is then counted on
-those tokens as they are (sacreBLEU with tokenize="none"). Applied to Multi30k's raw test references, these steps
-reproduce its tokenized references exactly. Not comparable with sacreBLEU: report both, each with its signature.
+By default as on Multi30k: hypotheses and references go through the same steps as the dataset's own tokenized files
+(`*.lc.norm.tok.*`): lowercase, Moses punctuation normalization, Moses tokenization with its default escaping; BLEU is
+then counted on those tokens as they are (sacreBLEU with tokenize="none"). Applied to Multi30k's raw test references,
+these steps reproduce its tokenized references exactly.
+
+With `lowercase=False, normalize=False, compound_split=True`, as WMT14 English-German is scored since GNMT and in
+*Attention Is All You Need* (tensor2tensor's get_ende_bleu.sh): cased text, Moses tokenization, then every hyphen
+between two non-space characters split off as `##AT##-##AT##` ("rich-text" -> "rich ##AT##-##AT## text"), in the
+hypotheses and the references alike (`split_compounds`). Not comparable with sacreBLEU: report both, each with its
+signature.
 """
+
+import re
 
 import datasets
 import evaluate
@@ -23,8 +31,12 @@ Args:
     predictions: list of detokenized hypotheses.
     references: one reference per prediction (or a list of references per prediction).
     lang: language code for Moses' normalizer and tokenizer (the target language), e.g. "de" or "en".
-    lowercase: lowercase before tokenizing (default True, as in the papers).
-    references_tokenized: the references are already tokenized (e.g. Multi30k's tok/ files): leave them as they are.
+    lowercase: lowercase before tokenizing (default True, as the Multi30k papers).
+    normalize: Moses punctuation normalization before tokenizing (default True, as Multi30k's tokenized files).
+    compound_split: split hyphenated compounds after tokenizing, "a-b" -> "a ##AT##-##AT## b" (default False; True, with
+        lowercase=False and normalize=False, as WMT14 en-de is scored).
+    references_tokenized: the references are already tokenized (e.g. Multi30k's tok/ files): leave them as they are
+        (compounds are still split with compound_split).
 Returns:
     score (0-100), precisions, bp, sys_len, ref_len, signature.
 """
@@ -52,18 +64,22 @@ class TokenizedBleu(evaluate.Metric):
             raise ValueError("There are no predictions to score: the evaluation set is empty.")
         return super().compute(predictions=predictions, references=references, **kwargs)
 
-    def _compute(self, predictions, references, lang="en", lowercase=True, references_tokenized=False):
+    def _compute(self, predictions, references, lang="en", lowercase=True, references_tokenized=False, normalize=True,
+                 compound_split=False):
         if not predictions:
             raise ValueError("BLEU needs at least one prediction; the evaluation set is empty.")
-        prepare = MosesPreprocessor(lang, lowercase)
-        hypotheses = [prepare(p) for p in predictions]
+        prepare = MosesPreprocessor(lang, lowercase, normalize)
+        finish = split_compounds if compound_split else (lambda text: text)
+        hypotheses = [finish(prepare(p)) for p in predictions]
         references = [[r] if isinstance(r, str) else list(r) for r in references]
         if not references_tokenized:
             references = [[prepare(r) for r in refs] for refs in references]
+        references = [[finish(r) for r in refs] for refs in references]
         streams = [list(stream) for stream in zip(*references)]
         bleu = sacrebleu.BLEU(tokenize="none", force=True)
         result = bleu.corpus_score(hypotheses, streams)
-        steps = ("lc+" if lowercase else "") + f"moses-norm+moses-tok:{lang}"
+        steps = (("lc+" if lowercase else "") + ("moses-norm+" if normalize else "") + f"moses-tok:{lang}"
+                 + ("+compound-split" if compound_split else ""))
         return {
             "score": result.score,
             "precisions": result.precisions,
@@ -75,13 +91,28 @@ class TokenizedBleu(evaluate.Metric):
 
 
 class MosesPreprocessor:
-    """lowercase -> normalize-punctuation.perl -> tokenizer.perl (escaping on), in sacremoses' implementation."""
+    """lowercase -> normalize-punctuation.perl -> tokenizer.perl (escaping on), in sacremoses' implementation; the
+    first two steps each optional."""
 
-    def __init__(self, lang: str, lowercase: bool):
-        self.normalizer = MosesPunctNormalizer(lang=lang)
+    def __init__(self, lang: str, lowercase: bool, normalize: bool = True):
+        self.normalizer = MosesPunctNormalizer(lang=lang) if normalize else None
         self.tokenizer = MosesTokenizer(lang=lang)
         self.lowercase = lowercase
 
     def __call__(self, text: str) -> str:
         text = text.lower() if self.lowercase else text
-        return self.tokenizer.tokenize(self.normalizer.normalize(text), escape=True, return_str=True)
+        text = self.normalizer.normalize(text) if self.normalizer is not None else text
+        return self.tokenizer.tokenize(text, escape=True, return_str=True)
+
+
+# a hyphen between two characters that are not spaces, each kept beside it
+_COMPOUND_HYPHEN = re.compile(r"(\S)-(\S)")
+
+
+def split_compounds(text: str) -> str:
+    """Tokenized text with each hyphen inside a word split off as the token `##AT##-##AT##`: "rich-text format" ->
+    "rich ##AT##-##AT## text format". The matches are found left to right without overlapping, each taking the
+    characters on both sides of its hyphen: in "Vitamin-B-Mangel" the second hyphen's left character is the first
+    match's, and it stays: "Vitamin ##AT##-##AT## B-Mangel", as the substitution of get_ende_bleu.sh splits it
+    ("Nord-Süd-Verbindung", whose middle part is longer, is split twice); a hyphen with a space beside it stays."""
+    return _COMPOUND_HYPHEN.sub(r"\1 ##AT##-##AT## \2", text)
