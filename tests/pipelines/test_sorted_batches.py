@@ -11,6 +11,7 @@ import transformers
 from helpers import PAIRS, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniForTokenClassification, VaswaniTokenizer
 from vaswani.pipelines import TokenClassificationPipeline, TranslationPipeline, pipeline
+from vaswani.pipelines.pipeline_vaswani import EncodedText
 
 
 # Texts of shuffled lengths: the sources of PAIRS, an empty text and one of two sentences, in an order that is not by
@@ -41,11 +42,12 @@ def translator(tokenizer) -> VaswaniForConditionalGeneration:
 
 
 def recording(pipe) -> list:
-    """The texts `pipe`'s preprocess is given from now on, in the order they come."""
+    """The texts `pipe`'s preprocess is given from now on, in the order they come (a text the call encoded with the
+    others, `EncodedText`, as its text)."""
     seen, preprocess = [], pipe.preprocess
 
     def noted_preprocess(text, **params):
-        seen.append(text)
+        seen.append(text.text if isinstance(text, EncodedText) else text)
         return preprocess(text, **params)
 
     pipe.preprocess = noted_preprocess
