@@ -115,6 +115,19 @@ def save_seq2seq_checkpoint(folder: Path, tokenizer, seed: int = 0, **config) ->
     return folder
 
 
+def save_spread_translator(folder: Path, tokenizer, **generation) -> Path:
+    """A tiny en->de checkpoint with varied weights (`spread_weights`: its outputs differ from sentence to sentence)
+    and its tokenizer in `folder`, its generation config given `generation` (num_beams=2, ...)."""
+    torch.manual_seed(0)
+    model = spread_weights(VaswaniForConditionalGeneration(
+        tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"))).eval()
+    for key, value in generation.items():
+        setattr(model.generation_config, key, value)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def as_saved_without_word_alignment(backend):
     """A copy of a tokenizer backend (tokenizers.Tokenizer) of this project as it was saved before its word starts
     were aligned (`word_start_alignment`: its offsets covered the space before each word) and before its normalizer

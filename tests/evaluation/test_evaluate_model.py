@@ -14,6 +14,7 @@ from helpers import (
     load_script,
     ner_rows,
     save_seq2seq_checkpoint,
+    save_spread_translator,
     spread_weights,
     tiny_config,
     write_jsonl,
@@ -34,13 +35,7 @@ DECODING = ["--num_beams", "2", "--length_penalty", "1.0", "--max_new_tokens", "
 @pytest.fixture(scope="module")
 def seq2seq(tokenizer, tmp_path_factory):
     """An en->de checkpoint with varied weights (its outputs differ from sentence to sentence)."""
-    folder = tmp_path_factory.mktemp("seq2seq")
-    torch.manual_seed(0)
-    model = spread_weights(VaswaniForConditionalGeneration(
-        tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"))).eval()
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_spread_translator(tmp_path_factory.mktemp("seq2seq"), tokenizer)
 
 
 def outputs_one_by_one(task, folder, texts):

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from helpers import PAIRS, REPO, command_in_process, run_main, spread_weights, tiny_config
+from helpers import PAIRS, REPO, command_in_process, run_main, save_spread_translator, spread_weights, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification, VaswaniForTokenClassification
 from vaswani.pipelines import pipeline
 from vaswani.prediction.batches import in_input_order, plan_batches, windows
@@ -33,15 +33,7 @@ def predict(argv) -> dict:
 @pytest.fixture(scope="module")
 def translator(tokenizer, tmp_path_factory):
     """An en->de checkpoint with varied weights (its outputs differ from sentence to sentence)."""
-    folder = tmp_path_factory.mktemp("translator")
-    torch.manual_seed(0)
-    model = spread_weights(VaswaniForConditionalGeneration(
-        tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"))).eval()
-    model.generation_config.num_beams = 2
-    model.generation_config.max_new_tokens = 8
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_spread_translator(tmp_path_factory.mktemp("translator"), tokenizer, num_beams=2, max_new_tokens=8)
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,8 @@ import sys
 import time
 
 import pytest
-import torch
 
-from helpers import PAIRS, REPO, launch, run_main, spread_weights, tiny_config
-from vaswani import VaswaniForConditionalGeneration
+from helpers import PAIRS, REPO, launch, run_main, save_spread_translator
 
 
 SCRIPT = REPO / "scripts" / "predict.py"
@@ -21,13 +19,7 @@ SENTENCES = [text for pair in PAIRS for text in pair]
 
 @pytest.fixture(scope="module")
 def translator(tokenizer, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("translator")
-    torch.manual_seed(0)
-    model = spread_weights(VaswaniForConditionalGeneration(
-        tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"))).eval()
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_spread_translator(tmp_path_factory.mktemp("translator"), tokenizer)
 
 
 def one_process(translator, corpus, output, *options) -> bytes:
