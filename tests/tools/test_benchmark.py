@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from helpers import load_script
+from helpers import load_script, needs_shared_data
 from vaswani_tools import benchmarking
 
 benchmark = load_script("tools/benchmark")
@@ -70,6 +70,7 @@ def test_the_benchmark_runs_and_reports(tmp_path, monkeypatch):
         assert "bf16" in report["skipped"]  # said, not silently dropped
 
 
+@needs_shared_data
 def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path):
     """A preset and a shipped model (results/multi30k_en_de/model on Multi30k sentences): every engine timed (the
     package's loop and CTranslate2 also alone, in fresh processes), the package's decoding loop giving generate's
