@@ -207,7 +207,6 @@ def _score_split(args: EvaluationArguments, model, tokenizer, dataset, columns: 
         if args.max_new_tokens_over_input is None:
             beams += f", at most {decoding['max_new_tokens']} new tokens"
         else:
-            del decoding["max_new_tokens"]
             beams += (f", at most the input's length + {args.max_new_tokens_over_input} new tokens (the longest input "
                       f"of its batch, in tokens; at most {max_positions - 1})")
         if args.no_repeat_ngram_size is not None:
@@ -270,9 +269,11 @@ def _score_split(args: EvaluationArguments, model, tokenizer, dataset, columns: 
 def applied_decoding(args: EvaluationArguments, config) -> dict:
     """The decoding settings the evaluation applies, as the results file records them and `generate()` gets them:
     the length penalty only with beam search (greedy decoding never reads it, and a results file that named it would
-    say otherwise), at most as many new tokens as the model has positions for after its start token."""
-    max_new_tokens = min(args.max_new_tokens, getattr(config, "max_position_embeddings", 10**9) - 1)
-    decoding = {"num_beams": args.num_beams, "max_new_tokens": max_new_tokens}
+    say otherwise), at most as many new tokens as the model has positions for after its start token (with
+    --max_new_tokens_over_input, no fixed count: each batch's is its longest input's length + that many)."""
+    decoding = {"num_beams": args.num_beams}
+    if args.max_new_tokens_over_input is None:
+        decoding["max_new_tokens"] = min(args.max_new_tokens, getattr(config, "max_position_embeddings", 10**9) - 1)
     if args.num_beams > 1:
         decoding["length_penalty"] = args.length_penalty
     if args.no_repeat_ngram_size is not None:
@@ -289,8 +290,9 @@ def _check_generation_size(args: EvaluationArguments, model, tokenizer, sources)
     longest = max(sources, key=len)
     source_length = len(tokenizer(longest, truncation=True, max_length=tokenizer.model_max_length)["input_ids"])
     rows = min(args.batch_size, len(sources)) * args.num_beams
-    if args.max_new_tokens_over_input is None:
-        target = applied_decoding(args, config)["max_new_tokens"] + 1
+    decoding = applied_decoding(args, config)
+    if "max_new_tokens" in decoding:
+        target = decoding["max_new_tokens"] + 1
     else:  # the longest source's outputs are the longest
         target = min(source_length + args.max_new_tokens_over_input,
                      getattr(config, "max_position_embeddings", 10**9) - 1) + 1
