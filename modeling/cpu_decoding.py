@@ -58,11 +58,12 @@ its version counter): a model fine-tuned after a call decodes with its new weigh
 
 The decoder runs only for a model it reproduces exactly (`unreproduced`, checked at every call): a model with a
 forward hook or pre-hook on any module (or registered for every module), a `forward` set on a module or overridden by
-a subclass of the model's class, a module of another class than those laid out here (a PEFT adapter, a quantized or
-custom Linear, a parametrized or compiled module, an attention module of one's own), an output projection with a
-bias, an attention function or mask of one's own, or called under autocast, runs transformers' loop, which calls the
-model (and a forward set on it, `model.forward = torch.compile(model.forward)`) as it is; the logger says why once
-per reason and model, at info level. The check walks the modules once a call: 48 us on the shipped en->de model (one
+a subclass of the model's class, a module of another class than those laid out here (a PEFT adapter, a custom Linear,
+a quantized one other than torch.ao's dynamic int8 `Int8Product` computes, a parametrized or compiled module, an
+attention module of one's own), an output projection with a bias, an attention function or mask of one's own, or
+called under autocast, runs transformers' loop, which calls the model (and a forward set on it,
+`model.forward = torch.compile(model.forward)`) as it is; the logger says why once per reason and model, at info
+level. The check walks the modules once a call: 48 us on the shipped en->de model (one
 thread, 2-core AMD EPYC of cpu family 25), where the scan it replaced ran twice a call, 330 us in all.
 
 This file is copied into every saved checkpoint (with search.py and proc_files.py, which it imports), so that a
@@ -168,6 +169,81 @@ class Product:
         return torch.addmm(self.bias, x, self.weight, out=out)
 
 
+# The int8 Linear layers of `vaswani.serving.cpu_inference.for_cpu_inference(model, "int8")`: torch.ao's dynamically
+# quantized Linear (int8 weights, a scale per output row; the activations quantized at each call by fbgemm's kernel),
+# and the module holding its packed weights, which the layer's forward reads without calling it. A (32 x 512) x
+# (512 x 2048) product, one thread on a 2-core EPYC Zen 4: 185 us through this kernel, 616 through oneDNN in fp32, 827
+# through MKL; on the shipped models (d_model 128) whole calls were 1.2-1.3x faster than in fp32.
+INT8_LINEAR = torch.ao.nn.quantized.dynamic.Linear
+INT8_WEIGHTS = torch.ao.nn.quantized.modules.linear.LinearPackedParams
+
+
+class Int8Product:
+    """int8 Linear layers (`INT8_LINEAR`, qint8) reading the same input, laid out for this path: `product(x)` is the
+    layer's own kernel, `torch.ops.quantized.linear_dynamic`, on its own packed weights where it is one layer as it
+    is; several layers (self-attention's query, key and value), or one scaled (a query carrying the attention's
+    1 / sqrt(d_k)), are one product of their int8 weights stacked, each row with its layer's scale (times the
+    scaling): the same integer products as the layers', rescaled per row."""
+
+    def __init__(self, layers: list[nn.Module], scalings: list[float]):
+        self.reduce_range = _reduce_range(layers[0])
+        self.out_features = sum(layer.out_features for layer in layers)
+        if len(layers) == 1 and scalings[0] == 1.0:
+            self.packed = layers[0]._packed_params._packed_params
+            return
+        values, scales, biases = [], [], []
+        for layer, scaling in zip(layers, scalings):
+            weight, bias = layer._packed_params._weight_bias()
+            values.append(weight.int_repr())
+            if weight.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+                if weight.q_zero_point() != 0:
+                    raise ValueError("Int8Product takes int8 weights quantized symmetrically (zero point 0).")
+                scales.append(torch.full((weight.shape[0],), weight.q_scale(), dtype=torch.float64) * scaling)
+            else:
+                if bool(weight.q_per_channel_zero_points().any()):
+                    raise ValueError("Int8Product takes int8 weights quantized symmetrically (zero point 0).")
+                scales.append(weight.q_per_channel_scales().double() * scaling)
+            biases.append((bias if bias is not None else weight.new_zeros(weight.shape[0], dtype=torch.float32))
+                          * scaling)
+        scale = torch.cat(scales)
+        stacked = torch._make_per_channel_quantized_tensor(torch.cat(values), scale,
+                                                          torch.zeros(scale.shape, dtype=torch.long), 0)
+        self.packed = torch.ops.quantized.linear_prepack(stacked, torch.cat(biases))
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        product = torch.ops.quantized.linear_dynamic(x, self.packed, reduce_range=self.reduce_range)
+        return product if out is None else out.copy_(product)
+
+
+def _reduce_range(layer: nn.Module) -> bool:
+    """Whether the layer's forward quantizes its input to 7 bits (torch.ao's layers of version 4 and later)."""
+    version = getattr(layer, "version", None)
+    return version is not None and version >= 4
+
+
+def _product(layers: list[nn.Module], scalings: list[float] | None = None) -> "Product | Int8Product | Stacked":
+    """The product of these Linear layers (of the same input, their outputs side by side), each scaled."""
+    scalings = scalings or [1.0] * len(layers)
+    if all(type(layer) is INT8_LINEAR for layer in layers) and len({_reduce_range(layer) for layer in layers}) == 1:
+        return Int8Product(layers, scalings)
+    if any(type(layer) is INT8_LINEAR for layer in layers):
+        return Stacked([_product([layer], [scaling]) for layer, scaling in zip(layers, scalings)])
+    return Product(torch.cat([layer.weight * scaling for layer, scaling in zip(layers, scalings)]),
+                   torch.cat([layer.bias * scaling for layer, scaling in zip(layers, scalings)]))
+
+
+class Stacked:
+    """Products of the same input of different kinds (some layers int8, some not), their outputs side by side."""
+
+    def __init__(self, products: list):
+        self.products = products
+        self.out_features = sum(product.out_features for product in products)
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        product = torch.cat([product(x) for product in self.products], dim=-1)
+        return product if out is None else out.copy_(product)
+
+
 class LayerWeights:
     """One layer's weights (an encoder layer has no cross-attention), each linear layer a `Product`; the query
     projections carry the attention's 1 / sqrt(d_k)."""
@@ -176,16 +252,12 @@ class LayerWeights:
         attention = layer.self_attn
         scaling = attention.scaling
         self.heads, self.head_dim = attention.num_heads, attention.head_dim
-        self.qkv = Product(
-            torch.cat([attention.q_proj.weight * scaling, attention.k_proj.weight, attention.v_proj.weight]),
-            torch.cat([attention.q_proj.bias * scaling, attention.k_proj.bias, attention.v_proj.bias]),
-        )
+        self.qkv = _product([attention.q_proj, attention.k_proj, attention.v_proj], [scaling, 1.0, 1.0])
         self.self_out = _linear_weights(attention.out_proj)
         self.self_norm = _norm_weights(layer.self_attn_residual.layer_norm)
         cross = getattr(layer, "encoder_attn", None)
         if cross is not None:
-            query = cross.q_proj
-            self.cross_query = Product(query.weight * cross.scaling, query.bias * cross.scaling)
+            self.cross_query = _product([cross.q_proj], [cross.scaling])
             self.cross_out = _linear_weights(cross.out_proj)
             self.cross_norm = _norm_weights(layer.encoder_attn_residual.layer_norm)
         self.fc1 = _linear_weights(layer.feed_forward.fc1)
@@ -197,8 +269,8 @@ class LayerWeights:
         self.relative_bias = None if bias is None else (bias.bias.detach().clone(), bias.max_distance)
 
 
-def _linear_weights(linear: nn.Linear) -> Product:
-    return Product(linear.weight, linear.bias)
+def _linear_weights(linear: nn.Module) -> "Product | Int8Product":
+    return _product([linear])
 
 
 def _norm_weights(norm: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -223,9 +295,11 @@ class ModelWeights:
             self.cross_keys = [_linear_weights(layer.encoder_attn.k_proj) for layer in decoder.layers]
             self.cross_values = [_linear_weights(layer.encoder_attn.v_proj) for layer in decoder.layers]
             self.final_norm = _norm_weights(decoder.layer_norm) if decoder.layer_norm is not None else None
-            self.vocab_weight = model.lm_head.weight.t().contiguous()
+            # the output projection: int8 (`Int8Product`), or transposed (and reordered for oneDNN: ONEDNN_VOCAB)
+            self.vocab_int8 = _product([model.lm_head]) if type(model.lm_head) is INT8_LINEAR else None
+            self.vocab_weight = model.lm_head.weight.t().contiguous() if self.vocab_int8 is None else None
             self.vocab_packed = None  # (an opaque oneDNN tensor: it cannot be copied, see CpuGenerate.__getstate__)
-            if ONEDNN_VOCAB:
+            if ONEDNN_VOCAB and self.vocab_int8 is None:
                 self.vocab_packed = torch.ops.mkldnn._reorder_linear_weight(
                     model.lm_head.weight.detach().contiguous(), ONEDNN_VOCAB_HINT)
             self.encoder = EncoderWeights(model.get_encoder())
@@ -276,6 +350,8 @@ def _parameter_versions(model: nn.Module) -> list[tuple[int, int]]:
         module = modules.pop()
         versions.extend((parameter.data_ptr(), parameter._version)
                         for parameter in module._parameters.values() if parameter is not None)
+        if type(module) is INT8_WEIGHTS:  # an int8 layer's weights, packed (new ones are a new object)
+            versions.append((id(module._packed_params), -1))
         modules.extend(child for child in module._modules.values() if child is not None)
     return versions
 
@@ -593,8 +669,9 @@ class CpuDecoder:
         self.history = torch.arange(beams).view(1, beams, 1).repeat(inputs, 1, self.most_positions)
         self.beam_ids = torch.arange(beams)
         # the logits of the steps MKL computes (all of them, or those of one row: ONEDNN_VOCAB)
-        logit_rows = inputs * beams if weights.vocab_packed is None else min(inputs * beams, ONEDNN_VOCAB_ROWS - 1)
-        self.logits = self.workspace.take("logits", (logit_rows, weights.vocab_weight.shape[1]), encoder_states)
+        if weights.vocab_int8 is None:
+            logit_rows = inputs * beams if weights.vocab_packed is None else min(inputs * beams, ONEDNN_VOCAB_ROWS - 1)
+            self.logits = self.workspace.take("logits", (logit_rows, weights.vocab_weight.shape[1]), encoder_states)
 
     def position_bias_table(self) -> torch.Tensor:
         """Every layer's additive bias of a query at the last position over every key position, repeated for every
@@ -643,7 +720,9 @@ class CpuDecoder:
         if not every_slot_decodes:
             hidden = hidden[self.rows]
         self.position += 1
-        if hidden.shape[0] >= ONEDNN_VOCAB_ROWS and weights.vocab_packed is not None:
+        if weights.vocab_int8 is not None:
+            logits = weights.vocab_int8(hidden)
+        elif hidden.shape[0] >= ONEDNN_VOCAB_ROWS and weights.vocab_packed is not None:
             logits = torch.ops.mkldnn._linear_pointwise(hidden, weights.vocab_packed, None, "none", [], "")
         else:
             logits = torch.mm(hidden, weights.vocab_weight, out=self.logits[: hidden.shape[0]])
@@ -978,7 +1057,7 @@ READ_AS = "cpu_decoder_reads_as"
 TORCH_CLASSES = frozenset({nn.Linear, nn.LayerNorm, nn.Embedding, nn.ModuleList})
 ACTIVATION_CLASSES = frozenset(entry[0] if isinstance(entry, tuple) else entry for entry in ACT2CLS.values())
 # the classes found to be these (filled as they are met: a model's modules are a dozen classes)
-_REPRODUCED_CLASSES: set[type] = set(TORCH_CLASSES | ACTIVATION_CLASSES)
+_REPRODUCED_CLASSES: set[type] = set(TORCH_CLASSES | ACTIVATION_CLASSES | {INT8_WEIGHTS})
 # what a subclass of the model's class may not define: what transformers' loop calls, step by step
 STEP_METHODS = ("forward", "__call__", "_call_impl", "_wrapped_call_impl", "prepare_inputs_for_generation")
 _REPRODUCED_MODEL_CLASSES: set[type] = set()
@@ -995,9 +1074,10 @@ def unreproduced(model: nn.Module) -> str | None:
     states, which runs transformers' loop), or registered for every module (`register_module_forward_hook`); a
     `forward` (or `_call_impl`) set on a module, or a module compiled in place (`module.compile()`); a subclass of the
     model's class that defines a method transformers' loop calls (`STEP_METHODS`); a module of any other class than
-    those this path lays out (`PROJECT_CLASSES`, `TORCH_CLASSES`, the activations: a PEFT adapter, a quantized or
-    custom Linear, a parametrized module, an attention module of one's own, a torch.compile wrapper); an output
-    projection with a bias; an attention function or mask other than transformers' eager and sdpa; autocast on.
+    those this path lays out (`PROJECT_CLASSES`, `TORCH_CLASSES`, torch.ao's dynamic int8 Linear, the activations: a
+    PEFT adapter, a custom Linear, a float16 dynamic one, a parametrized module, an attention module of one's own, a
+    torch.compile wrapper); an output projection with a bias; an attention function or mask other than transformers'
+    eager and sdpa; autocast on.
 
     Scanned at every call, walking the modules once (about 160 on the shipped models): nothing here is kept between
     calls but which classes were found to be the project's, so that a hook added or a module replaced after a call
@@ -1032,7 +1112,7 @@ def unreproduced(model: nn.Module) -> str | None:
             if (problem := _module_problem(model, module)) is not None:
                 return problem
         modules.extend(state["_modules"].values())
-    if model.lm_head.bias is not None:
+    if type(model.lm_head) is not INT8_LINEAR and model.lm_head.bias is not None:
         return "lm_head has a bias, which this decoder does not add"
     return None
 
@@ -1075,7 +1155,9 @@ def _module_problem(model: nn.Module, module: nn.Module) -> str | None:
 def _problem_of(module: nn.Module, is_model: bool) -> str | None:
     """`_module_problem`, the module named `{name}`."""
     cls = type(module)
-    if not is_model and cls not in _REPRODUCED_CLASSES:
+    if cls is INT8_LINEAR and module._packed_params.dtype != torch.qint8:
+        return f"{{name}} is a {cls.__module__}.{cls.__qualname__} of {module._packed_params.dtype}, not qint8"
+    if not is_model and cls not in _REPRODUCED_CLASSES and cls is not INT8_LINEAR:
         if not (any(_is_project_class(cls, project) for project in PROJECT_CLASSES)
                 or vars(cls).get(READ_AS) in TORCH_CLASSES):
             return f"{{name}} is a {cls.__module__}.{cls.__qualname__}, a class this decoder does not lay out"

@@ -430,7 +430,8 @@ def test_set_up_twice_or_for_int8_keeps_one_path(en_de, searches):
     int8 = for_cpu_inference(fast, quantization="int8")
     assert not {"generate", "_cpu_generate_state"} & set(vars(int8))
     generated(int8, tokenizer(SENTENCES[:2], return_tensors="pt", padding=True), num_beams=2, max_new_tokens=5)
-    assert searches == []  # its Linear layers hold int8 weights: transformers' loop over the model
+    assert len(searches) == 1  # the copy's own decoder, on its int8 weights
+    assert int8._cpu_generate() is not path and int8._cpu_generate().weights.vocab_int8 is not None
 
 
 def test_the_guide_pipeline_example_decodes_through_the_path(searches, capsys):

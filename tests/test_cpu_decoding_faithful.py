@@ -359,11 +359,63 @@ def test_a_module_replaced_runs_as_in_transformers_loop(plain, batch, unchanged,
     assert_runs_the_loop(model, batch, searches, said, reason, unchanged)
 
 
-def test_a_model_with_int8_linear_layers_runs_as_in_transformers_loop(plain, batch, searches, said):
-    """for_cpu_inference(model, "int8"): torch.ao's int8 Linear layers, which the decoder does not compute."""
+def test_a_model_set_up_for_int8_decodes_on_the_decoder_with_its_own_kernels(plain, batch, searches, said):
+    """for_cpu_inference(model, "int8"): torch.ao's int8 Linear layers, each product their own kernel on their own
+    weights. The activations' scale is chosen at each call from the rows it computes, so one input at a time (the same
+    rows in both paths) gives the loop's tokens; a padded batch may not (the loop also computes padding)."""
     model = for_cpu_inference(copy.deepcopy(plain), quantization="int8")
-    assert_runs_the_loop(model, batch, searches, said, "is a torch.ao.nn.quantized.dynamic.")
-    assert generated(model, batch, num_beams=2) == generated(model, batch, num_beams=2, cpu_decoding=False)
+    for settings in ({"num_beams": 1}, {"num_beams": 4}):
+        for index in range(len(SENTENCES)):
+            one = {name: values[index : index + 1][:, : int(batch["attention_mask"][index].sum())]
+                   for name, values in batch.items()}
+            assert generated(model, one, **settings) == generated(model, one, cpu_decoding=False, **settings)
+    assert len(searches) == 2 * len(SENTENCES) and said() == []
+    generated(model, batch, num_beams=2)
+    assert len(searches) == 2 * len(SENTENCES) + 1
+
+
+def test_the_int8_products_are_the_layers_own(plain):
+    """The decoder's int8 products against the layers: one layer as it is, the same kernel on the same weights (equal);
+    self-attention's query (scaled), key and value stacked into one product (equal to float32 rounding); a layer of
+    another kind among them (a float one) computed as it is, beside the others."""
+    model = for_cpu_inference(copy.deepcopy(plain), quantization="int8")
+    attention = model.model.decoder.layers[0].self_attn
+    x = torch.randn(7, model.config.d_model, generator=torch.Generator().manual_seed(0)) * 3
+    with torch.no_grad():
+        assert torch.equal(cpu_decoding._product([attention.out_proj])(x), attention.out_proj(x))
+        expected = torch.cat([attention.q_proj(x) * attention.scaling, attention.k_proj(x), attention.v_proj(x)], -1)
+        stacked = cpu_decoding._product([attention.q_proj, attention.k_proj, attention.v_proj],
+                                        [attention.scaling, 1.0, 1.0])
+        assert isinstance(stacked, cpu_decoding.Int8Product)
+        torch.testing.assert_close(stacked(x), expected, rtol=1e-5, atol=1e-5)
+        attention.k_proj = plain.model.decoder.layers[0].self_attn.k_proj  # float among int8
+        mixed = cpu_decoding._product([attention.q_proj, attention.k_proj, attention.v_proj],
+                                      [attention.scaling, 1.0, 1.0])
+        expected = torch.cat([attention.q_proj(x) * attention.scaling, attention.k_proj(x), attention.v_proj(x)], -1)
+        assert isinstance(mixed, cpu_decoding.Stacked)
+        torch.testing.assert_close(mixed(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_int8_weights_changed_are_laid_out_again(plain, batch, searches):
+    """An int8 layer's weights live in its packed parameters, not in parameters: new ones are seen at the next call."""
+    model = for_cpu_inference(copy.deepcopy(plain), quantization="int8")
+    one = {name: values[:1] for name, values in batch.items()}
+    before = generated(model, one)
+    head = model.lm_head
+    weight, bias = head._packed_params._weight_bias()
+    scales = weight.q_per_channel_scales().clone()
+    scales[before[0][2]] = 0.0  # the second token chosen scores 0 from now on
+    head.set_weight_bias(torch._make_per_channel_quantized_tensor(weight.int_repr(), scales,
+                                                                  weight.q_per_channel_zero_points(), 0), bias)
+    after = generated(model, one)
+    assert after != before and after == generated(model, one, cpu_decoding=False) and len(searches) == 2
+
+
+def test_a_float16_dynamic_linear_runs_as_in_transformers_loop(plain, batch, searches, said):
+    model = copy.deepcopy(plain)
+    model.model.decoder.layers[0].feed_forward.fc1 = torch.ao.quantization.quantize_dynamic(
+        nn.Sequential(model.model.decoder.layers[0].feed_forward.fc1), {nn.Linear}, dtype=torch.float16)[0]
+    assert_runs_the_loop(model, batch, searches, said, "of torch.float16, not qint8")
 
 
 @pytest.mark.parametrize("interface", [ALL_ATTENTION_FUNCTIONS, ALL_MASK_ATTENTION_FUNCTIONS],

@@ -76,8 +76,8 @@ def main(argv=None):
                         help="time generation in every engine instead (CPU; needs the ctranslate2 extra)")
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="with --engines: the thread counts")
     parser.add_argument("--alone_pairs", type=int, default=3,
-                        help="with --engines: rounds of fresh processes timing vaswani_cpu, default_pipeline and "
-                        "CTranslate2 fp32 alone")
+                        help="with --engines: rounds of fresh processes timing vaswani_cpu, default_pipeline, "
+                        "CTranslate2 fp32, vaswani_int8 and CTranslate2 int8 alone")
     parser.add_argument(
         "--workloads", nargs="+", default=["base"], choices=WORKLOADS,
         help="with --engines: presets (random weights and inputs) and shipped models (results/NAME/model on its "

@@ -103,6 +103,7 @@ def test_int8_is_a_copy_with_int8_linear_layers_and_close_outputs(plain, tokeniz
     assert all(type(module) is nn.Linear for module in plain.modules() if isinstance(module, nn.Linear))  # untouched
     quantized = [module for module in int8.modules() if isinstance(module, torch.ao.nn.quantized.dynamic.Linear)]
     assert len(quantized) == sum(isinstance(module, nn.Linear) for module in plain.modules())
+    assert {module.weight().qscheme() for module in quantized} == {torch.per_channel_affine}  # a scale per row
     batch = tokenizer(SENTENCES, text_target=[target for _, target in PAIRS], return_tensors="pt", padding=True)
     with torch.no_grad():
         expected, got = plain(**batch).logits, int8(**batch).logits
@@ -120,7 +121,7 @@ def test_int8_costs_little_bleu_on_real_test_sentences(plain, tokenizer):
     for name, model in (("fp32", plain), ("int8", for_cpu_inference(plain, quantization="int8"))):
         outputs = generated(model, tokenizer, sources, num_beams=5, max_new_tokens=80)
         scores[name] = sacrebleu.corpus_bleu(tokenizer.batch_decode(outputs, skip_special_tokens=True), references).score
-    assert abs(scores["int8"] - scores["fp32"]) < 1.5, scores
+    assert abs(scores["int8"] - scores["fp32"]) < 1.0, scores  # 0.45 here; 0.03 on all 1,000 (README)
 
 
 def test_bad_arguments_are_named(plain):

@@ -86,6 +86,7 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
     finally:
         torch.set_num_threads(threads)
     rows = json.loads(out.read_text())["engines"]
+    assert [json.loads(line.strip().rstrip(",")) for line in out.read_text().splitlines()[4:-2]] == rows  # a line each
     assert [(row["workload"], row["threads"], row["num_beams"]) for row in rows] == [
         ("tiny", 2, 1), ("tiny", 2, 4), ("multi30k_en_de", 2, 1), ("multi30k_en_de", 2, 4)]
     for row in rows:
@@ -99,6 +100,9 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
             row["vaswani_cpu_alone_tokens_per_s"] / row["ct2_fp32_alone_tokens_per_s"])  # one pair: its ratio
         pair = [pytest.approx(row["vaswani_cpu_alone_ms"]), pytest.approx(row["ct2_fp32_alone_ms"])]
         assert row["alone_pairs"] == [pair]
+        int8_pair = [pytest.approx(row["vaswani_int8_alone_ms"]), pytest.approx(row["ct2_int8_alone_ms"])]
+        assert row["int8_alone_pairs"] == [int8_pair] and row["vaswani_int8_alone_vs_ct2_int8_alone"] == pytest.approx(
+            row["ct2_int8_alone_ms"] / row["vaswani_int8_alone_ms"])
         assert row["vaswani_vs_ct2_fp32"] == pytest.approx(row["vaswani_tokens_per_s"] / row["ct2_fp32_tokens_per_s"])
         assert row["vaswani_cpu_vs_ct2_fp32_alone"] == pytest.approx(
             row["vaswani_cpu_tokens_per_s"] / row["ct2_fp32_alone_tokens_per_s"])

@@ -461,11 +461,12 @@ def _time_alone(setup: str, call: str, rounds: int) -> float:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _vaswani_cpu_alone(workload: Workload, num_beams: int, threads: int, rounds: int, scratch: Path) -> float:
-    """Median seconds of one `vaswani_cpu` call timed as `_ctranslate2_alone` times CTranslate2: in a fresh process
-    that runs nothing else, rounds back to back after one untimed call, so that both sides of the ratio
-    `vaswani_cpu_alone_vs_ct2_fp32_alone` are measured alike (in the alternating rounds every call follows another
-    engine's turn). The inputs travel as safetensors (no pickle)."""
+def _vaswani_cpu_alone(workload: Workload, num_beams: int, threads: int, rounds: int, scratch: Path,
+                       quantization: str = "fp32") -> float:
+    """Median seconds of one `vaswani_cpu` call (`vaswani_int8` with `quantization="int8"`) timed as
+    `_ctranslate2_alone` times CTranslate2: in a fresh process that runs nothing else, rounds back to back after one
+    untimed call, so that both sides of the ratio `vaswani_cpu_alone_vs_ct2_fp32_alone` are measured alike (in the
+    alternating rounds every call follows another engine's turn). The inputs travel as safetensors (no pickle)."""
     from safetensors.torch import save_file
 
     inputs = scratch / f"{workload.name}_inputs.safetensors"
@@ -480,7 +481,8 @@ def _vaswani_cpu_alone(workload: Workload, num_beams: int, threads: int, rounds:
         "from vaswani import VaswaniForConditionalGeneration\n"
         "from vaswani.serving.cpu_inference import for_cpu_inference\n"
         f"job = json.loads(open({str(job)!r}, encoding='utf-8').read())\n"
-        "model = for_cpu_inference(VaswaniForConditionalGeneration.from_pretrained(job['folder']))\n"
+        "model = for_cpu_inference(VaswaniForConditionalGeneration.from_pretrained(job['folder']), "
+        f"quantization={quantization!r})\n"
         "inputs = load_file(job['inputs'])\n"
     )
     call = "with torch.no_grad(): model.generate(**inputs, do_sample=False, **job['settings'])"
@@ -556,13 +558,17 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
         "vaswani_cpu": lambda: _vaswani_cpu_alone(workload, beams, threads, args.rounds, scratch),
         "ct2_fp32": lambda: _ctranslate2_alone(workload.exports["ct2_fp32"], workload.sources, options, threads,
                                                args.rounds, scratch),
+        "vaswani_int8": lambda: _vaswani_cpu_alone(workload, beams, threads, args.rounds, scratch, "int8"),
+        "ct2_int8": lambda: _ctranslate2_alone(workload.exports["ct2_int8"], workload.sources, options, threads,
+                                               args.rounds, scratch),
     }
     if workload.task is not None:  # the default pipeline, timed alike and paired with the same CTranslate2 runs
         timers["default_pipeline"] = lambda: _default_pipeline_alone(workload, beams, threads, args.rounds, scratch)
-    pairs, pipeline_pairs = [], []
+    pairs, pipeline_pairs, int8_pairs = [], [], []
     for index in range(args.alone_pairs):
         timings = {name: timers[name]() for name in (list(timers) if index % 2 == 0 else list(timers)[::-1])}
         pairs.append((timings["vaswani_cpu"], timings["ct2_fp32"]))
+        int8_pairs.append((timings["vaswani_int8"], timings["ct2_int8"]))
         if "default_pipeline" in timings:
             pipeline_pairs.append((timings["default_pipeline"], timings["ct2_fp32"]))
     row["alone_pairs"] = [[1000 * ours, 1000 * theirs] for ours, theirs in pairs]  # milliseconds
@@ -571,10 +577,11 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
         row["default_pipeline_alone_ms"] = 1000 * statistics.median(ours for ours, _ in pipeline_pairs)
         row["default_pipeline_alone_vs_ct2_fp32_alone"] = statistics.median(
             theirs / ours for ours, theirs in pipeline_pairs)
+    row["int8_alone_pairs"] = [[1000 * ours, 1000 * theirs] for ours, theirs in int8_pairs]
     alone = {"vaswani_cpu_alone": statistics.median(ours for ours, _ in pairs),
              "ct2_fp32_alone": statistics.median(theirs for _, theirs in pairs),
-             "ct2_int8_alone": _ctranslate2_alone(workload.exports["ct2_int8"], workload.sources, options, threads,
-                                                  args.rounds, scratch)}
+             "vaswani_int8_alone": statistics.median(ours for ours, _ in int8_pairs),
+             "ct2_int8_alone": statistics.median(theirs for _, theirs in int8_pairs)}
     for name, value in alone.items():
         row[f"{name}_ms"] = 1000 * value
         row[f"{name}_tokens_per_s"] = tokens / value
@@ -586,6 +593,7 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
     row["vaswani_cpu_alone_vs_ct2_fp32_alone"] = statistics.median(theirs / ours for ours, theirs in pairs)
     row["vaswani_int8_vs_ct2_int8"] = seconds["ct2_int8"] / seconds["vaswani_int8"]
     row["vaswani_int8_vs_ct2_int8_alone"] = alone["ct2_int8_alone"] / seconds["vaswani_int8"]
+    row["vaswani_int8_alone_vs_ct2_int8_alone"] = statistics.median(theirs / ours for ours, theirs in int8_pairs)
     return row
 
 
@@ -616,7 +624,8 @@ def _compare_engines(args) -> dict:
                         + f" (same tokens as generate: {row['vaswani_cpu_same_tokens']}, default generate "
                         f"{row['default_generate_same_tokens']}, CTranslate2 fp32 {row['ct2_fp32_same_tokens']}); "
                         "int8 vs CTranslate2 int8 "
-                        f"x{row['vaswani_int8_vs_ct2_int8']:.2f} / x{row['vaswani_int8_vs_ct2_int8_alone']:.2f}"
+                        f"x{row['vaswani_int8_vs_ct2_int8']:.2f} / x{row['vaswani_int8_vs_ct2_int8_alone']:.2f}, "
+                        f"both alone x{row['vaswani_int8_alone_vs_ct2_int8_alone']:.2f}"
                     )
     return report
 
@@ -772,8 +781,22 @@ def run_benchmark(args) -> dict:
     else:
         report = _compare_engines(args) if args.engines else _compare_models(args)
     if args.json:  # written whole (vaswani.output_paths)
-        write_text_atomically(args.json, json.dumps(report, indent=2), "--json")
+        write_text_atomically(args.json, report_json(report), "--json")
     return report
+
+
+def report_json(report: dict) -> str:
+    """The report as JSON, each row of a list (a table's rows) on one line: a run of every engine is 38 KB so, against
+    48 KB with every field on its own line (results/ keeps within a size budget)."""
+    lines = []
+    for index, (key, value) in enumerate(report.items()):
+        end = "," if index < len(report) - 1 else ""
+        if isinstance(value, list) and value and all(isinstance(row, dict) for row in value):
+            rows = ",\n".join(f"  {json.dumps(row)}" for row in value)
+            lines.append(f"{json.dumps(key)}: [\n{rows}\n ]{end}")
+        else:
+            lines.append(f"{json.dumps(key)}: {json.dumps(value)}{end}")
+    return "{\n " + "\n ".join(lines) + "\n}\n"
 
 
 __all__ = [
