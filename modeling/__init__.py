@@ -13,8 +13,8 @@ from transformers import (
     AutoTokenizer,
 )
 
-from .configuration_vaswani import PRESETS, VaswaniConfig
-from .modeling_vaswani import (
+from .remote_code.configuration_vaswani import PRESETS, VaswaniConfig
+from .remote_code.modeling_vaswani import (
     VaswaniEncoderModel,
     VaswaniForConditionalGeneration,
     VaswaniForSequenceClassification,
@@ -22,7 +22,7 @@ from .modeling_vaswani import (
     VaswaniModel,
     VaswaniPreTrainedModel,
 )
-from .tokenization_vaswani import VaswaniTokenizer
+from .remote_code.tokenization_vaswani import VaswaniTokenizer
 
 
 __version__ = "0.1.0"

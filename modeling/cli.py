@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .configuration_vaswani import misspelled_fields, special_kind
+from .remote_code.configuration_vaswani import misspelled_fields, special_kind
 from .runs.errors import TrainingError
 from .runs.launch_status import report_exit, report_start
 from .runs.preemption import StoppedBySignal

@@ -14,12 +14,13 @@ and saves again beside the AutoTokenizer entry its class writes).
 import copy
 import logging
 
-from .configuration_vaswani import AUTO_MAP, CUSTOM_PIPELINES
+from .remote_code.configuration_vaswani import AUTO_MAP, CUSTOM_PIPELINES
 
 
 logger = logging.getLogger(__name__)
 
-# every pipeline implementation a config of this project may declare (pipelines/pipeline_vaswani.py's classes)
+# every pipeline implementation a config of this project may declare (modeling/remote_code/pipeline_vaswani.py's
+# classes)
 OWN_PIPELINES = {entry["impl"] for entry in CUSTOM_PIPELINES.values()} | {
     "pipeline_vaswani.TokenClassificationPipeline"
 }

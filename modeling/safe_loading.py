@@ -19,16 +19,16 @@ import torch
 from safetensors import safe_open
 from transformers import AutoConfig
 
-from .configuration_vaswani import VaswaniConfig, check_json_file
-from .loading_checks import check_model_files
-from .modeling_vaswani import (
+from .remote_code.configuration_vaswani import VaswaniConfig, check_json_file
+from .remote_code.loading_checks import check_model_files
+from .remote_code.modeling_vaswani import (
     VaswaniForConditionalGeneration,
     VaswaniForSequenceClassification,
     VaswaniForTokenClassification,
     VaswaniModel,
 )
 from .runs.records import TRAINER_STATE_FILE
-from .tokenization_vaswani import check_tokenizer_files
+from .remote_code.tokenization_vaswani import check_tokenizer_files
 
 
 TOKENIZER_CONFIG = "tokenizer_config.json"

@@ -18,7 +18,7 @@ from pathlib import Path
 import transformers
 
 from ..safe_loading import check_checkpoint_folder
-from .pipeline_vaswani import (
+from ..remote_code.pipeline_vaswani import (
     SummarizationPipeline,
     Text2TextGenerationPipeline,
     TokenClassificationPipeline,

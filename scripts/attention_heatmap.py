@@ -52,7 +52,7 @@ class HeatmapArguments:
 
 # What each numeric option allows; every one is a finite number of its type (vaswani.cli.check_numbers): a NaN
 # length penalty would decode without a word. How many beams fit is checked against the model and the memory left
-# when it is loaded (vaswani.loading_checks.check_generation_fits), before it translates.
+# when it is loaded (vaswani.remote_code.loading_checks.check_generation_fits), before it translates.
 NUMBER_RULES = {"num_beams": POSITIVE, "max_new_tokens": POSITIVE}
 
 

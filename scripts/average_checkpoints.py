@@ -27,7 +27,7 @@ import vaswani  # noqa: F401  (registers the Vaswani classes with the Auto class
 from vaswani.cli import run_command
 from vaswani.code_references import keep_own_code_references, keep_own_tokenizer_code_references
 from vaswani.output_paths import OutputFolder
-from vaswani.configuration_vaswani import check_regular_files
+from vaswani.remote_code.configuration_vaswani import check_regular_files
 from vaswani.safe_loading import check_checkpoint_folder
 from vaswani.training.checkpoints import list_checkpoints, write_averaging_record
 

@@ -133,7 +133,7 @@ def as_saved_without_word_alignment(backend):
     were aligned (`word_start_alignment`: its offsets covered the space before each word) and before its normalizer
     marked the spaces (`space_marks`: added tokens were never found)."""
     from tokenizers import Tokenizer
-    from vaswani.tokenization_vaswani import flat_steps, space_marks, word_start_alignment
+    from vaswani.remote_code.tokenization_vaswani import flat_steps, space_marks, word_start_alignment
 
     state = json.loads(backend.to_str())
     alignment = [json.loads(step.__getstate__()) for step in word_start_alignment()]

@@ -1,5 +1,5 @@
-"""modeling/configuration_vaswani.py: VaswaniConfig's defaults (the paper's base model), presets, checks of every
-field and size, and the round trip through AutoConfig."""
+"""modeling/remote_code/configuration_vaswani.py: VaswaniConfig's defaults (the paper's base model), presets, checks of
+every field and size, and the round trip through AutoConfig."""
 
 import json
 

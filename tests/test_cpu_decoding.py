@@ -1,7 +1,7 @@
-"""vaswani.cpu_decoding, the decoding loop `generate` runs on a CPU by default (and after `for_cpu_inference(model)`):
-the tokens of transformers' own loop (`cpu_decoding=False`) for greedy and beam search, on the trained models the
-project ships and real sentences (random weights would make agreement meaningless), and transformers' own loop for
-whatever the path does not do."""
+"""vaswani.remote_code.cpu_decoding, the decoding loop `generate` runs on a CPU by default (and after
+`for_cpu_inference(model)`): the tokens of transformers' own loop (`cpu_decoding=False`) for greedy and beam search,
+on the trained models the project ships and real sentences (random weights would make agreement meaningless), and
+transformers' own loop for whatever the path does not do."""
 
 import copy
 import json
@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TextStreamer
 
 from helpers import REPO, english_sentences, load_script, run_isolated, spread_weights, tiny_config
-import vaswani.cpu_decoding as cpu_decoding
+import vaswani.remote_code.cpu_decoding as cpu_decoding
 from vaswani import VaswaniForConditionalGeneration
 from vaswani.serving.cpu_inference import for_cpu_inference
 

@@ -1,8 +1,9 @@
-"""The CPU decoder runs only for a model it reproduces exactly (vaswani.cpu_decoding.unreproduced): a model changed in
-a way its forward honours and the decoder would not (hooks, a forward replaced or overridden, a module of another
-class, an attention function of one's own, autocast) decodes through transformers' loop, with that loop's tokens,
-and says why once, at info level. Each change here changes the tokens of transformers' loop, so that a default path
-that ignored it would give other tokens; the model as the project builds or sets it up keeps the decoder."""
+"""The CPU decoder runs only for a model it reproduces exactly (vaswani.remote_code.cpu_decoding.unreproduced): a model
+changed in a way its forward honours and the decoder would not (hooks, a forward replaced or overridden, a module of
+another class, an attention function of one's own, autocast) decodes through transformers' loop, with that loop's
+tokens, and says why once, at info level. Each change here changes the tokens of transformers' loop, so that a
+default path that ignored it would give other tokens; the model as the project builds or sets it up keeps the
+decoder."""
 
 import copy
 import logging
@@ -17,9 +18,9 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from helpers import REPO, english_sentences, spread_weights, tiny_config
-import vaswani.cpu_decoding as cpu_decoding
+import vaswani.remote_code.cpu_decoding as cpu_decoding
 from vaswani import VaswaniForConditionalGeneration
-from vaswani.modeling_vaswani import VaswaniFeedForward
+from vaswani.remote_code.modeling_vaswani import VaswaniFeedForward
 from vaswani.serving.cpu_inference import OneDNNLinear, for_cpu_inference
 
 

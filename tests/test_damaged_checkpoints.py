@@ -17,8 +17,8 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-import vaswani.configuration_vaswani
-import vaswani.loading_checks
+import vaswani.remote_code.configuration_vaswani
+import vaswani.remote_code.loading_checks
 from helpers import (
     QUIET,
     REPO,
@@ -314,7 +314,7 @@ def test_a_deeply_nested_json_file_is_named_by_the_classes(name, load, copy_of):
 
 def test_a_json_file_larger_than_any_checkpoint_holds_is_refused_before_it_is_read(copy_of, monkeypatch):
     folder = copy_of()
-    monkeypatch.setattr(vaswani.configuration_vaswani, "MAX_JSON_BYTES", 100)  # instead of writing 16 MiB
+    monkeypatch.setattr(vaswani.remote_code.configuration_vaswani, "MAX_JSON_BYTES", 100)  # instead of writing 16 MiB
     with pytest.raises(ValueError, match=rf"{folder / 'config.json'} is [\d,]+ bytes, more than the 100 a "
                                          r"checkpoint's config.json may have"):
         VaswaniConfig.from_pretrained(folder)
@@ -322,7 +322,7 @@ def test_a_json_file_larger_than_any_checkpoint_holds_is_refused_before_it_is_re
 
 def test_brackets_inside_strings_do_not_count_as_nesting():
     text = json.dumps({"merges": [["[", "{"], ["]]", "}"]], "a": "[[[[" * 1000, "b": {"c": [1]}})
-    assert vaswani.configuration_vaswani.json_nesting_depth(text) == 3
+    assert vaswani.remote_code.configuration_vaswani.json_nesting_depth(text) == 3
 
 
 # --- a tokenizer that does not belong to the model, a config that does not ----------------------------------------
@@ -359,7 +359,7 @@ NOT_ENOUGH = r"This config's weights need about [\d.]+ KB \([\d,]+ parameters in
 @pytest.fixture
 def little_memory(monkeypatch):
     """A machine with 1 KB free: the tiny model (about 300 KB of weights) does not fit."""
-    monkeypatch.setattr(vaswani.loading_checks, "available_memory", lambda device: 1_000)
+    monkeypatch.setattr(vaswani.remote_code.loading_checks, "available_memory", lambda device: 1_000)
 
 
 def test_weights_that_do_not_fit_are_refused_by_from_pretrained(checkpoint, little_memory):
@@ -389,9 +389,9 @@ def test_the_estimate_of_the_weights_is_within_ten_percent(overrides):
 
 
 def test_the_memory_check_reads_the_machines_free_memory(checkpoint):
-    available = vaswani.loading_checks.available_memory(torch.device("cpu"))
+    available = vaswani.remote_code.loading_checks.available_memory(torch.device("cpu"))
     assert available is None or available > 0
-    assert vaswani.loading_checks.available_memory(torch.device("meta")) is None
+    assert vaswani.remote_code.loading_checks.available_memory(torch.device("meta")) is None
     AutoModelForSeq2SeqLM.from_pretrained(checkpoint)  # a tiny model fits
 
 
@@ -410,7 +410,8 @@ def test_merges_beyond_the_vocabulary_are_refused_before_the_tokenizer_is_built(
     repeated = {**content, "model": {**content["model"], "merges": merges * (len(vocabulary) // len(merges) + 1)}}
     path.write_text(json.dumps(repeated))
     built = []
-    monkeypatch.setattr(vaswani.tokenization_vaswani.Tokenizer, "from_file", lambda *args: built.append(args))
+    monkeypatch.setattr(vaswani.remote_code.tokenization_vaswani.Tokenizer, "from_file",
+                        lambda *args: built.append(args))
     with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: its BPE model has [\d,]+ merges for a "
                                          rf"vocabulary of {len(vocabulary):,} tokens"):
         VaswaniTokenizer.from_pretrained(folder)
@@ -421,7 +422,7 @@ def test_merges_beyond_the_vocabulary_are_refused_before_the_tokenizer_is_built(
     with pytest.raises(ValueError, match=r"BPE merge 3 \("):
         VaswaniTokenizer.from_pretrained(folder)
     path.write_text(json.dumps(content))
-    monkeypatch.setattr(vaswani.loading_checks, "cpu_memory_available", lambda: path.stat().st_size * 10)
+    monkeypatch.setattr(vaswani.remote_code.loading_checks, "cpu_memory_available", lambda: path.stat().st_size * 10)
     with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} \([\d,]+ bytes\) would take about [\d,]+ bytes of "
                                          "memory to build, more than the"):
         VaswaniTokenizer.from_pretrained(folder)
@@ -546,7 +547,7 @@ def test_regexes_of_real_tokenizers_pass(pattern, copy_of):
 def test_the_shipped_tokenizers_pass_the_regex_check_in_milliseconds():
     import time
 
-    from vaswani.tokenization_vaswani import check_regexes
+    from vaswani.remote_code.tokenization_vaswani import check_regexes
 
     for path in sorted((REPO / "results").glob("*/model/tokenizer.json")):
         content = json.loads(path.read_text())

@@ -1,4 +1,4 @@
-"""`generate()` with the models of modeling/modeling_vaswani.py: the cache, greedy decoding, beam search and
+"""`generate()` with the models of modeling/remote_code/modeling_vaswani.py: the cache, greedy decoding, beam search and
 sampling."""
 
 import functools
@@ -11,7 +11,7 @@ from transformers.utils import logging
 
 from helpers import random_batch, tiny_config
 from vaswani import VaswaniForConditionalGeneration
-from vaswani.modeling_vaswani import CACHE_FIELD
+from vaswani.remote_code.modeling_vaswani import CACHE_FIELD
 
 
 VARIANTS = [
@@ -225,7 +225,7 @@ def test_a_streamer_decodes_greedily_where_the_checkpoint_defaults_to_beams():
 def test_beam_search_projects_each_distinct_encoder_output_once():
     """Beam search repeats each encoder output once per beam; the cross-attention keys/values are projected once per
     distinct output and repeated, which must give exactly what projecting every copy gives."""
-    from vaswani.modeling_vaswani import repeated_rows
+    from vaswani.remote_code.modeling_vaswani import repeated_rows
 
     states = torch.randn(3, 5, 8)
     assert repeated_rows(states.repeat_interleave(4, dim=0)) == 4
@@ -303,7 +303,7 @@ def test_a_static_cache_longer_than_the_positions_is_named():
 
 def test_a_generation_configs_max_new_tokens_beyond_the_positions_is_refused_before_decoding(tokenizer, monkeypatch):
     """`max_new_tokens: 1e9` in a generation config decoded up to the position limit and was refused only there."""
-    from vaswani.modeling_vaswani import VaswaniDecoder
+    from vaswani.remote_code.modeling_vaswani import VaswaniDecoder
     from vaswani.pipelines import pipeline
 
     torch.manual_seed(0)

@@ -1,5 +1,5 @@
-"""modeling/modeling_vaswani.py: positions, attention, the models' outputs and losses, exact padding, the heads
-(decoding is tested in test_generation.py, saving and loading in test_save_load.py)."""
+"""modeling/remote_code/modeling_vaswani.py: positions, attention, the models' outputs and losses, exact padding, the
+heads (decoding is tested in test_generation.py, saving and loading in test_save_load.py)."""
 
 import math
 
@@ -20,7 +20,7 @@ from vaswani import (
     VaswaniForTokenClassification,
     VaswaniModel,
 )
-from vaswani.modeling_vaswani import VaswaniAttention, shift_tokens_right, sinusoidal_positions
+from vaswani.remote_code.modeling_vaswani import VaswaniAttention, shift_tokens_right, sinusoidal_positions
 
 
 VARIANTS = [

@@ -1,11 +1,11 @@
-"""vaswani.search, the pieces of a search step against the plain computation they replace: greedy's token
+"""vaswani.remote_code.search, the pieces of a search step against the plain computation they replace: greedy's token
 against `argmax`, the candidates of beam search against `topk(log_softmax(logits) + beam scores)` over each input's
 beams, as transformers computes it."""
 
 import pytest
 import torch
 
-from vaswani.search import BLOCK, beam_candidates, first_argmax, rule_out_tokens, SearchSettings
+from vaswani.remote_code.search import BLOCK, beam_candidates, first_argmax, rule_out_tokens, SearchSettings
 
 
 def plain_candidates(logits, beam_scores, count, rule_out=None):

@@ -18,8 +18,8 @@ from tokenizers import Tokenizer
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 import vaswani
-from vaswani.modeling_vaswani import code_files_to_ship
-from vaswani.tokenization_vaswani import update_saved_tokenizer
+from vaswani.remote_code.modeling_vaswani import code_files_to_ship
+from vaswani.remote_code.tokenization_vaswani import update_saved_tokenizer
 from helpers import REPO, SHARED_DATA, as_saved_without_word_alignment, load_script, needs_shared_data, run_isolated
 
 
@@ -124,10 +124,12 @@ def test_a_shipped_folder_carries_the_packages_code_and_tokenizes_text_as_text(n
     """What `trust_remote_code=True` runs is this package's code (fixes reach the shipped models), and the shipped
     tokenizer keeps the round-trip promise for text that looks like its own markup."""
     folder = SHIPPED[name]
-    package = Path(vaswani.__file__).parent
-    # the config and model files (which transformers copies itself), and those the project adds
-    for shipped in [package / "configuration_vaswani.py", package / "modeling_vaswani.py", *code_files_to_ship()]:
-        assert (folder / shipped.name).read_bytes() == shipped.read_bytes(), f"{folder / shipped.name} is stale"
+    # every file of the package's remote_code/ folder (the config and model files among them), and no other
+    carried = {path.name: path for path in code_files_to_ship()}
+    assert {"configuration_vaswani.py", "modeling_vaswani.py", "pipeline_vaswani.py"} <= set(carried)
+    assert sorted(path.name for path in folder.glob("*.py")) == sorted(carried)
+    for name, source in carried.items():
+        assert (folder / name).read_bytes() == source.read_bytes(), f"{folder / name} is stale"
     tokenizer = AutoTokenizer.from_pretrained(folder)
     for text in ["<s> A man </s> <unk><pad>", ">>de<< a\u2581b \u2581", "\ue000\u2581\ue001\ue000\ue002"]:
         ids = tokenizer(text)["input_ids"]

@@ -1,5 +1,5 @@
-"""modeling/tokenization_vaswani.py and scripts/train_tokenizer.py: the round trip of any text, byte fallback, language
-tags, saving and loading, and the script on local files and Multi30k."""
+"""modeling/remote_code/tokenization_vaswani.py and scripts/train_tokenizer.py: the round trip of any text, byte
+fallback, language tags, saving and loading, and the script on local files and Multi30k."""
 
 import copy
 import json
@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from helpers import PAIRS, REPO, SHARED_DATA, as_saved_without_word_alignment, load_script, needs_shared_data, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniTokenizer
-from vaswani.tokenization_vaswani import update_tokenizer_file
+from vaswani.remote_code.tokenization_vaswani import update_tokenizer_file
 
 
 train_tokenizer = load_script("train_tokenizer")

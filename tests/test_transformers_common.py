@@ -38,14 +38,14 @@ import pytest
 import torch
 import transformers
 
-from vaswani.configuration_vaswani import VaswaniConfig
-from vaswani.modeling_vaswani import (
+from vaswani.remote_code.configuration_vaswani import VaswaniConfig
+from vaswani.remote_code.modeling_vaswani import (
     VaswaniForConditionalGeneration,
     VaswaniForSequenceClassification,
     VaswaniForTokenClassification,
     VaswaniModel,
 )
-from vaswani.tokenization_vaswani import VaswaniTokenizer
+from vaswani.remote_code.tokenization_vaswani import VaswaniTokenizer
 
 
 PACKAGE = "transformers_common_tests"  # the name the sdist's tests/ folder is imported under (no clash with ours)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import datasets
 
-from ..configuration_vaswani import json_nesting_depth, special_kind
-from ..loading_checks import cpu_memory_available
+from ..remote_code.configuration_vaswani import json_nesting_depth, special_kind
+from ..remote_code.loading_checks import cpu_memory_available
 from ..output_paths import path_kind
 
 

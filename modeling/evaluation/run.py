@@ -27,10 +27,10 @@ from transformers import (
 from .. import pipelines as vaswani_pipelines
 from ..cli import POSITIVE, at_least, check_numbers, require_folder_or_hub_id
 from ..data.label_sets import LabelSet
-from ..loading_checks import check_generation_fits
+from ..remote_code.loading_checks import check_generation_fits
 from ..output_checks import check_output_writable
 from ..output_paths import check_output_file
-from ..pipelines.vocabulary import check_vocabulary
+from ..remote_code.vocabulary import check_vocabulary
 from ..runs.records import RESULTS_FILE, weights_provenance
 from ..safe_loading import check_checkpoint_folder, require_trained_head
 from ..serving.cpu_inference import for_cpu_inference
@@ -283,7 +283,8 @@ def applied_decoding(args: EvaluationArguments, config) -> dict:
 
 def _check_generation_size(args: EvaluationArguments, model, tokenizer, sources) -> None:
     """Refuse, before the first batch, a --batch_size x --num_beams whose decoding would not fit in the memory
-    left (vaswani.loading_checks.check_generation_fits), for the longest source of the split (by characters)."""
+    left (vaswani.remote_code.loading_checks.check_generation_fits), for the longest source of the split (by
+    characters)."""
     if not sources:
         return
     config = model.config

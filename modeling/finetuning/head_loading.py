@@ -14,12 +14,12 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedT
 
 from ..cli import parse_config_overrides
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
-from ..configuration_vaswani import PRESETS, VaswaniConfig
+from ..remote_code.configuration_vaswani import PRESETS, VaswaniConfig
 from ..data.label_sets import LabelSet, resolve_label_set
 from ..data.splits import Splits
-from ..pipelines.vocabulary import check_vocabulary
+from ..remote_code.vocabulary import check_vocabulary
 from ..safe_loading import check_checkpoint_folder, module_names
-from ..tokenization_vaswani import VaswaniTokenizer
+from ..remote_code.tokenization_vaswani import VaswaniTokenizer
 
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from .. import (
     VaswaniModel,
 )
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
-from ..configuration_vaswani import check_regular_files
+from ..remote_code.configuration_vaswani import check_regular_files
 from ..output_paths import MANIFEST_FILE, OutputFolder
 from ..runs.records import RESULTS_FILE
 from ..safe_loading import check_checkpoint_folder

@@ -293,15 +293,11 @@ def own_by_content(path: Path) -> bool:
 
 
 def package_code_files() -> dict[str, Path]:
-    """The code files a model folder of this project carries (`save_pretrained` copies them), by name: the config
-    and model files and `modeling_vaswani.code_files_to_ship()`."""
-    from ..modeling_vaswani import code_files_to_ship  # the files a checkpoint carries sit below every room
+    """The code files a model folder of this project carries (`save_pretrained` copies them), by name:
+    `modeling_vaswani.code_files_to_ship()`, the package's `remote_code/` folder."""
+    from ..remote_code.modeling_vaswani import code_files_to_ship  # the files a checkpoint carries sit below every room
 
-    package = Path(__file__).resolve().parents[1]
-    found = {path.name: path for path in code_files_to_ship()}
-    for name in ("configuration_vaswani.py", "modeling_vaswani.py"):
-        found.setdefault(name, package / name)
-    return found
+    return {path.name: path for path in code_files_to_ship()}
 
 
 def _same_bytes(first: Path, second: Path) -> bool:

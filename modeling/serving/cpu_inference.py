@@ -1,5 +1,6 @@
 """Faster inference on CPUs from the same weights, set up explicitly: oneDNN's fp32 matrix products, or int8 Linear
-layers. (Decoding itself needs no set-up: on a CPU `generate` runs the model's own decoder, `vaswani.cpu_decoding`.)
+layers. (Decoding itself needs no set-up: on a CPU `generate` runs the model's own decoder,
+`vaswani.remote_code.cpu_decoding`.)
 
 On a CPU, `generate` spends about 70% of its time in the Linear layers' matrix products (the rest in attention,
 the cache and Python). PyTorch's CPU wheel runs fp32 matrix products through MKL, which on AMD CPUs takes a slow
@@ -15,25 +16,25 @@ that take a model, that model (`for_cpu_inference`):
     int8 = CPUInference(model, quantization="int8")        # a copy with int8 Linear layers (int8.model)
     model = for_cpu_inference(model)                       # the same set-up, giving the model itself
 
-`"fp32"` changes only how the products are summed: logits agree with the plain model to float32 rounding (about
-1e-5) and decoding gives the same tokens (tests/serving/test_cpu_inference.py checks both on the shipped en->de model). A
-translation or summarization model (`VaswaniForConditionalGeneration`) decodes through `vaswani.cpu_decoding` with or
-without this set-up (its `generate` hands greedy and beam search to it on a CPU); for a model whose class has no such
-decoder of its own (a checkpoint saved by older code), `CPUInference.generate` runs the package's, which
-`for_cpu_inference` puts in front of the model's `generate`.
+`"fp32"` changes only how the products are summed: logits agree with the plain model to float32 rounding (about 1e-5)
+and decoding gives the same tokens (tests/serving/test_cpu_inference.py checks both on the shipped en->de model). A
+translation or summarization model (`VaswaniForConditionalGeneration`) decodes through
+`vaswani.remote_code.cpu_decoding` with or without this set-up (its `generate` hands greedy and beam search to it on a
+CPU); for a model whose class has no such decoder of its own (a checkpoint saved by older code),
+`CPUInference.generate` runs the package's, which `for_cpu_inference` puts in front of the model's `generate`.
 `"int8"` stores every Linear weight (the output projection included) as int8 with one scale per output row and
 quantizes activations on the fly (`torch.ao.quantization.quantize_dynamic`, fbgemm kernels): outputs change a little;
 the BLEU it costs is measured in results/benchmark/README.md ("Serving paths on a CPU", results in
 results/multi30k_en_de/serving/: on the shipped en->de model sacreBLEU 40.96 against 40.93 in fp32, where one scale
 per tensor gave 40.49). Such a model decodes on the CPU decoder too, each product the layer's own int8 kernel on its
-own packed weights (`vaswani.cpu_decoding.Int8Product`): the activations' scale is chosen at each call from the rows
-it computes, so a padded batch may decode some inputs otherwise than transformers' loop, which also computes the
-padding and the inputs already finished (on 64 captions, 50 of 64 outputs alike); one input at a time gives the
-loop's tokens. torch.ao's eager int8 path is deprecated in favour of torchao, whose eager int8
-Linear was 4x slower than torch.ao's on the same CPU (396 us against 97 us for the product above); torch is pinned,
-so this path stays until torchao catches up.
+own packed weights (`vaswani.remote_code.cpu_decoding.Int8Product`): the activations' scale is chosen at each call
+from the rows it computes, so a padded batch may decode some inputs otherwise than transformers' loop, which also
+computes the padding and the inputs already finished (on 64 captions, 50 of 64 outputs alike); one input at a time
+gives the loop's tokens. torch.ao's eager int8 path is deprecated in favour of torchao, whose eager int8 Linear was 4x
+slower than torch.ao's on the same CPU (396 us against 97 us for the product above); torch is pinned, so this path
+stays until torchao catches up.
 
-Both also have the process keep the memory it frees (`vaswani.cpu_decoding.keep_freed_memory`, which the CPU
+Both also have the process keep the memory it frees (`vaswani.remote_code.cpu_decoding.keep_freed_memory`, which the CPU
 decoder's first call does by itself): with `release_freed_memory=True` the process's malloc settings are left as they
 are, by this call and by the decoder after it (`leave_freed_memory`).
 """
@@ -45,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..cpu_decoding import CpuGenerate, keep_freed_memory, leave_freed_memory
+from ..remote_code.cpu_decoding import CpuGenerate, keep_freed_memory, leave_freed_memory
 
 
 QUANTIZATIONS = ("fp32", "int8")
@@ -56,7 +57,7 @@ class OneDNNLinear(nn.Linear):
     dtypes) takes the usual path. Same parameters and state dict as the layer it replaces."""
 
     # the same function as nn.Linear's, from the same parameters: the CPU decoder reads its weights as a Linear's
-    # (vaswani.cpu_decoding.unreproduced; a subclass does not inherit this)
+    # (vaswani.remote_code.cpu_decoding.unreproduced; a subclass does not inherit this)
     cpu_decoder_reads_as = nn.Linear
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -83,7 +84,8 @@ class CPUInference:
         inference(**batch).logits                  # the model's forward
 
     `generate` is the model's own, which on a CPU hands greedy and beam search to the model's CPU decoder
-    (`vaswani.cpu_decoding`); for a model whose class has no such decoder (a checkpoint saved by older code), the
+    (`vaswani.remote_code.cpu_decoding`); for a model whose class has no such decoder (a checkpoint saved by older
+    code), the
     package's, held here (`decoder`), runs in front of that class's `generate`. Besides the Linear layers (fp32),
     nothing of the model is changed: its `generate` stays its class's, and it keeps transformers' hooks as they are."""
 

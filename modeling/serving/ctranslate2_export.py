@@ -196,7 +196,7 @@ def build_spec(model, tokenizer):
 def _check_exportable(config) -> None:
     """Refuse, by name, a config value that the specification cannot hold (none of today's values; this guards the
     options a later version of the config may add)."""
-    from ..configuration_vaswani import LAYER_NORM_POSITIONS, POSITION_EMBEDDING_TYPES
+    from ..remote_code.configuration_vaswani import LAYER_NORM_POSITIONS, POSITION_EMBEDDING_TYPES
 
     for name, allowed in (
         ("activation_function", list(ACTIVATIONS)),
@@ -223,7 +223,7 @@ def _set_stack(stack_spec, stack, config) -> None:
     embeddings_spec.weight = _tensor(embeddings.embed_tokens.weight)
     stack_spec.scale_embeddings = np.float32(embeddings.embed_scale)
     if config.position_embedding_type == "sinusoidal":
-        from ..modeling_vaswani import sinusoidal_positions
+        from ..remote_code.modeling_vaswani import sinusoidal_positions
 
         positions = torch.arange(config.max_position_embeddings)
         stack_spec.position_encodings.encodings = _tensor(sinusoidal_positions(positions, config.d_model))

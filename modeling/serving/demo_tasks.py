@@ -31,7 +31,7 @@ from transformers import (
 )
 
 from .. import VaswaniConfig
-from ..configuration_vaswani import check_regular_files
+from ..remote_code.configuration_vaswani import check_regular_files
 from .. import pipelines as vaswani_pipelines
 from ..safe_loading import check_checkpoint_folder
 from .attention_map import CrossAttentionMap, attention_of_translation

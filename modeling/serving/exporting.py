@@ -13,7 +13,7 @@ import torch
 from .. import output_paths
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
 from ..output_checks import check_output_writable
-from ..pipelines.vocabulary import check_vocabulary
+from ..remote_code.vocabulary import check_vocabulary
 from ..safe_loading import check_checkpoint_folder
 
 
@@ -64,8 +64,8 @@ def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwar
     refused by name."""
     from transformers import AutoTokenizer
 
-    from ..configuration_vaswani import VaswaniConfig
-    from ..modeling_vaswani import VaswaniForConditionalGeneration
+    from ..remote_code.configuration_vaswani import VaswaniConfig
+    from ..remote_code.modeling_vaswani import VaswaniForConditionalGeneration
 
     if not model_dir.is_dir():
         raise FileNotFoundError(

@@ -101,7 +101,7 @@ def import_onnx_runtime(export: bool = False):
 def _attend(attention: nn.Module, hidden_states, key, value, mask) -> torch.Tensor:
     """One multi-head attention of the model (`VaswaniAttention`), given its keys and values already split into heads:
     the query projection, the relative-position bias when the layer has one, eager attention, the output projection."""
-    from ..modeling_vaswani import eager_attention_forward
+    from ..remote_code.modeling_vaswani import eager_attention_forward
 
     query = attention._split_heads(attention.q_proj(hidden_states))
     position_bias = None

@@ -5,10 +5,10 @@ onnxruntime.
     OnnxGenerator("onnx/multi30k_en_de")(["A man is riding a horse."])   # -> ["Ein Mann reitet auf einem Pferd."]
     OnnxGenerator("onnx/multi30k_en_de")(texts, num_beams=4, length_penalty=0.6, max_new_tokens=40)
 
-`OnnxGenerator` runs greedy or beam search (`vaswani.search`, transformers' search step for step: length penalty,
-early stopping, `no_repeat_ngram_size`, `min_length` / `min_new_tokens`) over decoder.onnx and its cache, and gives
-the tokens of `model.generate(..., do_sample=False)` with the same settings; settings not given are read from the
-folder's generation config, as `generate` reads them (the shipped translation models decode with 5 beams).
+`OnnxGenerator` runs greedy or beam search (`remote_code.search`, transformers' search step for step: length
+penalty, early stopping, `no_repeat_ngram_size`, `min_length` / `min_new_tokens`) over decoder.onnx and its cache,
+and gives the tokens of `model.generate(..., do_sample=False)` with the same settings; settings not given are read
+from the folder's generation config, as `generate` reads them (the shipped translation models decode with 5 beams).
 Sampling and the other logits processors (`repetition_penalty`, `bad_words_ids`, ...) are not implemented: a
 generation config that asks for one is refused by name.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..search import SearchSettings, search
+from ..remote_code.search import SearchSettings, search
 from .onnx_export import DECODER_FILE, ENCODER_FILE, import_onnx_runtime
 
 
@@ -52,10 +52,10 @@ class OnnxGenerator:
         generator(texts, num_beams=4, length_penalty=0.6)      # other settings, as generate takes them
         generator.generate(input_ids, attention_mask)          # token ids -> token ids, starting with the decoder start
 
-    The search is `vaswani.search` (transformers' greedy and beam search, step for step) over decoder.onnx and
-    its cache (`OnnxDecoder`). The settings default to the folder's generation config, as `generate`'s do: the shipped
-    translation models decode with 5 beams. Needs onnxruntime, numpy and torch; the tokenizer (for texts) needs
-    transformers.
+    The search is `remote_code.search` (transformers' greedy and beam search, step for step) over decoder.onnx
+    and its cache (`OnnxDecoder`). The settings default to the folder's generation config, as `generate`'s do: the
+    shipped translation models decode with 5 beams. Needs onnxruntime, numpy and torch; the tokenizer (for texts)
+    needs transformers.
     """
 
     def __init__(self, folder: str | Path, num_threads: int | None = None, tokenizer=None):
@@ -209,8 +209,8 @@ class OnnxGenerator:
 
 
 class OnnxDecoder:
-    """decoder.onnx and its cache as `vaswani.search` drives a decoder (`step`, `keep`): `num_beams` rows per
-    input, the cross-attention keys and values and the encoder's mask repeated for each. Choosing beams gathers the
+    """decoder.onnx and its cache as `remote_code.search` drives a decoder (`step`, `keep`): `num_beams` rows
+    per input, the cross-attention keys and values and the encoder's mask repeated for each. Choosing beams gathers the
     self-attention cache by row, as `generate` reorders its cache; an input whose search is over leaves the batch.
 
     With `record_logits` (greedy search), `step_logits` holds each step's logits (batch, vocab), NaN in the rows of

@@ -43,6 +43,8 @@ import torch
 from accelerate.utils import DistributedType
 from torch import nn
 
+from .finite import non_finite_flag
+
 
 class _Loss(nn.Module):
     """The model as `make_graphed_callables` takes it: tensors in, the loss out, and no hooks of its own."""
@@ -211,8 +213,6 @@ class UpdateGraphs(nn.Module):
     def _capture_finish(self, optimizer) -> Callable[[], None]:
         """The graph of the end of an update, warmed up once at a learning rate of 0 (on zero gradients), the
         optimizer's state then put back as it was: the warm-up changes no weight and no state."""
-        from .update import non_finite_flag
-
         scalars, parameters = self.scalars, self.trained
         result = scalars["result"]
 

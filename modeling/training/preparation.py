@@ -16,7 +16,7 @@ from .. import PRESETS, VaswaniConfig, VaswaniForConditionalGeneration, VaswaniT
 from ..cli import parse_config_overrides
 from ..data.loading import split_paths
 from ..output_paths import Inputs, check_output_dir, fsync_tree
-from ..loading_checks import check_fits_in_memory
+from ..remote_code.loading_checks import check_fits_in_memory
 from .arguments import TrainDataArguments, TrainModelArguments, TrainArguments
 from ..runs.errors import TrainingError
 from ..runs.ownership import release_output_dir, take_output_dir

@@ -20,6 +20,7 @@ from .arguments import TrainArguments
 from .checkpoints import latest_checkpoint, list_checkpoints
 from .run_files import is_own_checkpoint
 from .cuda_graphs import UpdateGraphs
+from .finite import non_finite_flag
 from .state import TrainingProgress
 
 
@@ -154,25 +155,6 @@ def _stop_flag(stop: StopSignals | None, device) -> torch.Tensor:
     return torch.full((), stop.flag() if stop is not None else 0.0, device=device)
 
 
-def non_finite_flag(tensors, device) -> torch.Tensor:
-    """1.0 on `device` if any of this process's `tensors` (its shard, under FSDP) holds inf or nan, else 0.0,
-    without a kernel per tensor: the largest magnitude of each tensor by `torch._foreach_norm` (a few fused
-    kernels on a GPU for all of them; inf or nan whenever the tensor holds one, and unlike a sum of squares never
-    overflowing for finite values), checked at once. A DTensor (FSDP2's parameters and their optimizer state) is
-    checked through its local shard, and tensors kept off the accelerator (Adam's `step` count stays on the CPU) are
-    checked where they are, their flag then moved to `device`."""
-    groups: dict[tuple, list[torch.Tensor]] = {}
-    for tensor in tensors:
-        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
-        if local.is_floating_point() and local.numel():
-            groups.setdefault((local.device, local.dtype), []).append(local.detach())
-    flag = torch.zeros((), device=device)
-    for group in groups.values():
-        largest = torch.stack(torch._foreach_norm(group, math.inf))
-        flag = torch.maximum(flag, (~torch.isfinite(largest).all()).float().to(device))
-    return flag
-
-
 def all_finite(accelerator, tensors, stop: StopSignals | None = None) -> bool:
     """Whether every process's `tensors` are finite (its shard, under FSDP): one check, one reduction, one sync.
     With `stop`, the same reduction carries each process's stop-signal flag, and `stop.agreed` says whether any
@@ -218,4 +200,4 @@ def diverged(what: str, progress: TrainingProgress, args: TrainArguments, accele
     )
 
 
-__all__ = ["all_finite", "diverged", "non_finite_flag", "run_update"]
+__all__ = ["all_finite", "diverged", "run_update"]

@@ -110,7 +110,7 @@ def test_int8_weights_are_used_and_recorded(seq2seq, tmp_path):
 
 
 def test_translation_decodes_through_the_cpu_decoding_loop_unless_told_not_to(seq2seq, tmp_path, monkeypatch):
-    import vaswani.cpu_decoding as cpu_decoding
+    import vaswani.remote_code.cpu_decoding as cpu_decoding
 
     searches = []
     search = cpu_decoding.search
@@ -415,10 +415,10 @@ def test_a_full_disk_is_refused_before_the_evaluation(seq2seq, tmp_path, monkeyp
 def test_more_beams_than_the_memory_holds_are_refused_in_one_line_before_decoding(seq2seq, tmp_path, monkeypatch):
     """`--num_beams 100000` made a shipped model ask for 40-160 GB, and the allocator's traceback came after the
     model and the data were loaded and decoding began."""
-    import vaswani.loading_checks
+    import vaswani.remote_code.loading_checks
 
     data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:3]])
-    monkeypatch.setattr(vaswani.loading_checks, "available_memory", lambda device: 2**30)  # 1 GiB free
+    monkeypatch.setattr(vaswani.remote_code.loading_checks, "available_memory", lambda device: 2**30)  # 1 GiB free
     generated = []
     monkeypatch.setattr(VaswaniForConditionalGeneration, "_cpu_generate", lambda self: generated.append(1))
     with pytest.raises(ValueError, match=r"^Generating 300,000 sequences at once \(--batch_size 3 x --num_beams "

@@ -10,7 +10,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipe
 
 from finetune_helpers import count_calls, language_rows, run_two_processes, weights
 from helpers import QUIET, load_script, save_seq2seq_checkpoint, write_jsonl
-from vaswani.modeling_vaswani import VaswaniFeedForward
+from vaswani.remote_code.modeling_vaswani import VaswaniFeedForward
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -253,7 +253,7 @@ def test_two_processes_with_accelerate_launch(tokenizer_dir, data, tmp_path):
 def test_a_fine_tuned_folder_points_only_to_this_projects_code(tokenizer, data, tmp_path, caplog):
     """A checkpoint whose config and tokenizer config point to a planted module: the fine-tuned folder and its
     checkpoints keep only the entries this project writes, each dropped one named in a warning."""
-    from vaswani.configuration_vaswani import AUTO_MAP
+    from vaswani.remote_code.configuration_vaswani import AUTO_MAP
 
     checkpoint = save_seq2seq_checkpoint(tmp_path / "planted", tokenizer)
     config = json.loads((checkpoint / "config.json").read_text())

@@ -13,7 +13,7 @@ from finetune_helpers import count_calls, run_two_processes, weights
 from helpers import PAIRS, QUIET, load_script, save_seq2seq_checkpoint, tiny_config, write_jsonl
 from vaswani import VaswaniForConditionalGeneration, VaswaniForTokenClassification
 from vaswani.finetuning.seq2seq import encode_pairs
-from vaswani.modeling_vaswani import VaswaniFeedForward
+from vaswani.remote_code.modeling_vaswani import VaswaniFeedForward
 from vaswani.pipelines import pipeline
 
 

@@ -456,7 +456,7 @@ def test_a_recipe_folder_names_its_recipe_commands_and_commit_and_replaces_the_o
     command = next(recipe["command"] for recipe in recipes if recipe["name"] == "Multi30k en->de").strip()
     assert command in card.text
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    assert f"commit `{head}`" in card.text if head else "not a git checkout" in card.text
+    assert f"commit `{head}`" in card.text if head else "Not a git checkout" in card.text
     # the recipe's results file fills the model-index; the usage examples name the folder, not a Hub repository
     results = json.loads((REPO / "results" / "multi30k_en_de" / "evaluation_results.json").read_text())
     assert card.data.eval_results[0].metric_value == results["metrics"][0]["value"]
@@ -604,8 +604,8 @@ def test_a_space_holds_the_app_its_requirements_its_card_the_checkpoint_and_the_
     assert f'pipeline("translation", model="{MODEL_REPO_ID}", trust_remote_code=True)' in model_card
     # the package's sources, laid out as they import
     package = Path(vaswani.__file__).parent
-    for name in ("__init__.py", "serving/app.py", "serving/demo_tasks.py", "pipelines/pipeline_vaswani.py",
-                 "evaluation/metrics/rouge/rouge.py"):
+    for name in ("__init__.py", "serving/app.py", "serving/demo_tasks.py", "remote_code/pipeline_vaswani.py",
+                 "pipelines/__init__.py", "evaluation/metrics/rouge/rouge.py"):
         source = package / name if not name.startswith("pipelines/") else REPO / name
         assert files[f"vaswani/{name}"] == source.read_bytes(), name
     assert not [name for name in files if "__pycache__" in name]
@@ -738,7 +738,7 @@ def test_a_published_folder_points_only_to_this_projects_code(checkpoint, tmp_pa
     """Entries of auto_map and custom_pipelines that this project does not write are dropped, each named in a
     warning: with the planted module copied beside the published folder, loading it with trust_remote_code runs
     this project's classes and never the module."""
-    from vaswani.configuration_vaswani import AUTO_MAP
+    from vaswani.remote_code.configuration_vaswani import AUTO_MAP
 
     planted = tmp_path / "planted"
     shutil.copytree(checkpoint, planted)

@@ -7,7 +7,7 @@ from transformers import pipeline
 
 from helpers import REPO
 from vaswani import VaswaniTokenizer
-from vaswani.pipelines.pipeline_vaswani import conll_words
+from vaswani.remote_code.pipeline_vaswani import conll_words
 
 
 TAGGER = REPO / "results" / "conll2003" / "model"

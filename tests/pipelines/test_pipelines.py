@@ -24,7 +24,6 @@ from vaswani import (
 )
 from vaswani.data.label_sets import LabelSet
 from vaswani.finetuning.token_alignment import align_word_labels, inside_label_ids
-from vaswani.modeling_vaswani import SHIPPED_PIPELINE_FILES
 from vaswani.pipelines import (
     SummarizationPipeline,
     Text2TextGenerationPipeline,
@@ -39,6 +38,8 @@ SPACED = ("Where is the station?", "Wo ist der Bahnhof ?")
 TRAINING_PAIRS = PAIRS + [SPACED]
 SOURCES = [source for source, _ in TRAINING_PAIRS]
 LABELS = {0: "negative", 1: "positive"}
+REMOTE_CODE = REPO / "modeling" / "remote_code"  # what a checkpoint carries
+PIPELINE_FILES = ["pipeline_vaswani.py", "vocabulary.py"]  # the pipeline file and the module it imports
 
 
 @pytest.fixture(scope="module")
@@ -137,8 +138,8 @@ def test_checkpoint_declares_the_tasks_and_carries_the_pipeline_code(checkpoints
     config = json.loads((folder / "config.json").read_text())
     assert (config["source_lang"], config["target_lang"]) == ("en", "de")
     shipped = folder / "pipeline_vaswani.py"
-    for name in SHIPPED_PIPELINE_FILES:  # the pipeline file and the module it imports
-        assert (folder / name).read_bytes() == (REPO / "pipelines" / name).read_bytes()
+    for name in PIPELINE_FILES:  # the pipeline file and the module it imports
+        assert (folder / name).read_bytes() == (REMOTE_CODE / name).read_bytes()
     classes = {node.name for node in ast.parse(shipped.read_text()).body if isinstance(node, ast.ClassDef)}
     expected = {
         "translation": "TranslationPipeline",
@@ -174,9 +175,9 @@ def test_a_classifier_serves_text_classification_only(checkpoints, classifier, t
 
 def test_pipeline_files_import_only_the_standard_library_torch_transformers_tokenizers_and_each_other():
     allowed = set(sys.stdlib_module_names) | {"torch", "transformers", "tokenizers"}  # transformers needs tokenizers
-    carried = {Path(name).stem for name in SHIPPED_PIPELINE_FILES}
-    for name in SHIPPED_PIPELINE_FILES:
-        for node in ast.walk(ast.parse((REPO / "pipelines" / name).read_text())):
+    carried = {Path(name).stem for name in PIPELINE_FILES}
+    for name in PIPELINE_FILES:
+        for node in ast.walk(ast.parse((REMOTE_CODE / name).read_text())):
             if isinstance(node, ast.ImportFrom) and node.level:
                 # a file the checkpoint folder holds beside it (transformers copies it with the pipeline file)
                 assert node.level == 1 and node.module in carried, f"{name}: from {'.' * node.level}{node.module}"
@@ -579,7 +580,7 @@ def test_eight_threads_sharing_a_pipeline_on_the_default_cpu_path_each_get_their
 ):
     """Eight threads share one pipeline whose model decodes on the CPU path (the default), each thread asking for
     another target language in turn: every call gives what transformers' loop gives for its own language alone."""
-    import vaswani.cpu_decoding as cpu_decoding
+    import vaswani.remote_code.cpu_decoding as cpu_decoding
 
     codes = ["de", "fr", "es", "it"]
     texts = [text for pair in PAIRS for text in pair]

@@ -11,7 +11,7 @@ import transformers
 from helpers import PAIRS, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniForTokenClassification, VaswaniTokenizer
 from vaswani.pipelines import TokenClassificationPipeline, TranslationPipeline, pipeline
-from vaswani.pipelines.pipeline_vaswani import EncodedText
+from vaswani.remote_code.pipeline_vaswani import EncodedText
 
 
 # Texts of shuffled lengths: the sources of PAIRS, an empty text and one of two sentences, in an order that is not by

@@ -213,9 +213,9 @@ def test_the_command_line_reports_bad_input_without_a_traceback(translator, tmp_
 
 def test_more_beams_than_the_memory_holds_are_one_line_before_translating(translator, tmp_path, monkeypatch):
     """`--num_beams 100000` asked a shipped model for 40-160 GB, and ended in the allocator's traceback."""
-    import vaswani.loading_checks
+    import vaswani.remote_code.loading_checks
 
-    monkeypatch.setattr(vaswani.loading_checks, "available_memory", lambda device: 2**30)  # 1 GiB free
+    monkeypatch.setattr(vaswani.remote_code.loading_checks, "available_memory", lambda device: 2**30)  # 1 GiB free
     result = command_in_process(REPO / "scripts" / "attention_heatmap.py", [
         "--model", translator, "--text", SENTENCE, "--output_file", tmp_path / "x.png", "--num_beams", "100000"])
     assert result.returncode == 1 and "Traceback" not in result.stderr

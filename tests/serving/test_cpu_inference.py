@@ -15,8 +15,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationMixin
 
 from helpers import PAIRS, REPO, SHARED_DATA, needs_shared_data, spread_weights, tiny_config
 from vaswani import VaswaniForConditionalGeneration
-import vaswani.cpu_decoding as cpu_decoding
-from vaswani.cpu_decoding import CpuGenerate
+import vaswani.remote_code.cpu_decoding as cpu_decoding
+from vaswani.remote_code.cpu_decoding import CpuGenerate
 from vaswani.serving import cpu_inference
 from vaswani.serving.cpu_inference import CPUInference, OneDNNLinear, for_cpu_inference
 

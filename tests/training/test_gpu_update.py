@@ -20,7 +20,8 @@ from vaswani.training.arguments import parse_arguments
 from vaswani.training.batching import BatchShapes, TokenBudgetBatches, collate, token_counts
 from vaswani.training.engine import compiled_for_updates, default_mixed_precision
 from vaswani.training.state import TrainingProgress
-from vaswani.training.update import non_finite_flag, run_update
+from vaswani.training.finite import non_finite_flag
+from vaswani.training.update import run_update
 from vaswani.training.optimization import build_optimizer_and_schedule
 
 

@@ -22,12 +22,12 @@ from pathlib import Path
 import torch
 from transformers import MarianConfig, MarianMTModel
 
-from vaswani.configuration_vaswani import VaswaniConfig
-from vaswani.modeling_vaswani import VaswaniForConditionalGeneration
+from vaswani.remote_code.configuration_vaswani import VaswaniConfig
+from vaswani.remote_code.modeling_vaswani import VaswaniForConditionalGeneration
 from vaswani.output_paths import check_output_file, read_json_object, write_text_atomically
-from vaswani.proc_files import proc_field
+from vaswani.remote_code.proc_files import proc_field
 from vaswani.serving.cpu_inference import for_cpu_inference
-from vaswani.tokenization_vaswani import VaswaniTokenizer
+from vaswani.remote_code.tokenization_vaswani import VaswaniTokenizer
 
 
 @dataclass

@@ -45,13 +45,14 @@ def training_data_of(recipe: Recipe) -> str:
 
 
 def provenance(recipe: Recipe) -> str:
-    """The card's training procedure for a recipe's checkpoint: the recipe, the commit of the code, its commands."""
+    """The card's training procedure for a recipe's checkpoint: the recipe, the commit that trained it, its commands.
+    (The code the folder carries is named by its own line, which scripts/tools/refresh_shipped_code.py writes.)"""
     commit = checkout_git("rev-parse", "HEAD")
     changed = checkout_git("diff", "--name-only", "HEAD", "--", "modeling", "pipelines", "scripts")
     if commit is None:
-        code = "Code: not a git checkout, so no commit is recorded."
+        code = "Not a git checkout, so no commit is recorded."
     else:
-        code = f"Code: commit `{commit}` of the project (HEAD when this folder was written)"
+        code = f"Trained by commit `{commit}` of the project (HEAD when this folder was written)"
         if changed:
             paths = changed.splitlines()
             code += f", with uncommitted changes to {', '.join(f'`{path}`' for path in paths[:12])}"
