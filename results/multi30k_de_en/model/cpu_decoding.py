@@ -99,7 +99,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging, output_capturing
 
-from .modeling_vaswani import CACHE_FIELD, NON_FINITE_LOGITS, padding_aware_positions, sinusoidal_positions
+from .model_functions import CACHE_FIELD, NON_FINITE_LOGITS, padding_aware_positions, sinusoidal_positions
 from .proc_files import proc_field
 from .search import SearchSettings, search
 

@@ -60,20 +60,11 @@ from .loading_checks import (
     loading_device,
     loading_dtype,
 )
+from .model_functions import CACHE_FIELD, NON_FINITE_LOGITS, padding_aware_positions, sinusoidal_positions
 from .pipeline_tasks import register_pipeline_tasks
 
 
 logger = logging.get_logger(__name__)
-
-# What a model says, once, when its logits hold nan or inf (its forward, and the CPU decoder's first step).
-NON_FINITE_LOGITS = (
-    "The model's logits hold nan or inf, so its outputs are meaningless (often empty). Its weights are damaged or it "
-    "diverged in training: check torch.isfinite on its parameters."
-)
-
-# transformers 5.24 renamed the outputs' `past_key_values` field to `cache` (the old name still works there, with a
-# warning); the outputs below use the name of the installed version
-CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
 
 
 def register_cache_for_export() -> None:
@@ -117,19 +108,9 @@ def check_token_ids(input_ids: torch.Tensor | None, name: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Positional encoding (section 3.5)
+# Positional encoding (section 3.5): the sinusoidal table is model_functions.py's `sinusoidal_positions` (the CPU
+# decoder computes it too); the learned and relative alternatives follow
 # ---------------------------------------------------------------------------------------------------------------
-
-
-def sinusoidal_positions(position_ids: torch.Tensor, d_model: int) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
-
-    Sines fill the even dimensions and cosines the odd ones (interleaved, as in the notes). Computed on the fly in
-    float32: it has no parameters and no length limit, and costs little next to one matrix product.
-    """
-    two_i = torch.arange(0, d_model, 2, device=position_ids.device, dtype=torch.float32)
-    angles = position_ids.float().unsqueeze(-1) / torch.pow(10000.0, two_i / d_model)
-    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
 
 
 class VaswaniRelativePositionBias(nn.Module):
@@ -641,14 +622,6 @@ def may_skip_padding_mask(training: bool) -> bool:
     flash kernel: not in training, where finding out reads the mask back from the GPU, a synchronization per
     forward pass that leaves the GPU idle, and where a batch nearly always holds padding anyway."""
     return not training
-
-
-def padding_aware_positions(attention_mask: torch.Tensor | None, batch: int, length: int, device) -> torch.Tensor:
-    """Position of each token counted over the real (unmasked) tokens only, so that a sequence gets the same
-    positions, and hence the same outputs, whether it is padded on the left, on the right, or not at all."""
-    if attention_mask is None or attention_mask.dim() != 2:
-        return torch.arange(length, device=device).expand(batch, length)
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 class VaswaniEncoder(VaswaniPreTrainedModel):
@@ -1303,12 +1276,9 @@ class VaswaniForTokenClassification(VaswaniPreTrainedModel):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-# The pipeline code files (`pipelines/`): the one named in `config.custom_pipelines`, and the module it imports.
-SHIPPED_PIPELINE_FILES: list[str] = ["pipeline_vaswani.py", "vocabulary.py"]
-# The modules this file imports (transformers copies them too, as it finds them in the source): the checks on loading,
-# the pipeline tasks' registration, and the CPU decoder with its search.
-SHIPPED_MODEL_FILES: list[str] = ["loading_checks.py", "pipeline_tasks.py", "cpu_decoding.py", "search.py",
-                                  "proc_files.py"]
+# The carried files a model's code may not import, so that transformers' module cache (which holds the files the model
+# file imports, directly or not) may lack them: the tokenizer's, and in the code of older checkpoints the pipelines'.
+NOT_IMPORTED_FILES = ("tokenization_vaswani.py", "pipeline_vaswani.py", "vocabulary.py")
 
 
 def current_umask() -> int:
@@ -1325,29 +1295,17 @@ def current_umask() -> int:
 
 
 def code_files_to_ship(extra_folders: list[Path] = ()) -> list[Path]:
-    """The code files a checkpoint carries beyond the config and model files that transformers copies itself.
-
-    They are found beside this file (in a checkpoint folder, or transformers' module cache), in the installed
-    package's `pipelines` subpackage, or in `extra_folders` (the folder a model was loaded from: transformers' module
-    cache holds only the files it imported, so a re-saved checkpoint takes the pipeline code from its source).
-    """
-    # the package's own files first: a checkpoint re-saved from an older folder must not carry that folder's code
-    folders = [Path(__file__).resolve().parent]
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec(f"{__package__}.pipelines") if __package__ else None
-        if spec is not None and spec.submodule_search_locations:
-            folders += [Path(p) for p in spec.submodule_search_locations]
-    except (ImportError, ValueError):
-        pass
-    folders += [folder for folder in extra_folders if folder.is_dir()]
-    wanted = ["tokenization_vaswani.py", *SHIPPED_PIPELINE_FILES, *SHIPPED_MODEL_FILES]
-    found = {}
-    for folder in folders:
-        for name in wanted:
-            if name not in found and (folder / name).is_file():
-                found[name] = folder / name
+    """The code files a checkpoint carries: every Python file of the folder this file is in but `__init__.py` (the
+    package's `vaswani/remote_code/`, which holds them all and nothing else; or transformers' module cache of a
+    checkpoint's code), and where that folder lacks one of `NOT_IMPORTED_FILES`, the file of that name in
+    `extra_folders` (the folder a model was loaded from). The folder's own files come first: a checkpoint re-saved
+    from an older folder carries the code that runs, not that folder's."""
+    here = Path(__file__).resolve().parent
+    found = {path.name: path for path in sorted(here.glob("*.py")) if path.name != "__init__.py"}
+    for folder in extra_folders:
+        for name in NOT_IMPORTED_FILES:
+            if name not in found and (Path(folder) / name).is_file():
+                found[name] = Path(folder) / name
     return list(found.values())
 
 
@@ -1361,6 +1319,7 @@ __all__ = [
     "VaswaniForTokenClassification",
     "VaswaniModel",
     "VaswaniPreTrainedModel",
+    "NOT_IMPORTED_FILES",
     "code_files_to_ship",
     "eager_attention_forward",
     "padding_aware_positions",

@@ -13,14 +13,13 @@ removed tasks). The registry is transformers' `PIPELINE_REGISTRY`, the one `PIPE
 writes; the removed tasks are taken out of `REMOVED_TASKS`, which would otherwise refuse them first.
 
 This file is copied into every saved checkpoint and imported there on its own, so it imports only the standard
-library and transformers.
+library, transformers and pipeline_vaswani.py beside it (when a pipeline is built).
 """
 
 import importlib
 
 import transformers
 from transformers import pipelines as transformers_pipelines
-from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 
 # What transformers' registry held for a task before this module replaced it (token-classification: its own class).
@@ -47,8 +46,8 @@ class ServedPipeline:
 
 def pipeline_class_of(model, task: str) -> type:
     """The class `transformers.pipeline(task, model=FOLDER, trust_remote_code=True)` would build for `model`'s folder:
-    the one its config declares for `task`, from the installed package where the model is of the package's class,
-    else from the checkpoint's own pipeline file (which the model's code came with)."""
+    the one its config declares for `task`, from the pipeline file beside this one: the installed package's for a
+    model of the package's class, the checkpoint's own for a model of the checkpoint's code."""
     declared = getattr(model.config, "custom_pipelines", None) or {}
     entry = declared.get(task) or declared.get(_canonical(task))
     if entry is None:
@@ -60,21 +59,22 @@ def pipeline_class_of(model, task: str) -> type:
             "VaswaniForTokenClassification."
         )
     module_name, class_name = entry["impl"].rsplit(".", 1)
-    package = type(model).__module__.rpartition(".")[0]
-    try:  # the installed package keeps its pipelines in a subpackage of their own, `vaswani.pipelines`
-        return getattr(importlib.import_module(f"{package}.pipelines.{module_name}"), class_name)
-    except ModuleNotFoundError as error:
-        if not (error.name or "").startswith(f"{package}.pipelines"):
-            raise
-    folder = getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
-    if not folder:
-        raise ValueError(
-            f"This {type(model).__name__} was built from a checkpoint's code but does not say where that checkpoint "
-            f"is (model.name_or_path is empty), so its {module_name}.py cannot be found: build the pipeline from the "
-            f"folder instead, transformers.pipeline({task!r}, model=FOLDER, trust_remote_code=True)."
-        )
-    # the code of the checkpoint the model's own code came from: transformers' loader, as for a folder
-    return get_class_from_dynamic_module(entry["impl"], folder)
+    # the pipeline file beside this one (the package's, or the checkpoint's), imported when a pipeline is built, not
+    # with the model; written `from .module import`, the form transformers follows when it copies a checkpoint's code
+    # into its module cache
+    from .pipeline_vaswani import (
+        SummarizationPipeline,
+        Text2TextGenerationPipeline,
+        TokenClassificationPipeline,
+        TranslationPipeline,
+    )
+
+    classes = {pipeline.__name__: pipeline for pipeline in (
+        SummarizationPipeline, Text2TextGenerationPipeline, TokenClassificationPipeline, TranslationPipeline)}
+    if module_name != "pipeline_vaswani" or class_name not in classes:
+        raise ValueError(f"The config's pipeline {entry['impl']!r} for {task!r} is not one of this project's "
+                         f"({', '.join(f'pipeline_vaswani.{name}' for name in sorted(classes))}).")
+    return classes[class_name]
 
 
 def _canonical(task: str) -> str:
