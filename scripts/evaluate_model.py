@@ -32,16 +32,8 @@ layers (vaswani.serving.cpu_inference); `--engine ctranslate2` exports the check
 (vaswani.serving.ctranslate2_export, into a temporary folder) and decodes there, with the same decoding settings.
 """
 
-from transformers import HfArgumentParser
-
 from vaswani.cli import run_command
-from vaswani.evaluation.run import EvaluationArguments, evaluate_checkpoint
-from vaswani.evaluation.scoring import EvaluatedSplitArguments
-
-
-def main(argv: list[str] | None = None) -> dict:
-    args, data = HfArgumentParser((EvaluationArguments, EvaluatedSplitArguments)).parse_args_into_dataclasses(args=argv)
-    return evaluate_checkpoint(args, data)
+from vaswani.evaluation.run import main
 
 
 if __name__ == "__main__":

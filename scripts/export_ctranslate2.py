@@ -27,47 +27,8 @@ itself is `vaswani.serving.ctranslate2_export`. Needs the optional extra: pip in
 'vaswani-transformer[ctranslate2]'.
 """
 
-import json
-from dataclasses import dataclass, field
-from pathlib import Path
-
-from transformers import HfArgumentParser
-from transformers.utils import logging as transformers_logging
-
 from vaswani.cli import run_command
-from vaswani.serving.ctranslate2_export import OPTIONS_FILE, QUANTIZATIONS, export_to_ctranslate2
-from vaswani.serving.exporting import ExportArguments
-
-
-@dataclass
-class QuantizationArguments:
-    """CTranslate2's option beside the export's own (vaswani.serving.exporting.ExportArguments)."""
-
-    quantization: str | None = field(
-        default=None,
-        metadata={
-            "help": "Store the weights as this type (default: float32, as trained); int8 is about 4x smaller.",
-            "choices": list(QUANTIZATIONS),
-        },
-    )
-
-
-def main(argv: list[str] | None = None) -> Path:
-    parser = HfArgumentParser((ExportArguments, QuantizationArguments))
-    args, weights = parser.parse_args_into_dataclasses(args=argv)
-    transformers_logging.disable_progress_bar()  # one "Loading weights" bar says nothing here
-    output_dir = export_to_ctranslate2(
-        args.model, args.output_dir, quantization=weights.quantization, overwrite_output_dir=args.overwrite_output_dir
-    )
-    files = sorted(path for path in output_dir.iterdir() if path.is_file())
-    listing = "\n".join(f"  {path.name}  ({path.stat().st_size:,} bytes)" for path in files)
-    options = json.loads((output_dir / OPTIONS_FILE).read_text(encoding="utf-8"))
-    print(
-        f"Exported {args.model} to {output_dir} ({weights.quantization or 'float32'} weights):\n{listing}\n"
-        f"translate_batch(sources, **options) decodes as the checkpoint's generation config does, with options "
-        f"from {OPTIONS_FILE}: {options}"
-    )
-    return output_dir
+from vaswani.serving.export_commands import ctranslate2_main as main
 
 
 if __name__ == "__main__":

@@ -17,26 +17,9 @@ is written. What cannot be exported (a classifier, a folder of another model) is
 optional extra: pip install 'vaswani-transformer[onnx]'.
 """
 
-from pathlib import Path
-
-from transformers import HfArgumentParser
-
 from vaswani.cli import run_command
-from vaswani.serving.exporting import ExportArguments
-from vaswani.serving.onnx_export import OnnxExportError, export_to_onnx
-
-
-def main(argv: list[str] | None = None) -> Path:
-    (args,) = HfArgumentParser(ExportArguments).parse_args_into_dataclasses(args=argv)
-    output_dir = export_to_onnx(args.model, args.output_dir, overwrite_output_dir=args.overwrite_output_dir)
-    files = sorted(path for path in output_dir.iterdir() if path.is_file())
-    listing = "\n".join(f"  {path.name}  ({path.stat().st_size:,} bytes)" for path in files)
-    print(
-        f"Exported {args.model} to {output_dir}:\n{listing}\n"
-        f"Decode with onnxruntime: vaswani.serving.onnx_generation.OnnxGenerator({str(output_dir)!r})(texts, "
-        "num_beams=...)"
-    )
-    return output_dir
+from vaswani.serving.export_commands import onnx_main as main
+from vaswani.serving.onnx_export import OnnxExportError
 
 
 if __name__ == "__main__":

@@ -16,15 +16,8 @@ ROUGE-1/2/L/Lsum. `--preset NAME --tokenizer_name DIR` trains from scratch inste
 (`--activation_checkpointing`, `--bf16`, `--resume_from_checkpoint last`, `--generation_max_length`, ...).
 """
 
-from transformers import Seq2SeqTrainingArguments
-
 from vaswani.cli import run_command
-from vaswani.finetuning import start_run
-from vaswani.finetuning.seq2seq import Seq2SeqTaskArguments, finetune_seq2seq
-
-
-def main(argv: list[str] | None = None) -> dict:
-    return finetune_seq2seq(*start_run(Seq2SeqTaskArguments, argv, Seq2SeqTrainingArguments))
+from vaswani.finetuning.seq2seq import main
 
 
 if __name__ == "__main__":

@@ -39,19 +39,18 @@ import sys
 from pathlib import Path
 
 from huggingface_hub.errors import HfHubHTTPError
-from transformers import HfArgumentParser
 
 from vaswani.cli import run_command
-from vaswani.hub.push import PushArguments, push
+from vaswani.hub import push
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))  # --recipe: the repository's recipes (vaswani_tools)
 from vaswani_tools.recipe_cards import RecipeArguments, apply_recipe  # noqa: E402
 
 
 def main(argv: list[str] | None = None):
-    """Returns the folder written (with --dry-run) or the URL of the commit."""
-    args, recipe = HfArgumentParser((PushArguments, RecipeArguments)).parse_args_into_dataclasses(args=argv)
-    return push(args, apply_recipe(args, recipe.recipe) if recipe.recipe else None)
+    """`vaswani.hub.push.main` with this checkout's `--recipe`: the folder written (with --dry-run) or the URL."""
+    return push.main(argv, (RecipeArguments,), lambda args, recipe: apply_recipe(args, recipe.recipe)
+                     if recipe.recipe else None)
 
 
 if __name__ == "__main__":

@@ -38,25 +38,13 @@ if __name__ == "__main__":
     for _number in (signal.SIGTERM, signal.SIGUSR1):
         signal.signal(_number, _stopped_while_starting)
 
-from transformers.utils import logging as transformers_logging  # noqa: E402
+import functools  # noqa: E402
 
-from vaswani.cli import require_folder_or_hub_id, run_command  # noqa: E402
-from vaswani.training.arguments import parse_arguments  # noqa: E402
+from vaswani.cli import run_command  # noqa: E402
 from vaswani.runs.errors import TrainingError  # noqa: E402
-from vaswani.training.loop import train  # noqa: E402
+from vaswani.training.command import main as train_main  # noqa: E402
 
-
-def main(argv: list[str] | None = None):
-    data, model, training = parse_arguments(argv)
-    if model.tokenizer is not None:
-        require_folder_or_hub_id(model.tokenizer, "--tokenizer", needed_file="tokenizer_config.json")
-    transformers_logging.disable_progress_bar()  # one "Writing model shards" bar per save would bury the training bar
-    outcome = train(data, model, training)
-    for number in (signal.SIGTERM, signal.SIGUSR1):  # the run is done: no longer "while starting"
-        if signal.getsignal(number) is _stopped_while_starting:
-            signal.signal(number, signal.SIG_DFL)
-    outcome.accelerator.end_training()  # closes the trackers and the process group
-    return outcome
+main = functools.partial(train_main, starting_handler=_stopped_while_starting)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -75,15 +76,41 @@ def test_a_card_renders_from_the_installed_wheel_without_the_checkout(wheel, tmp
     assert "someone/vaswani-tiny-en-de" in result["card"]
 
 
-def test_the_corpus_command_is_installed_as_a_console_command(wheel, tmp_path):
+def test_every_command_is_installed_and_answers_help_outside_the_checkout(wheel, tmp_path):
+    """Each [project.scripts] entry: a command in the installed wheel's bin/, whose function (the one its script in
+    scripts/ runs) answers --help with its own options, in a folder away from the checkout."""
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                     "--target", str(site), str(wheel)], check=True, timeout=300)
-    command = site / "bin" / "vaswani-predict"
-    assert command.is_file()
+    commands = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert {"vaswani-train", "vaswani-finetune-seq2seq", "vaswani-finetune-classification",
+            "vaswani-finetune-token-classification", "vaswani-evaluate", "vaswani-predict", "vaswani-export-onnx",
+            "vaswani-export-ctranslate2", "vaswani-push", "vaswani-app"} <= set(commands)
+    assert all((site / "bin" / name).is_file() for name in commands)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    done = subprocess.run([sys.executable, str(command), "--help"], cwd=elsewhere, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(site)})
+    code = textwrap.dedent(f"""
+        import contextlib, importlib, io, json, sys
+        answers = {{}}
+        for name, target in {commands!r}.items():
+            module, function = target.split(":")
+            sys.argv = [name, "--help"]
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+                getattr(importlib.import_module(module), function)()
+            answers[name] = [importlib.import_module("vaswani").__file__, out.getvalue()]
+        print(json.dumps(answers))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr
-    assert "--max_tokens_per_batch" in done.stdout and "--read_batch_size" in done.stdout
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    options = {"vaswani-train": "--max_tokens_per_batch", "vaswani-predict": "--read_batch_size",
+               "vaswani-evaluate": "--num_beams", "vaswani-finetune-classification": "--label_column",
+               "vaswani-finetune-token-classification": "--tags_column", "vaswani-finetune-seq2seq": "--source_column",
+               "vaswani-export-ctranslate2": "--quantization", "vaswani-export-onnx": "--output_dir",
+               "vaswani-push": "--repo_id", "vaswani-app": "--port", "vaswani-train-tokenizer": "--vocab_size",
+               "vaswani-average-checkpoints": "--last"}
+    for name, (package, help_text) in answers.items():
+        assert Path(package).resolve().is_relative_to(site.resolve()), name
+        assert options[name] in help_text, f"{name} --help:\n{help_text[:500]}"

@@ -22,10 +22,11 @@ from transformers import (
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     AutoTokenizer,
+    HfArgumentParser,
 )
 
 from .. import pipelines as vaswani_pipelines
-from ..cli import POSITIVE, at_least, check_numbers, require_folder_or_hub_id
+from ..cli import POSITIVE, at_least, check_numbers, require_folder_or_hub_id, run_command
 from ..data.label_sets import LabelSet
 from ..remote_code.loading_checks import check_generation_fits
 from ..output_checks import check_output_writable
@@ -391,4 +392,15 @@ def _print_results(metrics: list[dict], diagnostics: dict) -> None:
         if "encoder_layers" in diagnostics:
             print(format_encoder_collapse(diagnostics["encoder_layers"]))
 
-__all__ = ["AUTO_CLASSES", "EvaluationArguments", "applied_decoding", "evaluate_checkpoint"]
+def main(argv: list[str] | None = None) -> dict:
+    """scripts/evaluate_model.py, the `vaswani-evaluate` command: the results of `evaluate_checkpoint`."""
+    args, data = HfArgumentParser((EvaluationArguments, EvaluatedSplitArguments)).parse_args_into_dataclasses(args=argv)
+    return evaluate_checkpoint(args, data)
+
+
+def console_main() -> None:
+    """The `vaswani-evaluate` command."""
+    run_command(main)
+
+
+__all__ = ["AUTO_CLASSES", "EvaluationArguments", "applied_decoding", "console_main", "evaluate_checkpoint", "main"]

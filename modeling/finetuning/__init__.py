@@ -1,11 +1,13 @@
-"""What the fine-tuning scripts share on the standard `Trainer` path, one module per job:
+"""Fine-tuning with the standard `Trainer`, one module per job:
 
 - `head_loading`: the tokenizer and the model with its task head, and what was new in it;
 - `token_alignment`: word labels on subword tokens;
 - `run`: the command line, the checkpoint to resume from, and the train -> save -> evaluate sequence;
-- `seq2seq`: finetune_seq2seq.py's task: its options, the tokenized pairs and the metrics of generated text.
+- the tasks, each a command (`main`, installed as `vaswani-finetune-*`; scripts/finetune_*.py call the same):
+  `seq2seq` (translation and summarization: its options, the tokenized pairs and the metrics of generated text),
+  `classification` (a text and its label) and `token_classification` (words and their BIO tags).
 
-Everything else is transformers: the scripts build a `Trainer` / `Seq2SeqTrainer` from `TrainingArguments`, so that
+Everything else is transformers: the tasks build a `Trainer` / `Seq2SeqTrainer` from `TrainingArguments`, so that
 `torchrun` / `accelerate launch`, `--activation_checkpointing`, `--gradient_accumulation_steps`,
 `--resume_from_checkpoint` and the rest work as for any model. The data options are those of transformers' example
 scripts (`--train_file`, `--validation_file`, `--dataset_name`, `--max_train_samples`); they, the splits and the label

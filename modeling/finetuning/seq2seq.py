@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqTrainer
+from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
+from ..cli import run_command
 from ..data.splits import drop_empty_pairs, input_length, load_splits, prepare_splits, usable_length
 from ..evaluation.diagnostics import input_independence_warning, output_diversity
 from ..evaluation.metrics import compute_scores, score_values
 from .head_loading import load_head, load_tokenizer
-from .run import KeepGenerationConfig, train_and_evaluate
+from .run import KeepGenerationConfig, start_run, train_and_evaluate
 
 
 logger = logging.getLogger(__name__)
@@ -163,4 +164,14 @@ def finetune_seq2seq(model_args, data_args, task_args: Seq2SeqTaskArguments, tra
                               arguments=(model_args, data_args, task_args))
 
 
-__all__ = ["Seq2SeqTaskArguments", "encode_pairs", "finetune_seq2seq"]
+def main(argv: list[str] | None = None) -> dict:
+    """scripts/finetune_seq2seq.py, the `vaswani-finetune-seq2seq` command."""
+    return finetune_seq2seq(*start_run(Seq2SeqTaskArguments, argv, Seq2SeqTrainingArguments))
+
+
+def console_main() -> None:
+    """The `vaswani-finetune-seq2seq` command."""
+    run_command(main)
+
+
+__all__ = ["Seq2SeqTaskArguments", "console_main", "encode_pairs", "finetune_seq2seq", "main"]

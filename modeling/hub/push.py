@@ -16,7 +16,8 @@ import httpx2
 from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
-from transformers import AutoConfig, AutoTokenizer
+from huggingface_hub.errors import HfHubHTTPError
+from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
 from .. import (
     VaswaniConfig,
@@ -25,6 +26,7 @@ from .. import (
     VaswaniForTokenClassification,
     VaswaniModel,
 )
+from ..cli import run_command
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
 from ..remote_code.configuration_vaswani import check_regular_files
 from ..output_paths import MANIFEST_FILE, OutputFolder
@@ -351,4 +353,17 @@ def _publish_staged(args: PushArguments, folder: Path, files: list[Path]) -> Pat
     return commit.commit_url
 
 
-__all__ = ["HubUnreachable", "PushArguments", "push"]
+def main(argv: list[str] | None = None, more_arguments: tuple = (), fill=None):
+    """scripts/push_to_hub.py, the `vaswani-push` command: the folder written (with --dry-run) or the URL of the
+    commit. The checkout's script adds its `--recipe` (`more_arguments`, a dataclass, and `fill(args, parsed)`, which
+    completes the arguments and returns the files it read)."""
+    args, *more = HfArgumentParser((PushArguments, *more_arguments)).parse_args_into_dataclasses(args=argv)
+    return push(args, fill(args, *more) if fill is not None else None)
+
+
+def console_main() -> None:
+    """The `vaswani-push` command."""
+    run_command(main, HfHubHTTPError)
+
+
+__all__ = ["HubUnreachable", "PushArguments", "console_main", "main", "push"]

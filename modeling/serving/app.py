@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cli import Allowed, check_option
+from ..cli import Allowed, check_option, run_command
 from . import demo_tasks
 from .demo_tasks import InputError, ServedModel, language
 
@@ -406,7 +406,13 @@ def _limited_requests() -> dict:
     return {"middleware": [Middleware(RequestSizeLimit, limit=MAX_REQUEST_BYTES)]}
 
 
+def console_main() -> None:
+    """The `vaswani-app` command."""
+    run_command(main)
+
+
 __all__ = [
+    "console_main",
     "DEFAULT_PORT", "EXAMPLES", "MAX_REQUEST_BYTES", "QUEUE_SIZE", "SHIPPED", "RequestSizeLimit", "Tab", "build_app",
     "load_tabs", "main",
 ]

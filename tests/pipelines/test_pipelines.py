@@ -1,11 +1,11 @@
 """The translation / summarization / text2text pipelines shipped in every checkpoint, token classification through
 transformers' pipeline told where the words are, and text classification through transformers' own: in a fresh
-process without the package, in-process with model objects, and bad input."""
+process without the package, and in-process with model objects (bad input: test_pipeline_inputs.py). The models are
+conftest.py's."""
 
 import ast
 import copy
 import json
-import re
 import sys
 import threading
 import warnings
@@ -15,119 +15,15 @@ import pytest
 import torch
 import transformers
 
-from helpers import PAIRS, REPO, run_isolated, spread_weights, tiny_config
-from vaswani import (
-    VaswaniForConditionalGeneration,
-    VaswaniForSequenceClassification,
-    VaswaniForTokenClassification,
-    VaswaniTokenizer,
+from helpers import PAIRS, run_isolated, spread_weights, tiny_config
+from pipeline_helpers import (
+    ENTITIES, LABELS, PIPELINE_FILES, REMOTE_CODE, SENTENCE, SOURCES, SPACED, TAG_NAMES, TAGGED, generate_ids,
+    generate_texts,
 )
-from vaswani.data.label_sets import LabelSet
-from vaswani.finetuning.token_alignment import align_word_labels, inside_label_ids
+from vaswani import VaswaniForConditionalGeneration, VaswaniForTokenClassification, VaswaniTokenizer
 from vaswani.pipelines import (
-    SummarizationPipeline,
-    Text2TextGenerationPipeline,
-    TokenClassificationPipeline,
-    TranslationPipeline,
-    pipeline,
+    SummarizationPipeline, Text2TextGenerationPipeline, TokenClassificationPipeline, TranslationPipeline, pipeline,
 )
-
-
-# A target with spaces before punctuation, so that `clean_up_tokenization_spaces` changes the decoded text.
-SPACED = ("Where is the station?", "Wo ist der Bahnhof ?")
-TRAINING_PAIRS = PAIRS + [SPACED]
-SOURCES = [source for source, _ in TRAINING_PAIRS]
-LABELS = {0: "negative", 1: "positive"}
-REMOTE_CODE = REPO / "modeling" / "remote_code"  # what a checkpoint carries
-PIPELINE_FILES = ["pipeline_vaswani.py", "vocabulary.py"]  # the pipeline file and the module it imports
-
-
-@pytest.fixture(scope="module")
-def translator(tokenizer) -> VaswaniForConditionalGeneration:
-    """A tiny en->de model fitted to the training pairs in a few seconds: its outputs are real sentences that end
-    with `</s>`, so comparisons between the pipeline and `generate()` mean something."""
-    torch.manual_seed(0)
-    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"))
-    sources, targets = zip(*TRAINING_PAIRS)
-    batch = tokenizer(list(sources), text_target=list(targets), padding=True, return_tensors="pt")
-    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(60):
-        model(**batch).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def classifier(tokenizer) -> VaswaniForSequenceClassification:
-    torch.manual_seed(0)
-    config = tiny_config(
-        vocab_size=len(tokenizer), num_labels=2, id2label=LABELS, label2id={v: k for k, v in LABELS.items()}
-    )
-    return spread_weights(VaswaniForSequenceClassification(config)).eval()
-
-
-# The tagger's sentences: words and their tags, and the spans of the entities in the first one.
-TAGGED = [
-    ("John Smith lives in Berlin .", "B-PER I-PER O O B-LOC O"),
-    ("Mary Jones works in Paris .", "B-PER I-PER O O B-LOC O"),
-]
-TAG_NAMES = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
-SENTENCE = "John Smith lives in Berlin."
-ENTITIES = [("PER", "John Smith", 0, 10), ("LOC", "Berlin", 20, 26)]
-
-
-@pytest.fixture(scope="module")
-def tagger_tokenizer() -> VaswaniTokenizer:
-    texts = SOURCES + [text for text, _ in TAGGED]
-    return VaswaniTokenizer.train_from_texts(texts * 3, vocab_size=400, min_frequency=1, split_punctuation=True)
-
-
-@pytest.fixture(scope="module")
-def tagger(tagger_tokenizer) -> VaswaniForTokenClassification:
-    """A tiny named-entity tagger fitted to TAGGED in a few seconds, trained as finetune_token_classification.py
-    trains (every piece of a word labelled)."""
-    torch.manual_seed(0)
-    labels = LabelSet(tuple(TAG_NAMES), "the tagger's tags")
-    config = tiny_config(vocab_size=len(tagger_tokenizer), num_labels=len(TAG_NAMES), id2label=dict(enumerate(TAG_NAMES)),
-                         label2id=labels.label2id)
-    model = VaswaniForTokenClassification(config)
-    words = [text.split() for text, _ in TAGGED]
-    batch = tagger_tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
-    inside = inside_label_ids(labels)
-    batch["labels"] = torch.tensor([
-        align_word_labels(batch.word_ids(row), [labels.label2id[tag] for tag in tags.split()], inside)[0]
-        for row, (_, tags) in enumerate(TAGGED)
-    ]).masked_fill(batch["attention_mask"] == 0, -100)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(40):
-        model(**batch).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def checkpoints(translator, classifier, tagger, tokenizer, tagger_tokenizer, tmp_path_factory) -> dict[str, Path]:
-    folders = {name: tmp_path_factory.mktemp(name) for name in ("seq2seq", "classifier", "tagger")}
-    for model, its_tokenizer, folder in ((translator, tokenizer, folders["seq2seq"]),
-                                         (classifier, tokenizer, folders["classifier"]),
-                                         (tagger, tagger_tokenizer, folders["tagger"])):
-        model.save_pretrained(folder)
-        its_tokenizer.save_pretrained(folder)
-    return folders
-
-
-def generate_texts(model, tokenizer, texts, **settings) -> list[str]:
-    inputs = tokenizer(texts, padding=True, return_tensors="pt")
-    return tokenizer.batch_decode(model.generate(**inputs, **settings), skip_special_tokens=True)
-
-
-def generate_ids(model, tokenizer, text, **settings) -> list[list[int]]:
-    """Each returned sequence of one text, up to and including its `</s>` (batched beams pad after it)."""
-    sequences = model.generate(**tokenizer([text], return_tensors="pt"), **settings).tolist()
-    return [ids[: ids.index(2, 1) + 1] if 2 in ids[1:] else ids for ids in sequences]
 
 
 # --- checkpoints carry the pipelines -------------------------------------------------------------------------------
@@ -623,157 +519,3 @@ def test_a_tokenizer_larger_than_the_models_embedding_table_is_refused(translato
     with pytest.raises(ValueError, match=rf"tokenizer has {len(tokenizer):,} tokens but the model's embedding table "
                                          rf"has {len(tokenizer) - 1:,} rows"):
         TranslationPipeline(model=small, tokenizer=tokenizer)
-
-
-# --- bad input -------------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def translate(translator, tokenizer) -> TranslationPipeline:
-    return TranslationPipeline(model=translator, tokenizer=tokenizer)
-
-
-def test_none_is_a_clear_error(translate):
-    with pytest.raises(TypeError, match="string or a list of strings, got None"):
-        translate(None)
-    with pytest.raises(TypeError, match="Input 1 must be a string, got NoneType"):
-        translate([SOURCES[0], None])
-
-
-def test_an_empty_list_gives_an_empty_list(translate):
-    assert translate([]) == []
-    assert translate([], batch_size=4) == []
-
-
-def test_a_lone_surrogate_and_a_zero_beam_count_are_clear_errors(translate):
-    with pytest.raises(ValueError, match=r"Input 1 is not valid text \(surrogates not allowed: '\\udc80'\)"):
-        translate([SOURCES[0], "caf\udc80"], batch_size=2)
-    for name in ("num_beams", "num_return_sequences", "max_new_tokens"):
-        with pytest.raises(ValueError, match=f"{name} must be a whole number >= 1, got 0"):
-            translate(SOURCES[0], **{name: 0})
-
-
-def test_a_generation_value_generate_cannot_use_is_one_line(translate):
-    """A NaN length penalty decoded without a word."""
-    for settings, message in (({"length_penalty": float("nan")}, "length_penalty must be a finite number, got nan"),
-                              ({"num_beams": 2, "length_penalty": float("inf")}, "length_penalty must be a finite "
-                                                                                 "number, got inf"),
-                              ({"temperature": 0.0, "do_sample": True}, "temperature must be a finite number above "
-                                                                        "0, got 0.0")):
-        with pytest.raises(ValueError, match=re.escape(message)):
-            translate(SOURCES[0], **settings)
-
-
-def test_a_generation_config_with_a_negative_beam_count_is_one_line_in_both_pipelines(checkpoints, tmp_path):
-    """`num_beams: -3` in a folder's generation_config.json: a 41-line traceback through either pipeline."""
-    import shutil
-
-    folder = shutil.copytree(checkpoints["seq2seq"], tmp_path / "seq2seq")
-    settings = json.loads((folder / "generation_config.json").read_text())
-    (folder / "generation_config.json").write_text(json.dumps({**settings, "num_beams": -3}))
-    message = ("the model's generation config (generation_config.json): num_beams must be a whole number >= 1, got "
-               "-3.")
-    for build in (lambda: pipeline("translation", model=str(folder)),
-                  lambda: transformers.pipeline("translation", model=str(folder), trust_remote_code=True)):
-        with pytest.raises(ValueError) as refused:
-            build()(SOURCES[0])
-        assert str(refused.value) == message
-
-
-def test_a_model_with_a_nan_weight_warns_once_that_its_outputs_are_meaningless(translator, tokenizer, caplog):
-    import logging
-
-    model = copy.deepcopy(translator)
-    with torch.no_grad():
-        model.model.encoder.layers[0].self_attn.q_proj.weight[0, 0] = float("nan")
-    translate = TranslationPipeline(model=model, tokenizer=tokenizer)
-    caplog.set_level(logging.WARNING)
-    translate(SOURCES[:2], batch_size=2, max_new_tokens=5)
-    translate(SOURCES[:2], batch_size=2, max_new_tokens=5)
-    assert caplog.text.count("The model's logits hold nan or inf") == 1
-
-
-@pytest.mark.parametrize("value", [42, 3.5, b"bytes", {"text": "A man."}])
-def test_a_non_string_is_a_clear_error(translate, value):
-    with pytest.raises(TypeError, match=f"must be a string, got {type(value).__name__}"):
-        translate(value)
-    with pytest.raises(TypeError, match=f"Input 1 must be a string, got {type(value).__name__}"):
-        translate([SOURCES[0], value], batch_size=2)
-
-
-def test_an_empty_string_gives_an_empty_text(translate, translator):
-    assert translate("") == [{"translation_text": ""}]
-    assert translate("   ") == [{"translation_text": ""}]
-    assert translate(["", SOURCES[0], ""], batch_size=3) == [
-        {"translation_text": ""},
-        {"translation_text": PAIRS[0][1]},
-        {"translation_text": ""},
-    ]
-    [empty] = translate("", return_tensors=True)
-    start, end = translator.config.decoder_start_token_id, translator.config.eos_token_id
-    assert empty["translation_token_ids"].tolist() == [start, end]
-
-
-def test_text_over_the_maximum_length_is_truncated_with_one_warning(translate, translator, tokenizer):
-    limit = translator.config.max_position_embeddings  # 128, which the tokenizer allows as well
-    long_text = " ".join(["horse"] * 5000)
-    with pytest.warns(UserWarning, match=f"longer than the {limit} tokens") as caught:
-        first = translate(long_text, max_new_tokens=5, return_tensors=True)
-        second = translate([long_text, long_text], batch_size=2, max_new_tokens=5)
-    assert len([w for w in caught if "truncated" in str(w.message)]) == 1
-    assert isinstance(second[0]["translation_text"], str)
-    truncated = tokenizer([long_text], truncation=True, max_length=limit, return_tensors="pt")
-    assert truncated["input_ids"].shape[1] == limit
-    expected = translator.generate(**truncated, max_new_tokens=5)[0].tolist()
-    assert first[0]["translation_token_ids"].tolist() == expected
-    with pytest.raises(ValueError, match=f"longer than the {limit} tokens.*truncation=True"):
-        translate(long_text, truncation=False)
-
-
-def test_generation_longer_than_the_model_allows_is_a_clear_error(translate, translator):
-    limit = translator.config.max_position_embeddings
-    with pytest.raises(ValueError, match=f"max_new_tokens=500 .*max_position_embeddings={limit}"):
-        translate(SOURCES[0], max_new_tokens=500)
-    with pytest.raises(ValueError, match=f"max_length=900 .*max_position_embeddings={limit}"):
-        translate(SOURCES[0], max_length=900)
-    # without any length setting, the paper's bound (input length + 50) is kept within the model's positions
-    untrained = spread_weights(VaswaniForConditionalGeneration(tiny_config(vocab_size=translator.config.vocab_size)))
-    pipe = TranslationPipeline(model=untrained.eval(), tokenizer=translate.tokenizer)
-    source = " ".join(["horse"] * 50)
-    assert limit - 50 < len(translate.tokenizer(source)["input_ids"]) <= limit
-    [result] = pipe(source, return_tensors=True)
-    assert len(result["translation_token_ids"]) == limit  # the untrained model never ends: the bound stops it
-
-
-# --- dialogues, as the summarization pipeline meets them -------------------------------------------------------------
-
-DIALOGUE = "Anna: Are you coming tonight?\nBen: Yes, at 8.\nAnna: Great, see you!"
-
-
-def test_summarizing_an_empty_dialogue_gives_an_empty_summary(translator, tokenizer):
-    summarize = SummarizationPipeline(model=translator, tokenizer=tokenizer)
-    assert summarize("") == [{"summary_text": ""}]
-    assert summarize(["\n\n", DIALOGUE], batch_size=2)[0] == {"summary_text": ""}
-
-
-def test_a_dialogue_in_another_script_is_summarized_like_any_other(translator, tokenizer):
-    summarize = SummarizationPipeline(model=translator, tokenizer=tokenizer)
-    dialogue = "Анна: Ты придёшь сегодня?\nБорис: Да, в 8.\nアンナ: じゃあね!"
-    ids = tokenizer(dialogue)["input_ids"]
-    assert tokenizer.unk_token_id not in ids  # spelled in bytes where the vocabulary lacks the characters
-    [result] = summarize(dialogue, num_beams=2, max_new_tokens=12)
-    assert result["summary_text"] == generate_texts(translator, tokenizer, [dialogue], num_beams=2, max_new_tokens=12)[0]
-
-
-def test_a_dialogue_longer_than_the_model_accepts_is_cut_with_one_warning(translator, tokenizer):
-    summarize = SummarizationPipeline(model=translator, tokenizer=tokenizer)
-    limit = translator.config.max_position_embeddings
-    long_dialogue = "\n".join([DIALOGUE] * 200)
-    assert len(tokenizer(long_dialogue)["input_ids"]) > limit
-    with pytest.warns(UserWarning, match=f"longer than the {limit} tokens") as caught:
-        outputs = summarize([long_dialogue, long_dialogue, DIALOGUE], batch_size=3, max_new_tokens=6)
-    assert len([w for w in caught if "truncated" in str(w.message)]) == 1
-    truncated = tokenizer([long_dialogue], truncation=True, max_length=limit, return_tensors="pt")
-    expected = tokenizer.decode(translator.generate(**truncated, max_new_tokens=6)[0], skip_special_tokens=True)
-    assert outputs[0] == outputs[1] == {"summary_text": expected}
-

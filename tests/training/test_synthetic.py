@@ -16,13 +16,14 @@ def test_synthetic_task_is_deterministic_and_translates_grammatically(tmp_path):
     pairs = {pair["en"]: pair["de"] for pair in generate_pairs(5000, seed=0)}
     # case, gender and adjective endings, verb-second order after a fronted adverb, "in the" -> "im"
     expected = {
-        "The dog sees a cat.": "Der Hund sieht eine Katze.",
-        "The cat sees the dog.": "Die Katze sieht den Hund.",
-        "A cat has a big ball.": "Eine Katze hat einen großen Ball.",
+        "The mouse watches the apple.": "Die Maus beobachtet den Apfel.",
+        "The dog wants the dog.": "Der Hund will den Hund.",
+        "A dog chases a bird.": "Ein Hund jagt einen Vogel.",
+        "The girl finds the cat.": "Das Mädchen findet die Katze.",
+        "The man finds the new dog.": "Der Mann findet den neuen Hund.",
+        "A new horse sings on the street.": "Ein neues Pferd singt auf der Straße.",
     }
-    for english, german in expected.items():
-        if english in pairs:
-            assert pairs[english] == german
+    assert {english: pairs.get(english) for english in expected} == expected  # 5,000 pairs hold each of them
     adverb_first = [(en, de) for en, de in pairs.items() if en.startswith("Today ")]
     assert adverb_first and all(de.split()[1] in {"sieht", "mag", "findet", "hat", "beobachtet", "hört", "jagt",
                                                   "trägt", "will", "schläft", "läuft", "singt", "wartet", "spielt",
