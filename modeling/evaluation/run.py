@@ -17,13 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 import transformers
-from transformers import (
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-    AutoTokenizer,
-    HfArgumentParser,
-)
+from transformers import AutoTokenizer, HfArgumentParser
 
 from .. import pipelines as vaswani_pipelines
 from ..cli import POSITIVE, at_least, check_numbers, require_folder_or_hub_id, run_command
@@ -35,6 +29,7 @@ from ..remote_code.vocabulary import check_vocabulary
 from ..runs.records import RESULTS_FILE, weights_provenance
 from ..safe_loading import check_checkpoint_folder, require_trained_head
 from ..serving.cpu_inference import for_cpu_inference
+from ..tasks import auto_class_of
 from .diagnostics import (
     encoder_collapse,
     format_encoder_collapse,
@@ -53,12 +48,6 @@ from .scoring import (
 
 
 RESULTS_ROOM = 1 << 16  # bytes: the least a results file takes (metrics, conventions, diagnostics)
-AUTO_CLASSES = {
-    "translation": AutoModelForSeq2SeqLM,
-    "summarization": AutoModelForSeq2SeqLM,
-    "text-classification": AutoModelForSequenceClassification,
-    "token-classification": AutoModelForTokenClassification,
-}
 
 
 @dataclass
@@ -374,7 +363,7 @@ def _load_checkpoint(args: EvaluationArguments):
     """The model (with a trained head for the task, in eval mode) and its tokenizer, checked before and after
     loading; the tokenizer never gives the model more positions than it has."""
     check_checkpoint_folder(args.model)  # before transformers parses any of its files
-    model = require_trained_head(AUTO_CLASSES[args.task], args.model, args.task, args.trust_remote_code).eval()
+    model = require_trained_head(auto_class_of(args.task), args.model, args.task, args.trust_remote_code).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
     check_vocabulary(model, tokenizer)
     max_positions = getattr(model.config, "max_position_embeddings", None)
@@ -403,4 +392,4 @@ def console_main() -> None:
     run_command(main)
 
 
-__all__ = ["AUTO_CLASSES", "EvaluationArguments", "applied_decoding", "console_main", "evaluate_checkpoint", "main"]
+__all__ = ["EvaluationArguments", "applied_decoding", "console_main", "evaluate_checkpoint", "main"]

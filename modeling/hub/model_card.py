@@ -22,29 +22,11 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from ..data.loading import looks_like_hub_dataset
 from ..evaluation.metrics.names import RENAME_COMMAND, RETIRED_NAMES
 from ..runs.records import ARGUMENTS_FILE, TRAINER_STATE_FILE
+from ..tasks import FEATURE_EXTRACTION, TASKS, architecture_task
 
 
 TEMPLATE = "model_card.md"  # the package's data file: the repository's model_card.md (modeling/hub/ links to it)
 
-TASKS = ("translation", "summarization", "text-classification", "token-classification")
-# what each model class is for, when no results file says otherwise
-TASK_OF_ARCHITECTURE = {
-    "VaswaniForSequenceClassification": "text-classification",
-    "VaswaniForTokenClassification": "token-classification",
-    "VaswaniModel": "feature-extraction",
-}
-AUTO_CLASS_OF_ARCHITECTURE = {
-    "VaswaniForConditionalGeneration": "AutoModelForSeq2SeqLM",
-    "VaswaniForSequenceClassification": "AutoModelForSequenceClassification",
-    "VaswaniForTokenClassification": "AutoModelForTokenClassification",
-    "VaswaniModel": "AutoModel",
-}
-EXAMPLES = {
-    "translation": "A man is riding a horse.",
-    "summarization": "Hi Tom, the meeting moved to Friday at 10 in room 4. Please bring the budget draft. Anna",
-    "token-classification": "Angela Merkel visited Paris in July .",
-}
-DEFAULT_EXAMPLE = "A gripping, funny and beautifully acted film."
 TAGS = ["vaswani", "transformer", "encoder-decoder", "attention-is-all-you-need"]
 
 
@@ -177,9 +159,9 @@ def training_from_record(model_dir: str | Path) -> tuple[str | None, str | None]
 
 
 def _pipeline_tag_for(config, results: list[dict]) -> str:
-    architecture = (config.architectures or ["VaswaniForConditionalGeneration"])[0]
-    if architecture in TASK_OF_ARCHITECTURE:
-        return TASK_OF_ARCHITECTURE[architecture]
+    only = architecture_task((config.architectures or ["VaswaniForConditionalGeneration"])[0])
+    if only is not None:  # a classifier, a tagger, the bare model: the one task its class serves
+        return only.name
     for result in results:
         if result["task"] in ("translation", "summarization"):
             return result["task"]
@@ -271,7 +253,8 @@ def render_model_card(
         repo_id=repo_id,
         summary=f"A {num_parameters / 1e6:.1f}M-parameter encoder-decoder Transformer for {pipeline_tag}{direction}.",
         architecture=architecture,
-        auto_class=AUTO_CLASS_OF_ARCHITECTURE.get(architecture, "AutoModel"),
+        auto_class=next((task.auto_class for task in (*TASKS.values(), FEATURE_EXTRACTION)
+                         if task.architecture == architecture), "AutoModel"),
         num_parameters=f"{num_parameters:,}",
         config=config.to_dict(),
         source_lang=config.source_lang,
@@ -280,13 +263,12 @@ def render_model_card(
         results=results,
         training_data=training_data,
         training_procedure=training_procedure,
-        example=EXAMPLES.get(pipeline_tag, DEFAULT_EXAMPLE),
+        example=TASKS.get(pipeline_tag, FEATURE_EXTRACTION).example,
     )
     return str(card)
 
 
 __all__ = [
-    "TASKS",
     "TEMPLATE",
     "load_results",
     "read_template",

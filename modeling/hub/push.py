@@ -32,7 +32,7 @@ from ..remote_code.configuration_vaswani import check_regular_files
 from ..output_paths import MANIFEST_FILE, OutputFolder
 from ..runs.records import RESULTS_FILE
 from ..safe_loading import check_checkpoint_folder
-from ..serving.demo_tasks import read_task
+from ..tasks import read_task
 from . import space
 from .model_card import TEMPLATE, load_results, render_model_card, training_from_record
 

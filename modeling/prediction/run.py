@@ -37,7 +37,7 @@ from ..output_paths import check_output_file
 from ..runs.ownership import release_output_dir, take_output_dir
 from ..runs.preemption import RESUMABLE, StopSignals, StoppedBySignal
 from ..safe_loading import require_trained_head
-from ..serving.demo_tasks import AUTO_CLASSES, read_task
+from ..tasks import auto_class_of, read_task
 from .arguments import GENERATION_TASKS, PredictionArguments, check_arguments
 from .batches import in_input_order, plan_batches, windows
 from .progress import WorkFolder
@@ -254,7 +254,7 @@ def _predictor(args: PredictionArguments, folder: Path, task: str, output_format
     """The checkpoint (refused if its task's head is untrained) with the package's pipeline for the task."""
     if device.type == "cpu" and args.dtype != "float32":
         raise ValueError(f"--dtype {args.dtype}: on a CPU the model runs in float32 (its CPU decoder's precision).")
-    model = require_trained_head(AUTO_CLASSES[task], str(folder), task)
+    model = require_trained_head(auto_class_of(task), str(folder), task)
     model.eval()
     if device.type != "cpu":
         model.to(device, DTYPES[args.dtype])

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cli import Allowed, check_option, run_command
+from ..tasks import read_task
 from . import demo_tasks
 from .demo_tasks import InputError, ServedModel, language
 
@@ -390,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     """Check the options and the checkpoint, load the models, and serve the page until stopped (Ctrl-C)."""
     args = parse_arguments(argv)
     if args.model is not None:  # a folder that is not a checkpoint of this project: one line, before any loading
-        demo_tasks.read_task(Path(args.model))
+        read_task(Path(args.model))
     else:
         shipped_folders()
     import_gradio()

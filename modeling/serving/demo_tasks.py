@@ -17,33 +17,18 @@ A text is refused (`InputError`, whose message is for the person who typed it) w
 (`notes`).
 """
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import transformers
-from transformers import (
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-    AutoTokenizer,
-)
+from transformers import AutoTokenizer
 
-from .. import VaswaniConfig
-from ..remote_code.configuration_vaswani import check_regular_files
 from .. import pipelines as vaswani_pipelines
-from ..safe_loading import check_checkpoint_folder
+from ..tasks import auto_class_of, read_task
 from .attention_map import CrossAttentionMap, attention_of_translation
 
 
-AUTO_CLASSES = {
-    "translation": AutoModelForSeq2SeqLM,
-    "summarization": AutoModelForSeq2SeqLM,
-    "text-classification": AutoModelForSequenceClassification,
-    "token-classification": AutoModelForTokenClassification,
-}
-TASKS = tuple(AUTO_CLASSES)
 MAX_CHARACTERS = 5_000  # per text, any tab
 MAX_LINES = 60  # per text: a dialogue's turns, a review's or a news story's lines
 MAX_SENTENCES = 8  # translation: one sentence a line, translated together
@@ -102,65 +87,10 @@ class Answer:
 # --- loading ----------------------------------------------------------------------------------------------------------
 
 
-def task_of(config: dict, folder: Path, option: str = "--model") -> str:
-    """The demo's task for a checkpoint, from its config.json (as a dict): its head (`architectures`) and, for a
-    sequence-to-sequence model, its direction (`source_lang`, `target_lang`: translation) or else the pipelines it
-    declares (`custom_pipelines`: summarization)."""
-    architecture = (config.get("architectures") or [None])[0]
-    if architecture == "VaswaniForSequenceClassification":
-        return "text-classification"
-    if architecture == "VaswaniForTokenClassification":
-        return "token-classification"
-    if architecture == "VaswaniForConditionalGeneration":
-        declared = config.get("custom_pipelines")
-        declared = AUTO_CLASSES if declared is None else declared  # a config from before the pipelines were declared
-        if config.get("source_lang") and config.get("target_lang") and "translation" in declared:
-            return "translation"
-        if "summarization" in declared:
-            return "summarization"
-        raise ValueError(
-            f"{option} {folder}: its config declares the pipelines {sorted(declared)}, none of which the demo serves "
-            "(a translation model needs source_lang and target_lang in its config; a summarizer declares "
-            "'summarization')."
-        )
-    raise ValueError(
-        f"{option} {folder}: config.json names the model class {architecture!r}, which the demo does not serve; it "
-        "serves VaswaniForConditionalGeneration (translation, summarization), VaswaniForSequenceClassification and "
-        "VaswaniForTokenClassification checkpoints."
-    )
-
-
-def read_task(folder: Path, option: str = "--model") -> str:
-    """Check that `folder` is a checkpoint of this project and return its task, before anything is loaded: one
-    line (a ValueError or FileNotFoundError) naming the option, the folder and what is wrong."""
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{option} {folder}: no such folder; give a checkpoint folder of this project.")
-    check_regular_files(folder)  # a FIFO named config.json is not "no config.json", and is never opened
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{option} {folder} is not a checkpoint folder: it has no config.json.")
-    check_checkpoint_folder(folder)  # before any of its files is parsed
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{option} {folder}: config.json is not valid JSON ({error}).") from None
-    if not isinstance(config, dict) or config.get("model_type") != VaswaniConfig.model_type:
-        model_type = config.get("model_type") if isinstance(config, dict) else None
-        raise ValueError(
-            f"{option} {folder} holds a {model_type!r} model, not a checkpoint of this project (model_type "
-            f"{VaswaniConfig.model_type!r})."
-        )
-    if not (folder / "tokenizer.json").is_file():
-        raise FileNotFoundError(
-            f"{option} {folder} has no tokenizer (tokenizer.json): save it beside the model with "
-            "tokenizer.save_pretrained(folder)."
-        )
-    return task_of(config, folder, option)
-
-
 def load_checkpoint(folder: Path, option: str = "--model") -> ServedModel:
     """The checkpoint in `folder` with the package's pipeline for its task (see the module's docstring)."""
     task = read_task(folder, option)
-    model = AUTO_CLASSES[task].from_pretrained(folder)  # no trust_remote_code: this package's registered classes
+    model = auto_class_of(task).from_pretrained(folder)  # no trust_remote_code: this package's registered classes
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model.eval()
     if torch.cuda.is_available():
@@ -277,10 +207,7 @@ __all__ = [
     "MAX_SENTENCES",
     "RUNNERS",
     "ServedModel",
-    "TASKS",
     "count_tokens",
     "language",
     "load_checkpoint",
-    "read_task",
-    "task_of",
 ]

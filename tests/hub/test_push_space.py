@@ -157,7 +157,7 @@ def test_space_mistakes_are_refused_before_any_work(checkpoint, tokenizer, tmp_p
     bare = tmp_path / "bare"
     VaswaniModel(tiny_config(vocab_size=len(tokenizer))).save_pretrained(bare)
     tokenizer.save_pretrained(bare)
-    with pytest.raises(ValueError, match="--model_dir .* names the model class 'VaswaniModel', which the demo does not"):
+    with pytest.raises(ValueError, match="--model_dir .* names the model class 'VaswaniModel', which serves none of this"):
         run(space_arguments(bare, tmp_path / "o"))
     assert not (tmp_path / "o").exists()
 

@@ -19,7 +19,6 @@ from transformers import (
 from helpers import REPO, command_in_process, free_port, start_app, stop_app, tiny_config
 from vaswani import VaswaniModel, pipelines
 from vaswani.serving.attention_map import DPI, attention_of_translation, heatmap_size
-from vaswani.serving import demo_tasks
 from vaswani.serving.app import EXAMPLES, parse_arguments
 
 
@@ -373,27 +372,14 @@ def test_a_folder_that_is_not_a_checkpoint_is_refused_in_one_line(case, tmp_path
         "empty": f"--model {folder} is not a checkpoint folder: it has no config.json.",
         "other_project": f"--model {folder} holds a 'bert' model, not a checkpoint of this project (model_type "
                          "'vaswani').",
-        "bare_model": f"--model {folder}: config.json names the model class 'VaswaniModel', which the demo does not "
-                      "serve; it serves VaswaniForConditionalGeneration (translation, summarization), "
-                      "VaswaniForSequenceClassification and VaswaniForTokenClassification checkpoints.",
+        "bare_model": f"--model {folder}: config.json names the model class 'VaswaniModel', which serves none of this "
+                      "project's tasks; the task heads are VaswaniForConditionalGeneration, "
+                      "VaswaniForSequenceClassification, VaswaniForTokenClassification.",
         "no_tokenizer": f"{folder} has tokenizer_config.json but no tokenizer.json, which holds the tokenizer itself: "
                         "copy it from where the checkpoint was saved.",
         "port": "--port must be a whole number >= 1 and <= 65535; got 70000.",
     }[case]
     assert (result.returncode, result.stderr, result.stdout) == (1, f"app.py: error: {message}\n", "")
-
-
-def test_the_task_comes_from_the_config(tmp_path):
-    """A sequence-to-sequence checkpoint with a direction is a translator, without one a summarizer; the heads are
-    classifiers and taggers."""
-    declared = {"translation": {}, "summarization": {}, "text2text-generation": {}}
-    seq2seq = {"model_type": "vaswani", "architectures": ["VaswaniForConditionalGeneration"],
-               "custom_pipelines": declared}
-    assert demo_tasks.task_of({**seq2seq, "source_lang": "en", "target_lang": "de"}, tmp_path) == "translation"
-    assert demo_tasks.task_of(seq2seq, tmp_path) == "summarization"
-    assert demo_tasks.task_of({"architectures": ["VaswaniForTokenClassification"]}, tmp_path) == "token-classification"
-    with pytest.raises(ValueError, match="none of which the demo serves"):
-        demo_tasks.task_of({**seq2seq, "custom_pipelines": {"text2text-generation": {}}}, tmp_path)
 
 
 def test_it_listens_on_this_machine_only_unless_told(monkeypatch):

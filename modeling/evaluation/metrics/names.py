@@ -9,6 +9,8 @@ which names replace it, and `RENAME_COMMAND` rewrites the files that hold it to 
 
 from dataclasses import dataclass
 
+from ...tasks import TASKS
+
 
 @dataclass(frozen=True)
 class MetricType:
@@ -38,13 +40,9 @@ METRIC_TYPES = {
     "recall": MetricType("entity recall (tagging)", 1),
 }
 
-# What each task is scored with, in the order results files list it (vaswani.evaluation.metrics.compute_scores).
-TASK_METRICS = {
-    "translation": ("sacrebleu", "tokenized_bleu"),
-    "summarization": ("rouge1", "rouge2", "rougeL", "rougeLsum"),
-    "text-classification": ("accuracy", "f1"),
-    "token-classification": ("f1", "precision", "recall", "accuracy"),
-}
+# What each task is scored with, in the order results files list it (vaswani.evaluation.metrics.compute_scores): the
+# task registry's (vaswani.tasks)
+TASK_METRICS = {name: task.metrics for name, task in TASKS.items()}
 
 # What a task may be scored with besides, when asked (scripts/evaluate_model.py --compound_split), listed after them.
 OPTIONAL_TASK_METRICS = {"translation": ("tokenized_bleu_compound_split",)}

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from vaswani.evaluation.metrics.names import RENAME_COMMAND, retired_metric
-from vaswani.hub.model_card import TASKS
+from vaswani.tasks import TASKS
 
 
 @dataclass
