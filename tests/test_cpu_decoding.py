@@ -435,11 +435,11 @@ def test_set_up_twice_or_for_int8_keeps_one_path(en_de, searches):
 
 
 def test_the_guide_pipeline_example_decodes_through_the_path(searches, capsys):
-    """The pipeline example of scripts/README.md's "Serving fast" section, "In PyTorch"."""
-    guide = (REPO / "scripts" / "README.md").read_text(encoding="utf-8")
+    """The pipeline example of scripts/serving.md's "Serving fast" section, "In PyTorch"."""
+    guide = (REPO / "scripts" / "serving.md").read_text(encoding="utf-8")
     section = guide.split("### In PyTorch", 1)[1].split("\n### ", 1)[0]
     example = section.split("```python\n")[2].split("```", 1)[0]
-    exec(compile(example, "scripts/README.md (Serving fast, In PyTorch, a pipeline)", "exec"), {})
+    exec(compile(example, "scripts/serving.md (Serving fast, In PyTorch, a pipeline)", "exec"), {})
     assert len(searches) == 1 and "'translation_text': 'Ein Mann" in capsys.readouterr().out
 
 

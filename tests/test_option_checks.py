@@ -1,5 +1,5 @@
 """The numeric options of train.py, evaluate_model.py and the three fine-tuning scripts, checked where they are parsed
-(the promises table of scripts/README.md): a value out of range, of the wrong type or not finite ends the command in
+(the promises table of scripts/training.md): a value out of range, of the wrong type or not finite ends the command in
 one line that names the option, the value and what is allowed, before any model is built and before anything is
 written to the output folder; among them every run that would train no update. The checks run before any loading, so each case takes milliseconds."""
 

@@ -4,7 +4,7 @@ complete, safe to load and within the size budget, and still producing what thei
 These tests run the real weights, so a change to modeling, tokenization or generation that alters a trained model's
 outputs fails here, even where it is self-consistent on the tiny models the other tests train. The expected figures
 are the slice results files the recipes' commands write from the shipped folders (`evaluation_results_first*.json`);
-after a deliberate change of outputs, replace the models as scripts/README.md says ("Replacing a shipped model")."""
+after a deliberate change of outputs, replace the models as scripts/serving.md says ("Replacing a shipped model")."""
 
 import json
 import re

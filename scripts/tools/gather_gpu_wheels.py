@@ -4,7 +4,7 @@ checkout that the device call carries (`carry: [".whl", ".data"]`):
     .venv/bin/python scripts/tools/gather_gpu_wheels.py    # again after a change: add --overwrite_output_dir
 
   .whl/             wheels, installed there by `python3 -m pip install --no-index --no-deps --target /tmp/site
-                    .whl/*.whl` and PYTHONPATH=/tmp/site (the command is in scripts/README.md, "The GPU suite")
+                    .whl/*.whl` and PYTHONPATH=/tmp/site (the command is in scripts/tools/README.md, "The GPU suite")
   .data/multi30k/   the Multi30k files of the suite's recipe part (the lent machine has no ../shared)
 
 The lent machine (the device tool's KINDS.md) has torch 2.11, transformers 5.17, accelerate 1.15 and about 190 other

@@ -130,12 +130,12 @@ def test_bad_arguments_are_named(plain):
 
 
 def test_the_guide_example_runs(capsys):
-    """The example of scripts/README.md's "Serving fast" section, "In PyTorch" (where the README points)."""
-    guide = (REPO / "scripts" / "README.md").read_text(encoding="utf-8")
+    """The example of scripts/serving.md's "Serving fast" section, "In PyTorch" (where the README points)."""
+    guide = (REPO / "scripts" / "serving.md").read_text(encoding="utf-8")
     section = guide.split("### In PyTorch", 1)[1]
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
     namespace = {}
-    exec(compile(example, "scripts/README.md (Serving fast, In PyTorch)", "exec"), namespace)
+    exec(compile(example, "scripts/serving.md (Serving fast, In PyTorch)", "exec"), namespace)
     assert all(type(module) is OneDNNLinear for module in namespace["model"].modules() if isinstance(module, nn.Linear))
     assert any(isinstance(module, torch.ao.nn.quantized.dynamic.Linear) for module in namespace["int8_model"].modules())
 

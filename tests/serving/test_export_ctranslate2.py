@@ -1,7 +1,7 @@
 """The CTranslate2 export (vaswani.serving.ctranslate2_export, scripts/export_ctranslate2.py): the exported model
 decodes to the tokens of `generate()` in float32, for the shipped en->de model (relative positions) on real sentences
 and for tiny models of every position type and LayerNorm placement; what cannot be exported is refused; the usage
-example of scripts/README.md runs.
+example of scripts/serving.md runs.
 
 ctranslate2 is an optional dependency (`pip install 'vaswani-transformer[ctranslate2]'`): without it these tests skip.
 """
@@ -360,12 +360,12 @@ def test_without_ctranslate2_the_error_says_how_to_install_it(tiny_checkpoint, t
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The usage example of scripts/README.md ("Serving fast", where the README points)
+# The usage example of scripts/serving.md ("Serving fast", where the README points)
 # ---------------------------------------------------------------------------------------------------------------
 
 
 def serving_fast_section(guide: str) -> str | None:
-    """The "Serving fast" section of scripts/README.md, from its CTranslate2 part on where it has one."""
+    """The "Serving fast" section of scripts/serving.md, from its CTranslate2 part on where it has one."""
     match = re.search(r"^## Serving fast\s*$(.*?)(?=^## |\Z)", guide, flags=re.MULTILINE | re.DOTALL)
     return match.group(1).split("### In CTranslate2", 1)[-1] if match else None
 
@@ -377,11 +377,11 @@ def first_block(section: str, language: str) -> str | None:
 
 @needs_shipped_model
 def test_guide_usage_example_round_trip(tmp_path, capsys, monkeypatch):
-    """The export command of scripts/README.md's "Serving fast" section, then its Python example, with the folder it
+    """The export command of scripts/serving.md's "Serving fast" section, then its Python example, with the folder it
     names replaced by a temporary one: it prints one translation per input."""
-    section = serving_fast_section((REPO / "scripts" / "README.md").read_text(encoding="utf-8"))
+    section = serving_fast_section((REPO / "scripts" / "serving.md").read_text(encoding="utf-8"))
     assert section is not None and first_block(section, "python"), (
-        "scripts/README.md should have a '## Serving fast' section with a ```python block"
+        "scripts/serving.md should have a '## Serving fast' section with a ```python block"
     )
     command, example = first_block(section, "bash"), first_block(section, "python")
     output_dir = re.search(r"--output_dir\s+(\S+)", command or "")
@@ -392,6 +392,6 @@ def test_guide_usage_example_round_trip(tmp_path, capsys, monkeypatch):
     capsys.readouterr()
 
     monkeypatch.chdir(REPO)
-    exec(compile(example.replace(output_dir.group(1), str(folder)), "scripts/README.md (Serving fast)", "exec"), {})
+    exec(compile(example.replace(output_dir.group(1), str(folder)), "scripts/serving.md (Serving fast)", "exec"), {})
     printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
     assert printed and all(re.search(r"\w", line) for line in printed), printed

@@ -224,7 +224,7 @@ def test_an_engine_the_config_asks_for_that_cannot_engage_stops_the_run(tmp_path
 
 def test_deepspeed_gets_a_micro_batch_size_and_the_runs_accumulation():
     """The token-budget loader has no batch size; without these numbers accelerator.prepare() refuses DeepSpeed.
-    (DeepSpeed itself needs GPUs: scripts/README.md, "FSDP and DeepSpeed", says what is checked without them.)"""
+    (DeepSpeed itself needs GPUs: scripts/training.md, "FSDP and DeepSpeed", says what is checked without them.)"""
     from types import SimpleNamespace
 
     from accelerate.utils import DeepSpeedPlugin

@@ -1,4 +1,4 @@
-"""A preempted job and a full disk lose nothing of a training run (the promises table of scripts/README.md):
+"""A preempted job and a full disk lose nothing of a training run (the promises table of scripts/training.md):
 
 - SIGTERM (what a preempted SLURM, Kubernetes or spot job receives) or SIGUSR1 (SLURM's early warning) during
   scripts/train.py: the update under way is finished, a complete checkpoint of it is written, the folder's lock is

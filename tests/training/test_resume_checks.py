@@ -1,6 +1,6 @@
 """What `--resume` checks before it loads anything, and what it does with a checkpoint of another number of processes.
 
-A resume that cannot be exact is refused or named (the promises table of scripts/README.md): the data files and the
+A resume that cannot be exact is refused or named (the promises table of scripts/training.md): the data files and the
 tokenizer differ from the fingerprints the checkpoint records; a value of training_progress.json of the wrong type or
 out of what the run can reach; a random state that loads but that Accelerate would skip restoring. A checkpoint written by N processes goes
 on on M: after the same batches of the same epoch, which the M processes then share.
