@@ -301,3 +301,26 @@ def test_the_readme_and_the_card_template_stay_short(name):
     """What the project is and what a card says, each under 15 KB: the details live in the guides they link to."""
     size = len((REPO / name).read_bytes())
     assert size < 15_000, f"{name} is {size:,} bytes; say it once, in the guide whose job it is, and link to it"
+
+
+GUIDES = ["scripts/README.md", "scripts/training.md", "scripts/evaluation.md", "scripts/serving.md",
+          "scripts/tools/README.md", "results/benchmark/README.md", "modeling/README.md"]
+
+
+@pytest.mark.parametrize("name", GUIDES)
+def test_each_guide_stays_under_25_kb(name):
+    """A guide says how to use and what is, with the current tables; the history of runs lives in
+    results/benchmark/runs/ and the recipes' notes."""
+    size = len((REPO / name).read_bytes())
+    assert size < 25_000, f"{name} is {size:,} bytes: split it by topic, or move history to a run's file"
+
+
+def test_scripts_and_test_files_stay_short():
+    """A script is a thin entry point (at most 150 lines: its logic in the package); a test file one subject (at most
+    700 lines)."""
+    scripts = [*(REPO / "scripts").glob("*.py"), *(REPO / "scripts" / "tools").glob("*.py")]  # (not their modules)
+    long_scripts = {str(path.relative_to(REPO)): n for path in sorted(scripts)
+                    if (n := len(path.read_text(encoding="utf-8").splitlines())) > 150}
+    long_tests = {str(path.relative_to(REPO)): n for path in sorted((REPO / "tests").rglob("*.py"))
+                  if (n := len(path.read_text(encoding="utf-8").splitlines())) > 700}
+    assert long_scripts == {} and long_tests == {}
