@@ -1,21 +1,21 @@
 """Publish a checkpoint on the Hugging Face Hub: weights, tokenizer, code files and a rendered model card.
 
     # write the exact folder that would be uploaded, and stop
-    python scripts/push_to_hub.py --model_dir runs/multi30k/best --repo_id me/vaswani-multi30k-en-de --dry-run \
+    python scripts/push_to_hub.py --model runs/multi30k/best --repo_id me/vaswani-multi30k-en-de --dry-run \
         --output_dir hub/vaswani-multi30k-en-de
 
     # the folder of a model this project ships (results/*/model): the card says which recipe of
     # scripts/configs/recipes.yaml made it, with its commands, and at which commit; no Hub repository is named
-    python scripts/push_to_hub.py --model_dir outputs/multi30k_en_de/best --recipe "Multi30k en->de" --dry-run \
+    python scripts/push_to_hub.py --model outputs/multi30k_en_de/best --recipe "Multi30k en->de" --dry-run \
         --output_dir results/multi30k_en_de/model --overwrite_output_dir
 
     # upload it (token from --token, the HF_TOKEN variable, or `hf auth login`)
-    python scripts/push_to_hub.py --model_dir runs/multi30k/best --repo_id me/vaswani-multi30k-en-de
+    python scripts/push_to_hub.py --model runs/multi30k/best --repo_id me/vaswani-multi30k-en-de
 
     # a Gradio Space serving it in the web demo (scripts/app.py): written locally, then uploaded
-    python scripts/push_to_hub.py --model_dir runs/multi30k/best --space --repo_id me/vaswani-en-de-demo \
+    python scripts/push_to_hub.py --model runs/multi30k/best --space --repo_id me/vaswani-en-de-demo \
         --model_repo_id me/vaswani-multi30k-en-de --dry-run --output_dir hub/vaswani-en-de-demo
-    python scripts/push_to_hub.py --model_dir runs/multi30k/best --space --repo_id me/vaswani-en-de-demo \
+    python scripts/push_to_hub.py --model runs/multi30k/best --space --repo_id me/vaswani-en-de-demo \
         --model_repo_id me/vaswani-multi30k-en-de
 
 The checkpoint is loaded and saved again into a fresh folder, so that the folder holds what a user needs and nothing

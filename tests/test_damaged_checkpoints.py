@@ -84,7 +84,7 @@ def command_loaders(checkpoint, data, tmp_path):
         "export_ctranslate2": lambda folder: export_ctranslate2.main(["--model", str(folder), "--output_dir", str(out)]),
         "average_checkpoints": lambda folder: average_checkpoints.main([
             "--checkpoints", str(checkpoint), str(folder), "--output_dir", str(out)]),
-        "push_to_hub": lambda folder: push_to_hub.main(["--model_dir", str(folder), "--dry-run", "--output_dir",
+        "push_to_hub": lambda folder: push_to_hub.main(["--model", str(folder), "--dry-run", "--output_dir",
                                                         str(out)]),
         "pipeline": lambda folder: pipeline("translation", model=str(folder)),
     }

@@ -71,7 +71,7 @@ COMMANDS = [
             "--overwrite_output_dir"),
     Command("make_pseudo_summaries", "--train_file {data} --column en --validation_size 1 --output_dir {output} "
             "--overwrite_output_dir"),
-    Command("push_to_hub", "--model_dir {model} --dry-run --output_dir {output} --overwrite_output_dir"),
+    Command("push_to_hub", "--model {model} --dry-run --output_dir {output} --overwrite_output_dir"),
     Command("export_ctranslate2", "--model {model} --output_dir {output} --overwrite_output_dir"),
     Command("export_onnx", "--model {model} --output_dir {output} --overwrite_output_dir"),
     Command("evaluate_model", "--model {model} --task translation --validation_file {data} --output_file {output}",

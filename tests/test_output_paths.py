@@ -97,8 +97,8 @@ CASES = [
          "--model {input} " + HEATMAP, suffix=".png", inside="config.png"),
     Case("demo", "--model", "--output_file (its .json beside the picture)", "model",
          "--model {input} " + HEATMAP, suffix=".png", inside="config.png"),
-    Case("push_to_hub", "--model_dir", "--output_dir", "model",
-         "--model_dir {input} --dry-run --output_dir {output} --overwrite_output_dir"),
+    Case("push_to_hub", "--model", "--output_dir", "model",
+         "--model {input} --dry-run --output_dir {output} --overwrite_output_dir"),
     Case("export_ctranslate2", *EXPORT, "model", "--model {input} --output_dir {output} --overwrite_output_dir"),
     Case("export_onnx", *EXPORT, "model", "--model {input} --output_dir {output} --overwrite_output_dir"),
 ]
@@ -166,8 +166,7 @@ def test_an_output_folder_given_as_a_link_is_refused_naming_it(name, pristine, t
     (target / "keep.txt").write_text("not the command's to delete\n")
     link = tmp_path / "out"
     link.symlink_to(target, target_is_directory=True)
-    model_option = "--model_dir" if name == "push_to_hub" else "--model"
-    argv = [model_option, str(pristine["model"]), "--output_dir", str(link), "--overwrite_output_dir"]
+    argv = ["--model", str(pristine["model"]), "--output_dir", str(link), "--overwrite_output_dir"]
     before = snapshot(tmp_path)
     with pytest.raises(ValueError, match=f"{link} is a symbolic link to {target}: a command writes its outputs at the "
                        "path given, never through a link") as refused:
@@ -181,8 +180,8 @@ def test_a_link_to_the_input_is_the_input(pristine, tmp_path):
     link = tmp_path / "link"
     link.symlink_to(model, target_is_directory=True)
     before = snapshot(tmp_path)
-    with pytest.raises(ValueError, match=f"--output_dir {link} is --model_dir {model} \\(through symbolic links"):
-        run_main("push_to_hub", ["--model_dir", str(model), "--dry-run", "--output_dir", str(link),
+    with pytest.raises(ValueError, match=f"--output_dir {link} is --model {model} \\(through symbolic links"):
+        run_main("push_to_hub", ["--model", str(model), "--dry-run", "--output_dir", str(link),
                                  "--overwrite_output_dir"])
     assert snapshot(tmp_path) == before
 

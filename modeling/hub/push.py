@@ -57,14 +57,14 @@ MODEL_CLASSES = {
 
 @dataclass
 class PushArguments:
-    model_dir: str = field(metadata={"help": "The checkpoint: a folder with a model saved by save_pretrained and its tokenizer."})
+    model: str = field(metadata={"help": "The checkpoint: a folder with a model saved by save_pretrained and its tokenizer."})
     repo_id: str | None = field(
         default=None,
         metadata={"help": "The Hub repository to upload to, as namespace/name (with --dry-run, optional: the card then names the folder)."},
     )
     results: list[str] = field(
         default_factory=list,
-        metadata={"help": f"Evaluation results file(s) for the card's model-index (default: {RESULTS_FILE} in --model_dir, if there)."},
+        metadata={"help": f"Evaluation results file(s) for the card's model-index (default: {RESULTS_FILE} in --model, if there)."},
     )
     dry_run: bool = field(default=False, metadata={"help": "Write the folder that would be uploaded to --output_dir, and stop."})
     output_dir: str | None = field(
@@ -115,19 +115,19 @@ def _check_arguments(args: PushArguments) -> None:
                 raise ValueError(f"{option} {repo_id!r} is not a valid Hub repository id: {error}") from None
     if args.model_repo_id is not None and not args.space:
         raise ValueError("--model_repo_id names the model a Space serves: it goes with --space.")
-    model_dir = Path(args.model_dir)
+    model_dir = Path(args.model)
     if not model_dir.is_dir():
-        raise FileNotFoundError(f"--model_dir {model_dir}: no such folder; give a checkpoint folder.")
+        raise FileNotFoundError(f"--model {model_dir}: no such folder; give a checkpoint folder.")
     check_regular_files(model_dir)  # a FIFO named config.json is not "no config.json", and is never opened
     if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"--model_dir {model_dir} is not a checkpoint folder: it has no config.json.")
+        raise FileNotFoundError(f"--model {model_dir} is not a checkpoint folder: it has no config.json.")
     if not (model_dir / "tokenizer.json").is_file():
         raise FileNotFoundError(
-            f"--model_dir {model_dir} has no tokenizer (tokenizer.json): save it beside the model with "
+            f"--model {model_dir} has no tokenizer (tokenizer.json): save it beside the model with "
             "tokenizer.save_pretrained(model_dir)."
         )
     if args.space:
-        read_task(model_dir, "--model_dir")  # a checkpoint of a task the web demo serves, before any work
+        read_task(model_dir, "--model")  # a checkpoint of a task the web demo serves, before any work
     if args.dry_run and args.output_dir is None:
         raise ValueError("--dry-run writes the folder that would be uploaded: give it a place with --output_dir.")
     if args.output_dir is not None and Path(args.output_dir).resolve() == REPO.resolve():
@@ -139,7 +139,7 @@ def _output_folder(args: PushArguments, read_from: dict | None = None) -> Output
     from every file the folder is made from (and those of `read_from`, by the option that named them), not an
     existing folder unless --overwrite_output_dir (and then holding only what this project wrote: its manifest)."""
     return OutputFolder(args.output_dir, {
-        "--model_dir": args.model_dir,
+        "--model": args.model,
         "--results": args.results,
         "--template": args.template,
         **(read_from or {}),
@@ -160,7 +160,7 @@ def checkout_git(*arguments: str) -> str | None:
 def _results_files(args: PushArguments) -> list[Path]:
     if args.results:
         return [Path(path) for path in args.results]
-    default = Path(args.model_dir) / RESULTS_FILE
+    default = Path(args.model) / RESULTS_FILE
     return [default] if default.is_file() else []
 
 
@@ -168,11 +168,11 @@ def _load_model(model_dir: Path):
     check_checkpoint_folder(model_dir)  # before any of its files is parsed
     config = AutoConfig.from_pretrained(model_dir)
     if config.model_type != VaswaniConfig.model_type:
-        raise ValueError(f"--model_dir {model_dir} holds a {config.model_type!r} model, not a Vaswani one.")
+        raise ValueError(f"--model {model_dir} holds a {config.model_type!r} model, not a Vaswani one.")
     architecture = (config.architectures or [None])[0]
     if architecture not in MODEL_CLASSES:
         raise ValueError(
-            f"--model_dir {model_dir}: config.json names the model class {architecture!r}; expected one of "
+            f"--model {model_dir}: config.json names the model class {architecture!r}; expected one of "
             f"{sorted(MODEL_CLASSES)}."
         )
     model = MODEL_CLASSES[architecture].from_pretrained(model_dir, dtype="auto")
@@ -209,7 +209,7 @@ def _prepare(args: PushArguments, repo_id: str | None = None, model_name: str | 
     """Read and check everything the folder is made of: the results, the run's record, the model and
     its tokenizer; render the card, which names the checkpoint `repo_id` and `model_name` (default: --repo_id, else
     the folder; the title from `_model_name`)."""
-    model_dir = Path(args.model_dir)
+    model_dir = Path(args.model)
     # read first: a bad file stops before any work
     results = [load_results(path) for path in _results_files(args)]
     recorded_data, recorded_procedure = training_from_record(model_dir)
@@ -303,7 +303,7 @@ def _space_title(args: PushArguments) -> str:
 
 def _stage_space(staged: Staged, args: PushArguments, folder: Path) -> list[Path]:
     """Write into `folder` everything the Space will hold (see `vaswani.hub.space`); return the files."""
-    task = read_task(Path(args.model_dir), "--model_dir")
+    task = read_task(Path(args.model), "--model")
     _stage(staged, folder / space.MODEL_FOLDER)
     commit = checkout_git("rev-parse", "HEAD")
     if commit and checkout_git("diff", "--name-only", "HEAD", "--", "modeling", "pipelines"):

@@ -29,6 +29,6 @@ def checkpoint(tokenizer, tmp_path_factory):
 @pytest.fixture(scope="module")
 def dry_run_folder(checkpoint, tmp_path_factory):
     output = tmp_path_factory.mktemp("dry") / "repo"
-    push_to_hub.main(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(output),
+    push_to_hub.main(["--model", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(output),
                       "--training_data", "Ten sentence pairs written for the tests."])
     return output

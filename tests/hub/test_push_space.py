@@ -37,7 +37,7 @@ runpy.run_path("app.py", run_name="__main__")
 
 
 def space_arguments(checkpoint, output, *more):
-    return ["--model_dir", str(checkpoint), "--space", "--repo_id", SPACE_ID, "--model_repo_id", MODEL_REPO_ID,
+    return ["--model", str(checkpoint), "--space", "--repo_id", SPACE_ID, "--model_repo_id", MODEL_REPO_ID,
             "--dry-run", "--output_dir", str(output), *more]
 
 
@@ -146,7 +146,7 @@ def test_space_mistakes_are_refused_before_any_work(checkpoint, tokenizer, tmp_p
     import vaswani
 
     with pytest.raises(ValueError, match="--model_repo_id names the model a Space serves: it goes with --space"):
-        run(["--model_dir", str(checkpoint), "--model_repo_id", MODEL_REPO_ID, "--dry-run", "--output_dir",
+        run(["--model", str(checkpoint), "--model_repo_id", MODEL_REPO_ID, "--dry-run", "--output_dir",
              str(tmp_path / "o")])
     with pytest.raises(ValueError, match="--model_repo_id 'not a repo' is not a valid Hub repository id"):
         run(space_arguments(checkpoint, tmp_path / "o", "--model_repo_id", "not a repo"))
@@ -157,7 +157,7 @@ def test_space_mistakes_are_refused_before_any_work(checkpoint, tokenizer, tmp_p
     bare = tmp_path / "bare"
     VaswaniModel(tiny_config(vocab_size=len(tokenizer))).save_pretrained(bare)
     tokenizer.save_pretrained(bare)
-    with pytest.raises(ValueError, match="--model_dir .* names the model class 'VaswaniModel', which serves none of this"):
+    with pytest.raises(ValueError, match="--model .* names the model class 'VaswaniModel', which serves none of this"):
         run(space_arguments(bare, tmp_path / "o"))
     assert not (tmp_path / "o").exists()
 
@@ -167,7 +167,7 @@ def test_a_space_upload_sends_exactly_the_dry_run_folder_to_a_gradio_space(check
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True)
     huggingface_hub.set_client_factory(lambda: httpx2.Client(transport=httpx2.MockTransport(hub)))
     try:
-        url = push_to_hub.main(["--model_dir", str(checkpoint), "--space", "--repo_id", SPACE_ID, "--model_repo_id",
+        url = push_to_hub.main(["--model", str(checkpoint), "--space", "--repo_id", SPACE_ID, "--model_repo_id",
                                 MODEL_REPO_ID, "--token", "hf_fake_token"])
     finally:
         huggingface_hub.set_client_factory(default_client_factory)

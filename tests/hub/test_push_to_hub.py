@@ -99,7 +99,7 @@ def test_a_summarization_card_lists_rouge_lsum_only_where_it_is_not_rouge_l(chec
         for kind, name, value in (("rouge1", "ROUGE-1", 43.7), ("rougeL", "ROUGE-L", 34.3), ("rougeLsum", "ROUGE-Lsum", lsum))
     ]}
     (tmp_path / "results.json").write_text(json.dumps(results))
-    push_to_hub.main(["--model_dir", str(checkpoint), "--repo_id", "someone/samsum", "--dry-run", "--language", "en",
+    push_to_hub.main(["--model", str(checkpoint), "--repo_id", "someone/samsum", "--dry-run", "--language", "en",
                       "--output_dir", str(tmp_path / "out"), "--results", str(tmp_path / "results.json")])
     card = ModelCard.load(tmp_path / "out" / "README.md").data.to_dict()
     assert card["metrics"] == listed
@@ -118,7 +118,7 @@ def test_classifier_card_names_its_labels_and_task(tokenizer, tmp_path):
                "dataset": {"name": "../shared/data/sst2/validation.jsonl", "split": "validation"},
                "metrics": [{"type": "accuracy", "name": "Accuracy", "value": 0.81}]}
     (tmp_path / "results.json").write_text(json.dumps(results))
-    push_to_hub.main(["--model_dir", str(tmp_path / "run"), "--repo_id", "someone/sst2", "--dry-run",
+    push_to_hub.main(["--model", str(tmp_path / "run"), "--repo_id", "someone/sst2", "--dry-run",
                       "--output_dir", str(tmp_path / "out"), "--results", str(tmp_path / "results.json")])
     card = ModelCard.load(tmp_path / "out" / "README.md")
     assert card.data.pipeline_tag == "text-classification"
@@ -210,7 +210,7 @@ def fake_hub(monkeypatch):
 
 
 def test_upload_sends_exactly_the_dry_run_folder(fake_hub, checkpoint, dry_run_folder, tmp_path, capsys):
-    url = push_to_hub.main(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--token", "hf_fake_token",
+    url = push_to_hub.main(["--model", str(checkpoint), "--repo_id", REPO_ID, "--token", "hf_fake_token",
                             "--private", "--training_data", "Ten sentence pairs written for the tests."])
     assert url == f"https://huggingface.co/{REPO_ID}/commit/abc123"
     assert fake_hub.created == {"name": "vaswani-tiny-en-de", "organization": "someone", "visibility": "private"}
@@ -230,7 +230,7 @@ def test_upload_errors_from_the_hub_reach_the_user(fake_hub, checkpoint):
     denied = lambda request: httpx2.Response(403, json={"error": "You don't have the rights to create this model."})
     huggingface_hub.set_client_factory(lambda: httpx2.Client(transport=httpx2.MockTransport(denied)))
     with pytest.raises(huggingface_hub.errors.HfHubHTTPError, match="rights to create"):
-        push_to_hub.main(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--token", "hf_fake_token"])
+        push_to_hub.main(["--model", str(checkpoint), "--repo_id", REPO_ID, "--token", "hf_fake_token"])
 
 
 def test_a_hub_out_of_reach_is_one_line(checkpoint, monkeypatch, capsys):
@@ -241,7 +241,7 @@ def test_a_hub_out_of_reach_is_one_line(checkpoint, monkeypatch, capsys):
         endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(sys, "argv", ["push_to_hub.py", "--model_dir", str(checkpoint), "--repo_id", REPO_ID,
+    monkeypatch.setattr(sys, "argv", ["push_to_hub.py", "--model", str(checkpoint), "--repo_id", REPO_ID,
                                       "--token", "hf_fake_token"])
     with pytest.raises(SystemExit) as stopped:
         run_command(push_to_hub.main, huggingface_hub.errors.HfHubHTTPError)
@@ -261,35 +261,35 @@ def run(args):
 
 def test_the_command_line_reports_bad_input_without_a_traceback(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "push_to_hub.py"), "--model_dir", str(tmp_path), "--repo_id", REPO_ID,
+        [sys.executable, str(REPO / "scripts" / "push_to_hub.py"), "--model", str(tmp_path), "--repo_id", REPO_ID,
          "--dry-run", "--output_dir", str(tmp_path / "o")],
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 1
-    assert result.stderr.strip() == f"push_to_hub.py: error: --model_dir {tmp_path} is not a checkpoint folder: it has no config.json."
+    assert result.stderr.strip() == f"push_to_hub.py: error: --model {tmp_path} is not a checkpoint folder: it has no config.json."
 
 
 def test_dry_run_needs_an_empty_output_folder(checkpoint, tmp_path):
     with pytest.raises(ValueError, match="--output_dir"):
-        run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run"])
+        run(["--model", str(checkpoint), "--repo_id", REPO_ID, "--dry-run"])
     (tmp_path / "stale.txt").write_text("old")
     with pytest.raises(FileExistsError, match="exists and is not empty \\(stale.txt\\)"):
-        run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path)])
+        run(["--model", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path)])
 
 
 def test_a_folder_that_is_not_a_checkpoint_is_named(tmp_path, checkpoint):
     with pytest.raises(FileNotFoundError, match="no config.json"):
-        run(["--model_dir", str(tmp_path), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o")])
+        run(["--model", str(tmp_path), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o")])
     without_tokenizer = tmp_path / "model-only"
     VaswaniForConditionalGeneration.from_pretrained(checkpoint).save_pretrained(without_tokenizer)
     with pytest.raises(FileNotFoundError, match="no tokenizer"):
-        run(["--model_dir", str(without_tokenizer), "--repo_id", REPO_ID, "--dry-run", "--output_dir",
+        run(["--model", str(without_tokenizer), "--repo_id", REPO_ID, "--dry-run", "--output_dir",
              str(tmp_path / "o")])
 
 
 def test_an_invalid_repo_id_is_refused_before_any_work(checkpoint, tmp_path):
     with pytest.raises(ValueError, match="not a valid Hub repository id"):
-        run(["--model_dir", str(checkpoint), "--repo_id", "someone/bad name!", "--dry-run", "--output_dir",
+        run(["--model", str(checkpoint), "--repo_id", "someone/bad name!", "--dry-run", "--output_dir",
              str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
 
@@ -324,7 +324,7 @@ def test_a_broken_results_file_names_the_field(checkpoint, tmp_path, broken, mes
     results = tmp_path / "results.json"
     results.write_text(json.dumps({**RESULTS, **broken}))
     with pytest.raises(ValueError, match=message):
-        run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o"),
+        run(["--model", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o"),
              "--results", str(results)])
     assert not (tmp_path / "o").exists()
 
@@ -336,7 +336,7 @@ def test_the_published_model_decodes_as_its_results_were_scored(checkpoint, tmp_
     decoding = {"num_beams": 3, "length_penalty": 1.3, "no_repeat_ngram_size": 3, "max_new_tokens": 12}
     results.write_text(json.dumps({**RESULTS, "decoding": decoding}))
     output = tmp_path / "o"
-    run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(output),
+    run(["--model", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(output),
          "--results", str(results)])
     saved = json.loads((output / "generation_config.json").read_text())
     assert {key: saved.get(key) for key in decoding} == decoding
@@ -353,7 +353,7 @@ def test_the_published_model_decodes_as_its_results_were_scored(checkpoint, tmp_
         (beamed / name).write_bytes((checkpoint / name).read_bytes())
     greedy = tmp_path / "greedy.json"
     greedy.write_text(json.dumps({**RESULTS, "decoding": {"num_beams": 1, "length_penalty": 0.6, "max_new_tokens": 9}}))
-    run(["--model_dir", str(beamed), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "g"),
+    run(["--model", str(beamed), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "g"),
          "--results", str(greedy)])
     saved = json.loads((tmp_path / "g" / "generation_config.json").read_text())
     assert saved["num_beams"] == 1 and saved["max_new_tokens"] == 9
@@ -364,7 +364,7 @@ def test_a_results_file_that_is_not_json_is_named(checkpoint, tmp_path):
     results = tmp_path / "results.json"
     results.write_text("{not json")
     with pytest.raises(ValueError, match="results.json is not valid JSON"):
-        run(["--model_dir", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o"),
+        run(["--model", str(checkpoint), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o"),
              "--results", str(results)])
 
 
@@ -373,7 +373,7 @@ def test_the_card_metadata_is_valid_yaml_without_results(checkpoint, tmp_path):
     for path in checkpoint.iterdir():
         if path.name != "evaluation_results.json":
             (tmp_path / "run" / path.name).write_bytes(path.read_bytes())
-    run(["--model_dir", str(tmp_path / "run"), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o")])
+    run(["--model", str(tmp_path / "run"), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o")])
     text = (tmp_path / "o" / "README.md").read_text()
     metadata = yaml.safe_load(text.split("---")[1])
     assert "model-index" not in metadata and metadata["pipeline_tag"] == "translation"
@@ -387,7 +387,7 @@ def test_a_recipe_folder_names_its_recipe_commands_and_commit_and_replaces_the_o
     output = tmp_path / "model"  # as a shipped folder: one of an earlier version, without a manifest
     shutil.copytree(checkpoint, output, ignore=shutil.ignore_patterns("optimizer.pt", "train.log"))
     shutil.copy(output / "model.safetensors", output / "model-00001-of-00002.safetensors")  # a file the new one lacks
-    run(["--model_dir", str(checkpoint), "--recipe", "Multi30k en->de", "--dry-run", "--output_dir", str(output),
+    run(["--model", str(checkpoint), "--recipe", "Multi30k en->de", "--dry-run", "--output_dir", str(output),
          "--overwrite_output_dir"])
     assert set(files_of(output)) == EXPECTED_FILES  # the old contents are gone
     card = ModelCard.load(output / "README.md")
@@ -413,7 +413,7 @@ def test_what_a_recipe_fills_the_options_can_give_and_the_recipe_leaves_them(che
     given = ["--model_name", "my-en-de", "--training_data", "Our captions.", "--training_procedure", "Our steps."]
     for extra in ([], ["--recipe", "Multi30k en->de"]):
         output = tmp_path / f"model{len(extra)}"
-        run(["--model_dir", str(checkpoint), *given, *extra, "--dry-run", "--output_dir", str(output)])
+        run(["--model", str(checkpoint), *given, *extra, "--dry-run", "--output_dir", str(output)])
         card = ModelCard.load(output / "README.md")
         assert card.data.model_name == "my-en-de" and "Our captions." in card.text and "Our steps." in card.text
         assert "Made by the recipe" not in card.text
@@ -421,13 +421,13 @@ def test_what_a_recipe_fills_the_options_can_give_and_the_recipe_leaves_them(che
 
 def test_recipe_and_overwrite_mistakes_are_refused_with_a_message(checkpoint, tmp_path):
     with pytest.raises(ValueError, match=r"--recipe 'Multi30k en->fr' is not a recipe of .*the recipes are \[.*'SAMSum'"):
-        run(["--model_dir", str(checkpoint), "--recipe", "Multi30k en->fr", "--dry-run", "--output_dir",
+        run(["--model", str(checkpoint), "--recipe", "Multi30k en->fr", "--dry-run", "--output_dir",
              str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
     with pytest.raises(ValueError, match="--repo_id is needed to upload"):
-        run(["--model_dir", str(checkpoint)])
-    with pytest.raises(ValueError, match="is --model_dir .* would delete or overwrite what the command reads"):
-        run(["--model_dir", str(checkpoint), "--dry-run", "--output_dir", str(checkpoint), "--overwrite_output_dir"])
+        run(["--model", str(checkpoint)])
+    with pytest.raises(ValueError, match="is --model .* would delete or overwrite what the command reads"):
+        run(["--model", str(checkpoint), "--dry-run", "--output_dir", str(checkpoint), "--overwrite_output_dir"])
     assert (checkpoint / "config.json").is_file()
 
 
@@ -447,7 +447,7 @@ def test_a_train_py_checkpoint_card_has_its_data_and_options_from_arguments_json
     options = {**TRAIN_PY_DATA, "task": "translation", "source_column": "en", "target_column": "de",
                "preset": "tiny", "max_steps": 300, "learning_rate": 0.002, "output_dir": "runs/tiny", "resume": False}
     (run_folder / "arguments.json").write_text(json.dumps(options))
-    run(["--model_dir", str(run_folder / "best"), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o")])
+    run(["--model", str(run_folder / "best"), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o")])
     text = (tmp_path / "o" / "README.md").read_text()
     data = text.split("## Training data")[1].split("## Training procedure")[0]
     assert '"train_file": "../shared/data/multi30k/train.jsonl"' in data and '"target_column": "de"' in data
@@ -470,7 +470,7 @@ def test_a_fine_tuned_checkpoint_card_reads_the_scripts_record_and_the_trainer_s
     (folder / "arguments.json").write_text(json.dumps(record))
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": 1234, "epoch": 3.0}))
     (folder / "training_args.bin").write_bytes(b"\x80\x04 a pickle that nothing may read")
-    run(["--model_dir", str(folder), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o")])
+    run(["--model", str(folder), "--repo_id", REPO_ID, "--dry-run", "--output_dir", str(tmp_path / "o")])
     text = (tmp_path / "o" / "README.md").read_text()
     assert '"dataset_name": "knkarthick/samsum"' in text.split("## Training data")[1].split("## Training procedure")[0]
     procedure = text.split("## Training procedure")[1].split("## Evaluation")[0]
@@ -493,10 +493,10 @@ def test_a_huge_or_broken_run_record_is_named(checkpoint, tmp_path):
         (folder / path.name).write_bytes(path.read_bytes())
     (folder / "arguments.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match=r"arguments.json holds a list; expected a JSON object"):
-        push_to_hub.main(["--model_dir", str(folder), "--dry-run", "--output_dir", str(tmp_path / "o")])
+        push_to_hub.main(["--model", str(folder), "--dry-run", "--output_dir", str(tmp_path / "o")])
     (folder / "arguments.json").write_text(" " * 1_000_001)
     with pytest.raises(ValueError, match=r"arguments.json is 1,000,001 bytes"):
-        push_to_hub.main(["--model_dir", str(folder), "--dry-run", "--output_dir", str(tmp_path / "o2")])
+        push_to_hub.main(["--model", str(folder), "--dry-run", "--output_dir", str(tmp_path / "o2")])
 
 
 # --- what code a published folder points to ---------------------------------------------------------------------
@@ -526,7 +526,7 @@ def test_a_published_folder_points_only_to_this_projects_code(checkpoint, tmp_pa
     marker = tmp_path / "the-planted-module-ran"
     plant_foreign_code(planted, marker)
     with caplog.at_level("WARNING", logger="vaswani"):
-        folder = run(["--model_dir", str(planted), "--dry-run", "--output_dir", str(tmp_path / "out")])
+        folder = run(["--model", str(planted), "--dry-run", "--output_dir", str(tmp_path / "out")])
     config = json.loads((folder / "config.json").read_text())
     assert config["auto_map"] == json.loads(json.dumps(AUTO_MAP))
     assert "evil-task" not in config["custom_pipelines"]

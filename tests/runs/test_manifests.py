@@ -50,7 +50,7 @@ def inputs(tokenizer, tmp_path_factory):
 # every command that publishes a folder (OutputFolder), with --overwrite_output_dir
 COMMANDS = {
     "export_onnx": "--model {model} --output_dir {output} --overwrite_output_dir",
-    "push_to_hub": "--model_dir {model} --dry-run --output_dir {output} --overwrite_output_dir",
+    "push_to_hub": "--model {model} --dry-run --output_dir {output} --overwrite_output_dir",
     "train_tokenizer": "--train_file {data} --columns en --vocab_size 300 --min_frequency 1 --output_dir {output} "
                        "--overwrite_output_dir",
     "export_ctranslate2": "--model {model} --output_dir {output} --overwrite_output_dir",
