@@ -313,17 +313,17 @@ def test_sigterm_while_the_run_is_set_up_exits_75_with_its_line(tokenizer_dir, d
     import os
     import signal
 
-    import vaswani.data.splits as splits
+    import vaswani.finetuning.classification as classification
     from helpers import REPO, command_in_process
 
-    load_splits = splits.load_splits
+    load_splits = classification.load_splits
 
     def load_then_signal(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         return load_splits(*args, **kwargs)
 
     handlers = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGUSR1)}
-    monkeypatch.setattr(splits, "load_splits", load_then_signal)
+    monkeypatch.setattr(classification, "load_splits", load_then_signal)
     try:
         done = command_in_process(REPO / "scripts" / "finetune_classification.py",
                                   scratch_args(tokenizer_dir, data, tmp_path / "run", "--do_train", "--max_steps", "2"))

@@ -12,7 +12,7 @@ from huggingface_hub.utils._http import default_client_factory
 from transformers import AutoTokenizer
 
 from helpers import REPO, free_port, start_app, stop_app, tiny_config
-from hub_helpers import EXPECTED_FILES, files_of, push_to_hub
+from hub_helpers import EXPECTED_FILES, FakeHub, files_of, push_to_hub, run
 from vaswani import VaswaniForConditionalGeneration, VaswaniModel, pipelines
 from vaswani.output_paths import OutputFolder
 
