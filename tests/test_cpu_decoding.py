@@ -444,6 +444,7 @@ def test_the_guide_pipeline_example_decodes_through_the_path(searches, capsys):
 
 
 def test_the_demo_decodes_through_the_path_unless_told_not_to(searches, tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed: pip install -e '.[plot]'")
     demo = load_script("demo")
     texts = ["A man is riding a horse.", "Two dogs play in the snow."]
     fast = demo.main(["--text", *texts, "--output_file", str(tmp_path / "fast.png")])

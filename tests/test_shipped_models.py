@@ -242,6 +242,7 @@ def test_the_full_results_file_and_the_slice_come_from_the_same_decoding(name):
 
 
 def test_the_readme_first_command_translates_real_sentences_and_draws_the_attention(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed: pip install -e '.[plot]'")
     picture = tmp_path / "attention.png"
     translations = demo.main(["--output_file", str(picture)])
     # what the README shows under its first command, from the shipped en->de model

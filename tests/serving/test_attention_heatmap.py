@@ -7,6 +7,8 @@ import struct
 import pytest
 import torch
 
+pytest.importorskip("matplotlib", reason="the plot extra is not installed: pip install -e '.[plot]'")
+
 from helpers import PAIRS, REPO, command_in_process, load_script, tiny_config
 from vaswani import VaswaniForConditionalGeneration, VaswaniForSequenceClassification
 from vaswani import pipelines

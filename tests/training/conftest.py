@@ -4,7 +4,7 @@ test that changes one changes a copy (`training_helpers.copy_of`)."""
 import pytest
 
 from helpers import torch_threads
-from training_helpers import run_in_process, tiny_argv
+from training_helpers import REPORT_TO, run_in_process, tiny_argv
 
 
 # Session-scoped: a module's `one_thread` is set up after any session fixture, so these set their thread count
@@ -14,7 +14,7 @@ def finished_run(tmp_path_factory):
     """One complete tiny run, shared by the tests that inspect what a run leaves behind."""
     output_dir = tmp_path_factory.mktemp("run")
     with torch_threads(1):
-        outcome = run_in_process(tiny_argv(output_dir, report_to="tensorboard"))
+        outcome = run_in_process(tiny_argv(output_dir, report_to=REPORT_TO))
     return output_dir, outcome.summary
 
 

@@ -12,6 +12,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_a_run_logs_metrics_tensorboard_curves_and_a_summary(finished_run):
+    pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed: pip install -e '.[tensorboard]'")
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed: pip install -e '.[plot]'")
     output_dir, summary = finished_run
     records = metrics_records(output_dir)
     training = [r for r in records if "loss" in r]

@@ -6,7 +6,7 @@ update 20)."""
 import pytest
 
 from helpers import snapshot
-from training_helpers import copy_of, run_in_process, tiny_argv
+from training_helpers import REPORT_TO, copy_of, run_in_process, tiny_argv
 from vaswani.runs.errors import TrainingError
 
 
@@ -42,7 +42,7 @@ def test_resuming_with_max_steps_before_the_runs_update_is_refused_and_nothing_c
     before = snapshot(run)
     with pytest.raises(TrainingError, match=r"--resume: the run is at update 8 \(.*step-00000008\), beyond "
                                             r"--max_steps 4: there is nothing to train"):
-        run_in_process(tiny_argv(run, report_to="tensorboard", resume=True, max_steps=4))
+        run_in_process(tiny_argv(run, report_to=REPORT_TO, resume=True, max_steps=4))
     after = snapshot(run)
     assert {key: value for key, value in after.items() if key != ".run.lock"} == {
         key: value for key, value in before.items() if key != ".run.lock"}

@@ -5,6 +5,7 @@ Runs are tiny (a 55k-parameter model, a few hundred synthetic pairs, a few updat
 where a process must die (the kill-and-resume test) or several must cooperate (test_training_distributed.py).
 """
 
+import importlib.util
 import json
 import os
 import shutil
@@ -18,6 +19,9 @@ from accelerate.state import AcceleratorState, GradientState
 from helpers import REPO
 from vaswani.training.arguments import parse_arguments
 from vaswani.training.loop import train
+
+# the tracker of the shared runs: TensorBoard where its extra is installed (the tests that read its logs skip without it)
+REPORT_TO = "tensorboard" if importlib.util.find_spec("tensorboard") else "none"
 
 
 TINY_RUN = dict(  # on the synthetic task, the default data
