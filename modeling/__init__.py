@@ -4,14 +4,8 @@ Importing this package registers the config, the models and the tokenizer with t
 marks them so that every saved checkpoint carries its code and loads with `trust_remote_code=True` elsewhere.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-    AutoTokenizer,
-)
+import transformers
+from transformers import AutoConfig, AutoTokenizer
 
 from .remote_code.configuration_vaswani import PRESETS, VaswaniConfig
 from .remote_code.modeling_vaswani import (
@@ -23,16 +17,16 @@ from .remote_code.modeling_vaswani import (
     VaswaniPreTrainedModel,
 )
 from .remote_code.tokenization_vaswani import VaswaniTokenizer
+from .tasks import FEATURE_EXTRACTION, TASKS
 
 
 __version__ = "0.1.0"
 
-_AUTO_CLASSES = {
-    AutoModel: VaswaniModel,
-    AutoModelForSeq2SeqLM: VaswaniForConditionalGeneration,
-    AutoModelForSequenceClassification: VaswaniForSequenceClassification,
-    AutoModelForTokenClassification: VaswaniForTokenClassification,
-}
+# each task's Auto class loads its model class (vaswani.tasks), and AutoModel the bare encoder-decoder
+_MODELS = {model.__name__: model for model in (VaswaniModel, VaswaniForConditionalGeneration,
+                                               VaswaniForSequenceClassification, VaswaniForTokenClassification)}
+_AUTO_CLASSES = {getattr(transformers, task.auto_class): _MODELS[task.architecture]
+                 for task in (*TASKS.values(), FEATURE_EXTRACTION)}
 
 AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig, exist_ok=True)
 AutoTokenizer.register(VaswaniConfig, fast_tokenizer_class=VaswaniTokenizer, exist_ok=True)

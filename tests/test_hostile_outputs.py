@@ -190,9 +190,15 @@ def place(target: str, command: Command, root: Path, inputs: dict) -> tuple[Path
     return output, inputs, holder
 
 
+# A second writer is refused by one of two locks: a run's folder (vaswani.runs.ownership, the commands writing in place)
+# or a folder published whole (vaswani.output_paths.OutputFolder); each command reaches it after its own set-up, which
+# is what makes these cases slow (12 of them took about 270 s). One command of each lock and each kind of set-up
+# stands for the others: a training run, a Trainer run, a publisher that loads a model, one that loads none.
+SECOND_WRITERS = ("train", "finetune_classification", "export_onnx", "train_tokenizer")
 CASES = [(command, target) for command in COMMANDS for target in TARGETS
          if not (command.kind == "file" and target in NOT_FOR_FILES)
-         and not (command.script == "tools/benchmark" and target == "input file linked into the output")]
+         and not (command.script == "tools/benchmark" and target == "input file linked into the output")
+         and not (target == "second writer" and command.script not in SECOND_WRITERS)]
 
 
 @pytest.mark.parametrize(
