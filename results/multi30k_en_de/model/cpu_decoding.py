@@ -66,9 +66,9 @@ called under autocast, runs transformers' loop, which calls the model (and a for
 level. The check walks the modules once a call: 48 us on the shipped en->de model (one
 thread, 2-core AMD EPYC of cpu family 25), where the scan it replaced ran twice a call, 330 us in all.
 
-This file is copied into every saved checkpoint (with search.py and proc_files.py, which it imports), so that a
-folder alone decodes this way; it imports from this project only with relative imports of those files and of
-modeling_vaswani.py.
+This file is copied into every saved checkpoint (with search.py, proc_files.py and model_functions.py, which it
+imports), so that a folder alone decodes this way; it imports from this project only with relative imports of those
+files.
 """
 
 import ctypes
@@ -195,14 +195,7 @@ class Int8Product:
         for layer, scaling in zip(layers, scalings):
             weight, bias = layer._packed_params._weight_bias()
             values.append(weight.int_repr())
-            if weight.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
-                if weight.q_zero_point() != 0:
-                    raise ValueError("Int8Product takes int8 weights quantized symmetrically (zero point 0).")
-                scales.append(torch.full((weight.shape[0],), weight.q_scale(), dtype=torch.float64) * scaling)
-            else:
-                if bool(weight.q_per_channel_zero_points().any()):
-                    raise ValueError("Int8Product takes int8 weights quantized symmetrically (zero point 0).")
-                scales.append(weight.q_per_channel_scales().double() * scaling)
+            scales.append(_row_scales(weight) * scaling)
             biases.append((bias if bias is not None else weight.new_zeros(weight.shape[0], dtype=torch.float32))
                           * scaling)
         scale = torch.cat(scales)
@@ -213,6 +206,18 @@ class Int8Product:
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         product = torch.ops.quantized.linear_dynamic(x, self.packed, reduce_range=self.reduce_range)
         return product if out is None else out.copy_(product)
+
+
+def _row_scales(weight: torch.Tensor) -> torch.Tensor:
+    """The scale of each output row of a symmetrically quantized int8 weight (one scale per tensor or per row)."""
+    if weight.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        zero_points = torch.tensor([weight.q_zero_point()])
+        scales = torch.full((weight.shape[0],), weight.q_scale(), dtype=torch.float64)
+    else:
+        zero_points, scales = weight.q_per_channel_zero_points(), weight.q_per_channel_scales().double()
+    if bool(zero_points.any()):
+        raise ValueError("Int8Product takes int8 weights quantized symmetrically (zero point 0).")
+    return scales
 
 
 def _reduce_range(layer: nn.Module) -> bool:
@@ -253,24 +258,20 @@ class LayerWeights:
         scaling = attention.scaling
         self.heads, self.head_dim = attention.num_heads, attention.head_dim
         self.qkv = _product([attention.q_proj, attention.k_proj, attention.v_proj], [scaling, 1.0, 1.0])
-        self.self_out = _linear_weights(attention.out_proj)
+        self.self_out = _product([attention.out_proj])
         self.self_norm = _norm_weights(layer.self_attn_residual.layer_norm)
         cross = getattr(layer, "encoder_attn", None)
         if cross is not None:
             self.cross_query = _product([cross.q_proj], [cross.scaling])
-            self.cross_out = _linear_weights(cross.out_proj)
+            self.cross_out = _product([cross.out_proj])
             self.cross_norm = _norm_weights(layer.encoder_attn_residual.layer_norm)
-        self.fc1 = _linear_weights(layer.feed_forward.fc1)
-        self.fc2 = _linear_weights(layer.feed_forward.fc2)
+        self.fc1 = _product([layer.feed_forward.fc1])
+        self.fc2 = _product([layer.feed_forward.fc2])
         self.activation = layer.feed_forward.activation
         self.relu = isinstance(self.activation, nn.ReLU)
         self.feed_forward_norm = _norm_weights(layer.feed_forward_residual.layer_norm)
         bias = attention.relative_position_bias
         self.relative_bias = None if bias is None else (bias.bias.detach().clone(), bias.max_distance)
-
-
-def _linear_weights(linear: nn.Module) -> "Product | Int8Product":
-    return _product([linear])
 
 
 def _norm_weights(norm: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -292,8 +293,8 @@ class ModelWeights:
             self.position_type = config.position_embedding_type
             self.embed, self.positions = _embedding_weights(decoder.embeddings)
             self.layers = [LayerWeights(layer) for layer in decoder.layers]
-            self.cross_keys = [_linear_weights(layer.encoder_attn.k_proj) for layer in decoder.layers]
-            self.cross_values = [_linear_weights(layer.encoder_attn.v_proj) for layer in decoder.layers]
+            self.cross_keys = [_product([layer.encoder_attn.k_proj]) for layer in decoder.layers]
+            self.cross_values = [_product([layer.encoder_attn.v_proj]) for layer in decoder.layers]
             self.final_norm = _norm_weights(decoder.layer_norm) if decoder.layer_norm is not None else None
             # the output projection: int8 (`Int8Product`), or transposed (and reordered for oneDNN: ONEDNN_VOCAB)
             self.vocab_int8 = _product([model.lm_head]) if type(model.lm_head) is INT8_LINEAR else None
