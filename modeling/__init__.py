@@ -17,7 +17,7 @@ from .remote_code.modeling_vaswani import (
     VaswaniPreTrainedModel,
 )
 from .remote_code.tokenization_vaswani import VaswaniTokenizer
-from .tasks import FEATURE_EXTRACTION, TASKS
+from .tasks import EVERY_TASK
 
 
 __version__ = "0.1.0"
@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 _MODELS = {model.__name__: model for model in (VaswaniModel, VaswaniForConditionalGeneration,
                                                VaswaniForSequenceClassification, VaswaniForTokenClassification)}
 _AUTO_CLASSES = {getattr(transformers, task.auto_class): _MODELS[task.architecture]
-                 for task in (*TASKS.values(), FEATURE_EXTRACTION)}
+                 for task in EVERY_TASK}
 
 AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig, exist_ok=True)
 AutoTokenizer.register(VaswaniConfig, fast_tokenizer_class=VaswaniTokenizer, exist_ok=True)

@@ -49,6 +49,8 @@ TASKS: dict[str, Task] = {task.name: task for task in (
 FEATURE_EXTRACTION = Task("feature-extraction", "VaswaniModel", "AutoModel", (),
                           "A gripping, funny and beautifully acted film.")
 GENERATION_TASKS = tuple(name for name, task in TASKS.items() if task.auto_class == "AutoModelForSeq2SeqLM")
+# what every model class of this project serves: the tasks, and the bare model's
+EVERY_TASK = (*TASKS.values(), FEATURE_EXTRACTION)
 
 
 def auto_class_of(task: str):
@@ -59,8 +61,13 @@ def auto_class_of(task: str):
 def architecture_task(architecture: str) -> Task | None:
     """The task a model class serves where it serves one only (a classifier, a tagger, the bare model); None for the
     generating model, whose task its config says (`task_of`)."""
-    serving = [task for task in (*TASKS.values(), FEATURE_EXTRACTION) if task.architecture == architecture]
+    serving = [task for task in EVERY_TASK if task.architecture == architecture]
     return serving[0] if len(serving) == 1 else None
+
+
+def auto_class_name(architecture: str) -> str:
+    """The name of the Auto class that loads a model class (AutoModel for a class of no task here)."""
+    return next((task.auto_class for task in EVERY_TASK if task.architecture == architecture), "AutoModel")
 
 
 def task_of(config: dict, folder: Path, option: str = "--model") -> str:
@@ -117,5 +124,5 @@ def read_task(folder: Path, option: str = "--model") -> str:
     return task_of(config, folder, option)
 
 
-__all__ = ["FEATURE_EXTRACTION", "GENERATION_TASKS", "TASKS", "Task", "architecture_task", "auto_class_of",
-           "read_task", "task_of"]
+__all__ = ["EVERY_TASK", "FEATURE_EXTRACTION", "GENERATION_TASKS", "TASKS", "Task", "architecture_task",
+           "auto_class_name", "auto_class_of", "read_task", "task_of"]

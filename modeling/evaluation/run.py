@@ -29,7 +29,7 @@ from ..remote_code.vocabulary import check_vocabulary
 from ..runs.records import RESULTS_FILE, weights_provenance
 from ..safe_loading import check_checkpoint_folder, require_trained_head
 from ..serving.cpu_inference import for_cpu_inference
-from ..tasks import auto_class_of
+from ..tasks import TASKS, auto_class_of
 from .diagnostics import (
     encoder_collapse,
     format_encoder_collapse,
@@ -53,7 +53,7 @@ RESULTS_ROOM = 1 << 16  # bytes: the least a results file takes (metrics, conven
 @dataclass
 class EvaluationArguments:
     model: str = field(metadata={"help": "The checkpoint: a folder or a Hub id."})
-    task: Literal["translation", "summarization", "text-classification", "token-classification"] = field(
+    task: Literal[tuple(TASKS)] = field(  # the registry's tasks (vaswani.tasks)
         metadata={"help": "What the checkpoint was fine-tuned for; decides the pipeline and the metrics."}
     )
     output_file: str | None = field(

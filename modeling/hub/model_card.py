@@ -22,7 +22,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from ..data.loading import looks_like_hub_dataset
 from ..evaluation.metrics.names import RENAME_COMMAND, RETIRED_NAMES
 from ..runs.records import ARGUMENTS_FILE, TRAINER_STATE_FILE
-from ..tasks import FEATURE_EXTRACTION, TASKS, architecture_task
+from ..tasks import FEATURE_EXTRACTION, TASKS, architecture_task, auto_class_name
 
 
 TEMPLATE = "model_card.md"  # the package's data file: the repository's model_card.md (modeling/hub/ links to it)
@@ -253,8 +253,7 @@ def render_model_card(
         repo_id=repo_id,
         summary=f"A {num_parameters / 1e6:.1f}M-parameter encoder-decoder Transformer for {pipeline_tag}{direction}.",
         architecture=architecture,
-        auto_class=next((task.auto_class for task in (*TASKS.values(), FEATURE_EXTRACTION)
-                         if task.architecture == architecture), "AutoModel"),
+        auto_class=auto_class_name(architecture),
         num_parameters=f"{num_parameters:,}",
         config=config.to_dict(),
         source_lang=config.source_lang,

@@ -7,11 +7,9 @@ from transformers.utils import logging as transformers_logging
 
 from ..cli import require_folder_or_hub_id, run_command
 from ..runs.errors import TrainingError
+from ..runs.preemption import STOP_SIGNALS
 from .arguments import parse_arguments
 from .loop import train
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 def main(argv: list[str] | None = None, starting_handler=None):
