@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers import spread_weights, tiny_config
-from pipeline_helpers import LABELS, TAG_NAMES, TAGGED, SOURCES, TRAINING_PAIRS
+from pipeline_helpers import LABELS, SOURCES, TAG_NAMES, TAGGED, TRAINING_PAIRS, fitted_translator
 from vaswani import (
     VaswaniForConditionalGeneration,
     VaswaniForSequenceClassification,
@@ -22,17 +22,7 @@ from vaswani.finetuning.token_alignment import align_word_labels, inside_label_i
 def translator(tokenizer) -> VaswaniForConditionalGeneration:
     """A tiny en->de model fitted to the training pairs in a few seconds: its outputs are real sentences that end
     with `</s>`, so comparisons between the pipeline and `generate()` mean something."""
-    torch.manual_seed(0)
-    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"))
-    sources, targets = zip(*TRAINING_PAIRS)
-    batch = tokenizer(list(sources), text_target=list(targets), padding=True, return_tensors="pt")
-    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(60):
-        model(**batch).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    return model.eval()
+    return fitted_translator(tokenizer, TRAINING_PAIRS, steps=60)
 
 
 @pytest.fixture(scope="module")

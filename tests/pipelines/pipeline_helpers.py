@@ -1,7 +1,10 @@
-"""What the pipeline tests share beyond helpers.py: the training pairs and tagged sentences of their tiny models, and
-generating with a model directly (what the pipelines are compared with)."""
+"""What the pipeline tests share beyond helpers.py: the training pairs and tagged sentences of their tiny models, a
+tiny translator fitted to pairs, and generating with a model directly (what the pipelines are compared with)."""
 
-from helpers import PAIRS, REPO
+import torch
+
+from helpers import PAIRS, REPO, tiny_config
+from vaswani import VaswaniForConditionalGeneration
 
 
 # A target with spaces before punctuation, so that `clean_up_tokenization_spaces` changes the decoded text.
@@ -31,3 +34,18 @@ def generate_ids(model, tokenizer, text, **settings) -> list[list[int]]:
     """Each returned sequence of one text, up to and including its `</s>` (batched beams pad after it)."""
     sequences = model.generate(**tokenizer([text], return_tensors="pt"), **settings).tolist()
     return [ids[: ids.index(2, 1) + 1] if 2 in ids[1:] else ids for ids in sequences]
+
+
+def fitted_translator(tokenizer, pairs, steps: int) -> VaswaniForConditionalGeneration:
+    """A tiny en->de model fitted to `pairs` in `steps` Adam steps (seed 0, a few seconds), in eval mode."""
+    torch.manual_seed(0)
+    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"))
+    sources, targets = zip(*pairs)
+    batch = tokenizer(list(sources), text_target=list(targets), padding=True, return_tensors="pt")
+    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.eval()

@@ -9,6 +9,7 @@ import torch
 import transformers
 
 from helpers import PAIRS, tiny_config
+from pipeline_helpers import fitted_translator
 from vaswani import VaswaniForConditionalGeneration, VaswaniForTokenClassification, VaswaniTokenizer
 from vaswani.pipelines import TokenClassificationPipeline, TranslationPipeline, pipeline
 from vaswani.remote_code.pipeline_vaswani import EncodedText
@@ -28,17 +29,7 @@ def test_the_texts_are_not_in_length_order():
 @pytest.fixture(scope="module")
 def translator(tokenizer) -> VaswaniForConditionalGeneration:
     """A tiny en->de model fitted to PAIRS in a few seconds: its outputs end at different lengths, with `</s>`."""
-    torch.manual_seed(0)
-    model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer), source_lang="en", target_lang="de"))
-    sources, targets = zip(*PAIRS)
-    batch = tokenizer(list(sources), text_target=list(targets), padding=True, return_tensors="pt")
-    batch["labels"] = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(40):
-        model(**batch).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    return model.eval()
+    return fitted_translator(tokenizer, PAIRS, steps=40)
 
 
 def recording(pipe) -> list:
