@@ -38,13 +38,15 @@ from vaswani_tools.gpu_wheels import (
 
 gpu_suite = load_script("tools/gpu_suite")
 
-TRAINING_ROW = {"preset", "model", "precision", "compiled", "cuda_graphs", "tokens_per_update", "tokens_per_s", "mfu",
-                "peak_memory_mib", "peak_reserved_mib", "graph_breaks", "profile"}
+TRAINING_ROW = {"preset", "model", "precision", "compiled", "cuda_graphs", "tokens_per_update", "tokens_per_s",
+                "seconds_per_update", "mfu", "peak_memory_mib", "peak_reserved_mib", "graph_breaks", "profile"}
 PROFILE = {"updates", "ms_per_update", "kernels_per_update", "busy", "top"}
 ENGINE_ROW = {"engine", "engaged", "distributed_type", "tokens_per_s", "peak_memory_mib", "seconds", "error"}
 RECIPE = {"name", "options", "tokenized_bleu", "sacrebleu", "training_seconds", "steps", "tokens_per_s"}
 REPORT = {"device", "date", "torch", "packages", "dry_run", "train_py_torch_compile", "peak_flops_bf16", "loss",
-          "training", "engines", "recipe", "seconds", "errors"}
+          "training", "engines", "recipe", "generation", "projection", "seconds", "errors"}
+GENERATION_ROW = {"engine", "precision", "num_beams", "captions", "batch_size", "seconds", "captions_per_s",
+                  "tokens_per_s", "generated_tokens", "same_as_vaswani", "vaswani_speed_ratio", "error"}
 LOSS = {"tokens", "vocab_size", "d_model", "full_ms", "full_peak_mib", "chunked_ms", "chunked_peak_mib"}
 
 
@@ -100,6 +102,7 @@ def test_the_dry_run_writes_every_field_with_its_type(dry_run):
         assert set(row) == TRAINING_ROW
         assert row["tokens_per_update"] == 4 * 8
         assert finite_number(row["tokens_per_s"]) and finite_number(row["mfu"])
+        assert row["seconds_per_update"] > 0
         # a GPU's allocator marks (of tensors; of what it reserved, the graphs' pool included): none on a CPU
         assert row["peak_memory_mib"] is None and row["peak_reserved_mib"] is None
         assert (row["graph_breaks"] is not None) == row["compiled"]
@@ -126,6 +129,9 @@ def test_the_dry_run_writes_every_field_with_its_type(dry_run):
     scores = {metric["type"]: metric["value"] for metric in results["metrics"]}
     assert (recipe["tokenized_bleu"], recipe["sacrebleu"]) == (scores["tokenized_bleu"], scores["sacrebleu"])
     assert results["dataset"]["split"] == "test_2016_flickr" and results["dataset"]["num_examples"] == len(PAIRS)
+    # the parts in their order (a cut run keeps the first); no projection of the paper's runs from the tiny preset
+    assert list(written["seconds"]) == ["training", "recipe", "generation", "engines"]
+    assert written["projection"] == []
     # what a lent machine sends back: at most 8 files, none in a subfolder; models and checkpoints stay in --work_dir
     assert sorted(path.name for path in output_dir.iterdir()) == [
         "gpu_suite.json", "gpu_suite.log", "gpu_suite.md", "recipe_evaluation_results.json",
@@ -144,6 +150,82 @@ def test_engines_are_engaged_only_where_the_run_itself_says_so(dry_run):
     # DeepSpeed: refused the same way where it is installed, or not started where it is not
     assert deepspeed["engaged"] is False and deepspeed["tokens_per_s"] is None
     assert ("asks for DEEPSPEED" in deepspeed["error"]) or ("DeepSpeed is not installed" in deepspeed["error"])
+
+
+def test_the_generation_rows_decode_the_shipped_model_as_its_generate_does(dry_run):
+    """Ours greedy and beam 4 on six captions (the ten validation pairs' first six), in batches of 4, as many new
+    tokens as the model's own `generate` gives them here."""
+    from transformers import AutoTokenizer
+
+    from vaswani import VaswaniForConditionalGeneration
+    from vaswani_tools.gpu_generation import MODEL, decoding_settings
+
+    _, report = dry_run
+    rows = report["generation"]
+    assert [(row["engine"], row["num_beams"]) for row in rows] == [
+        ("vaswani", 1), ("vaswani", 4), ("ctranslate2", 1), ("ctranslate2", 4)]
+    assert all(set(row) == GENERATION_ROW and (row["captions"], row["batch_size"]) == (6, 4) for row in rows)
+    model = VaswaniForConditionalGeneration.from_pretrained(REPO / MODEL).eval()
+    tokenizer = AutoTokenizer.from_pretrained(REPO / MODEL)
+    inputs = tokenizer([english for english, _ in PAIRS[:6]], return_tensors="pt", padding=True)
+    eos = model.generation_config.eos_token_id
+    for row in rows[:2]:
+        assert row["error"] is None and row["precision"] == "fp32" and finite_number(row["tokens_per_s"])
+        settings = decoding_settings(model.generation_config, row["num_beams"], max_new_tokens=8)
+        with torch.no_grad():
+            output = model.generate(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                    **settings)
+        expected = sum(ids.index(eos) if eos in ids else len(ids) for ids in output[:, 1:].tolist())
+        assert row["generated_tokens"] == expected > 0
+
+
+def test_the_ctranslate2_rows_count_the_captions_decoded_to_our_tokens(dry_run):
+    """CTranslate2 in float32 on the CPU gives generate's tokens (greedy, and beam search stopping as its own does):
+    every caption counted; its time over ours is a ratio of two timings, only checked to be there."""
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    _, report = dry_run
+    for row in report["generation"][2:]:
+        assert row["error"] is None and row["precision"] == "float32"
+        assert row["same_as_vaswani"] == 6 and finite_number(row["vaswani_speed_ratio"])
+    table = markdown(report)
+    assert "| ctranslate2 | float32 | 4 | 6 |" in table and "| 6 of 6 |" in table
+
+
+def test_the_captions_are_the_validation_file_read_again_from_its_start(tmp_path):
+    from vaswani_tools.gpu_generation import captions
+
+    write_jsonl(tmp_path / "validation.jsonl", [{"en": f"caption {index}", "de": "x"} for index in range(3)])
+    assert captions(tmp_path / "validation.jsonl", 7) == [f"caption {index % 3}" for index in range(7)]
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(ValueError, match="holds no captions"):
+        captions(tmp_path / "empty.jsonl", 2)
+
+
+def test_the_paper_runs_are_projected_from_each_presets_fastest_row_of_ours():
+    def row(preset, model, seconds, compiled=False):
+        return {"preset": preset, "model": model, "seconds_per_update": seconds, "compiled": compiled,
+                "cuda_graphs": False, "tokens_per_update": 25088, "tokens_per_s": 50176 / seconds}
+
+    rows = [row("base", "vaswani", 0.5), row("base", "vaswani", 0.25, compiled=True), row("base", "marian", 0.1),
+            row("big", "vaswani", 0.9), row("tiny", "vaswani", 0.01)]
+    projected = gpu_suite_module.projection(rows)
+    assert [(row["preset"], row["updates"], row["update"]) for row in projected] == [
+        ("base", 100_000, "yes"), ("big", 300_000, "no")]
+    assert projected[0]["hours_1_gpu"] == pytest.approx(100_000 * 0.25 / 3600)
+    assert projected[1]["hours_8_gpus"] == pytest.approx(300_000 * 0.9 / 3600 / 8)
+    report = gpu_suite_module._new_report(dry_run=False, train_py_compile=False)
+    table = markdown({**report, "projection": projected})
+    assert "| base | 100,000 | yes | 200,704 | 6.9 | 0.9 |" in table
+
+
+def test_a_part_is_not_started_with_too_little_of_the_suites_time_left(tmp_path, monkeypatch, multi30k):
+    sizes = gpu_suite_module.SIZES["dry_run"]
+    monkeypatch.setitem(gpu_suite_module.SIZES, "dry_run", gpu_suite_module.replace(sizes, total_seconds=5))
+    report = gpu_suite.main(["--dry_run", "--output_dir", str(tmp_path), "--multi30k_dir", str(multi30k)])
+    assert list(report["errors"]) == ["training", "recipe", "generation", "engines"]
+    assert report["errors"]["engines"].startswith("not run: ") and "(it runs alone with --only engines)" in (
+        report["errors"]["engines"])
+    assert report["training"] == [] and report["recipe"] is None and report["generation"] == []
 
 
 def test_an_engine_run_stopped_after_its_summary_still_says_what_engaged(tmp_path):
@@ -295,11 +377,14 @@ def test_this_packages_wheel_installed_as_on_the_lent_machine_is_the_checkouts_s
     assert "is not this checkout's source: training/loop.py differ" in refusal
 
 
-def test_a_call_over_the_limit_is_told_to_leave_the_shipped_weights_behind():
+def test_a_call_over_the_limit_is_told_to_leave_the_shipped_weights_behind_but_the_decoded_model():
     advice = set_aside_advice(REPO)
     shipped = sorted(REPO.glob("results/*/model/model.safetensors"))
-    assert shipped and f"({len(shipped)} files," in advice
-    assert "rm results/*/model/model.safetensors" in advice and "git checkout -- results" in advice
+    assert len(shipped) == 5 and "(4 files," in advice and "git checkout -- results" in advice
+    removed = advice.split("`rm ")[1].split("`")[0].split()
+    assert "results/multi30k_en_de/model/model.safetensors" not in removed  # the generation part decodes with it
+    assert sorted(removed) == sorted(str(path.relative_to(REPO)) for path in shipped
+                                     if path.parent.parent.name != "multi30k_en_de")
 
 
 def test_gathering_writes_its_wheel_folder_whole_and_replaces_only_its_own(tmp_path, monkeypatch):

@@ -25,7 +25,12 @@ import torch
 import vaswani
 from vaswani.output_paths import check_output_dir, write_text_atomically
 
-PARTS = ("training", "engines", "recipe")
+from .gpu_generation import MODEL, GenerationSizes, generation_worker
+
+# in the order they run: a cut run (the suite's seconds spent, or the device command stopped) still has the first
+PARTS = ("training", "recipe", "generation", "engines")
+PAPER_UPDATES = {"base": 100_000, "big": 300_000}  # the paper's training runs (section 5.2), projected from the rows
+MIN_PART_SECONDS = 30  # a part with less of the suite's time left is not started
 ENGINES = ("ddp", "deepspeed", "fsdp")
 RECIPE_CONFIG = Path("scripts") / "configs" / "multi30k_en_de_gpu.yaml"  # in the checkout, as every path below
 MULTI30K_FILES = ("train.jsonl", "validation.jsonl", "test_2016_flickr.jsonl")
@@ -50,7 +55,9 @@ class Sizes:
     engine_options: tuple[str, ...]  # train.py options of the engine runs
     recipe_options: tuple[str, ...]  # train.py options on top of the recipe's config
     evaluate_options: tuple[str, ...]  # evaluate_model.py options on top of the recipe's decoding
+    generation: GenerationSizes
     seconds: dict  # time limit of each part
+    total_seconds: int | None  # of the whole suite (a part gets what is left, at most its own); None: no limit
     compile_seconds: int  # added to the recipe's with --train_py_compile yes
     evaluation_seconds: int  # of the recipe's time, kept for scoring the model (the rest is train.py's)
 
@@ -63,7 +70,8 @@ ENGINE_RUN = (
 )
 SIZES = {
     "gpu": Sizes(
-        presets=("base", "big"), batch_size=392, length=64, vocab_size=32000,  # 392 x 64 = 25,088 tokens a side
+        # 392 x 64 = 25,088 tokens a side, the paper's batches; its shared en-de vocabulary of about 37,000 pieces
+        presets=("base", "big"), batch_size=392, length=64, vocab_size=37000,
         warmup_updates=3, timed_updates=20, matmul_size=8192, matmul_per_round=10,
         recipe_batch=(170, 24), profiled_updates=3,  # 4,080 tokens a side: the recipe's update, of caption lengths
         engine_options=ENGINE_RUN + (
@@ -75,11 +83,15 @@ SIZES = {
         # the CPU) replayed from CUDA graphs (results/multi30k_en_de_gpu/notes.md)
         recipe_options=(),
         evaluate_options=(),
-        # ceilings, 590 s (a device command has 600, the install about 20 of them). An H100 used 182 s of
-        # 210 for training (without the compiled graphs' row and the loss alone), 112 s for the engines (an H200:
-        # 119 s), and 206 s for the recipe of 3,200 updates, 153 s of it training; the recipe's 9,000 updates from
-        # graphs should train in under 180 s alone (else: --only recipe --seconds N)
-        seconds={"training": 230, "engines": 125, "recipe": 235},
+        # ceilings, 590 s in all (a device command has 600, the install about 20 of them). An H100 used 182 s of
+        # 210 for training (without the compiled graphs' row and the loss alone), and 206 s for the recipe of 3,200
+        # updates, 153 s of it training; the recipe's 9,000 updates from graphs should train in under 180 s alone
+        # (else: --only recipe --seconds N). Generation: 2,048 captions in batches of 64, greedy and beam 4, each
+        # engine. The engines part runs on what is left: it took 112 s on an H100, 119 s on an H200, and showed DDP,
+        # DeepSpeed and FSDP engaging on both (results/benchmark/runs/); `--only engines` runs it alone
+        generation=GenerationSizes(captions=2048, batch_size=64, max_new_tokens=None),
+        seconds={"training": 230, "recipe": 235, "generation": 90, "engines": 125},
+        total_seconds=590,
         compile_seconds=120,
         evaluation_seconds=45,
     ),
@@ -99,7 +111,9 @@ SIZES = {
             "--eval_max_new_tokens", "8", "--cpu_threads", "1", "--cuda_graphs", "false",
         ),
         evaluate_options=("--max_new_tokens", "8", "--num_beams", "1"),
-        seconds={"training": 240, "engines": 300, "recipe": 240},
+        generation=GenerationSizes(captions=6, batch_size=4, max_new_tokens=8),
+        seconds={"training": 240, "recipe": 240, "generation": 240, "engines": 300},
+        total_seconds=None,
         compile_seconds=0,
         evaluation_seconds=120,
     ),
@@ -247,6 +261,7 @@ def _measure_training(accelerator, setup, model_name: str, compiled: bool, sizes
         "cuda_graphs": graphed,
         "tokens_per_update": setup.batch_size * setup.target_length,  # target tokens, as --tokens_per_update counts
         "tokens_per_s": tokens / sizes.timed_updates / seconds,  # source + target, as train.py reports
+        "seconds_per_update": seconds,
         "mfu": training_flops(config, setup) / seconds / peak,
         "peak_memory_mib": peak_memory,
         # what the process held from the GPU at most, the graphs' pool included; None on a CPU (the dry run)
@@ -466,6 +481,21 @@ def _run_training(suite: Suite, seconds: float) -> tuple[dict, str | None]:
     return {"peak_flops_bf16": peak, "loss": loss, "training": rows}, "; ".join(errors) or None
 
 
+def _run_generation(suite: Suite, seconds: float) -> tuple[dict, str | None]:
+    """The generation rows (vaswani_tools.gpu_generation), measured in a process of their own."""
+    validation_file = suite.multi30k_dir / "validation.jsonl"
+    if not validation_file.is_file():
+        return {"generation": []}, (f"--multi30k_dir {suite.multi30k_dir} lacks validation.jsonl: name the folder "
+                                    "of the Multi30k JSON Lines files")
+    records_file = suite.work_dir / "generation.jsonl"
+    records_file.unlink(missing_ok=True)
+    command = [sys.executable, suite.repo / "scripts" / "tools" / "gpu_suite.py", "--worker", "generation",
+               "--work_dir", suite.work_dir, "--multi30k_dir", suite.multi30k_dir]
+    finished = _run_logged(suite, command + (["--dry_run"] if suite.dry_run else []), seconds)
+    rows = _read_records(records_file)
+    return {"generation": rows}, _failure(finished, seconds)
+
+
 def _run_engines(suite: Suite, seconds: float) -> tuple[dict, str | None]:
     """One run of train.py under each engine's Accelerate config, one process; each gets an equal share of what is
     left of the part's time."""
@@ -581,7 +611,7 @@ def _compile_option(suite: Suite) -> list[str]:
     return ["--torch_compile"] if suite.train_py_compile else []
 
 
-RUNNERS = {"training": _run_training, "engines": _run_engines, "recipe": _run_recipe}
+RUNNERS = {"training": _run_training, "recipe": _run_recipe, "generation": _run_generation, "engines": _run_engines}
 
 
 # --- the report -----------------------------------------------------------------------------------------------------
@@ -613,6 +643,8 @@ def _new_report(dry_run: bool, train_py_compile: bool) -> dict:
         "training": [],
         "engines": [],
         "recipe": None,
+        "generation": [],  # vaswani_tools.gpu_generation's rows
+        "projection": [],  # the paper's training runs in hours, from the training rows (`projection`)
         "seconds": {},
         "errors": {},
     }
@@ -642,6 +674,25 @@ def _update_path(row: dict) -> str:
     if row.get("cuda_graphs"):
         return "yes + CUDA graphs" if row["compiled"] else "CUDA graphs"
     return "yes" if row["compiled"] else "no"
+
+
+def projection(training_rows: list[dict]) -> list[dict]:
+    """The paper's training runs (PAPER_UPDATES: base 100,000 updates, big 300,000, each of about 25,000 tokens a
+    side) in hours at the speed of each preset's fastest row of this project's update: on one GPU, and on 8 as that
+    time over 8, an upper bound on the speed (each GPU would compute an eighth of the update, at a lower rate than a
+    whole one, and the gradients' all-reduce is not measured)."""
+    rows = []
+    for preset, updates in PAPER_UPDATES.items():
+        measured = [row for row in training_rows if row["preset"] == preset and row["model"] == "vaswani"
+                    and row.get("seconds_per_update")]
+        if not measured:
+            continue
+        fastest = min(measured, key=lambda row: row["seconds_per_update"])
+        hours = updates * fastest["seconds_per_update"] / 3600
+        rows.append({"preset": preset, "updates": updates, "update": _update_path(fastest),
+                     "tokens_per_update": fastest["tokens_per_update"], "tokens_per_s": fastest["tokens_per_s"],
+                     "hours_1_gpu": hours, "hours_8_gpus": hours / 8})
+    return rows
 
 
 def markdown(report: dict) -> str:
@@ -695,10 +746,31 @@ def markdown(report: dict) -> str:
                   f"| {recipe['name']} | {_number(recipe['tokenized_bleu'], 'score')} "
                   f"| {_number(recipe['sacrebleu'], 'score')} "
                   f"| {_number(recipe['training_seconds'], 'count')} |"]
+    if report.get("generation"):
+        lines += ["", "| generation (Multi30k validation, en->de) | precision | beams | captions | seconds "
+                  "| captions/s | tokens/s | same tokens as ours | CTranslate2's time / ours |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for row in report["generation"]:
+            same = "—" if row["same_as_vaswani"] is None else f"{row['same_as_vaswani']:,} of {row['captions']:,}"
+            ratio = "—" if row["vaswani_speed_ratio"] is None else f"{row['vaswani_speed_ratio']:.2f}"
+            seconds = "—" if row["seconds"] is None else f"{row['seconds']:.2f}"
+            lines.append(f"| {row['engine']} | {row['precision']} | {row['num_beams']} "
+                         f"| {_number(row['captions'], 'count')} | {seconds} "
+                         f"| {_number(row['captions_per_s'], 'count')} | {_number(row['tokens_per_s'], 'count')} "
+                         f"| {same} | {ratio} |")
+    if report.get("projection"):
+        lines += ["", "| the paper's run, projected | updates | from the row | tokens/s | hours on 1 GPU "
+                  "| hours on 8 GPUs (at most 8x) |", "|---|---|---|---|---|---|"]
+        for row in report["projection"]:
+            lines.append(f"| {row['preset']} | {_number(row['updates'], 'count')} | {row['update']} "
+                         f"| {_number(row['tokens_per_s'], 'count')} | {row['hours_1_gpu']:.1f} "
+                         f"| {row['hours_8_gpus']:.1f} |")
     problems = dict(report.get("errors", {}))
     if loss and "error" in loss:
         problems["loss"] = loss["error"]
     problems.update({f"engines: {row['engine']}": row["error"] for row in report["engines"] if row.get("error")})
+    problems.update({f"generation: {row['engine']} beam {row['num_beams']}": row["error"]
+                     for row in report.get("generation", []) if row.get("error")})
     if problems:
         lines += [""] + [f"- {part}: {message}" for part, message in problems.items()]
     return "\n".join(lines) + "\n"
@@ -743,12 +815,23 @@ def child_environment() -> dict:
     return env
 
 
-def _run_part(suite: Suite, part: str, report: dict) -> None:
-    """Run one part within its time limit, put its results and error (or none) in the report, and write the report:
-    whatever happens to the parts after it, this one's results are on disk."""
+def _run_part(suite: Suite, part: str, report: dict, deadline: float | None) -> None:
+    """Run one part within its time limit (and the suite's `deadline`, a `time.perf_counter()` value, or None), put
+    its results and error (or none) in the report, and write the report: whatever happens to the parts after it,
+    this one's results are on disk. A part with less than MIN_PART_SECONDS of the suite's time left is not run, and
+    the report says so."""
     seconds = suite.sizes.seconds[part]
     if part == "recipe" and suite.train_py_compile:
         seconds += suite.sizes.compile_seconds  # inductor compiling the update, once
+    if deadline is not None:
+        left = deadline - time.perf_counter()
+        if left < MIN_PART_SECONDS:
+            report["errors"][part] = (f"not run: {max(left, 0):.0f} s of the suite's {suite.sizes.total_seconds} s "
+                                      f"were left (it runs alone with --only {part})")
+            print(f"  {part}: {report['errors'][part]}", flush=True)
+            _write_report(report, suite.output_dir)
+            return
+        seconds = min(seconds, int(left))
     print(f"{part} (at most {seconds} s) ...", flush=True)
     started = time.perf_counter()
     results, error = RUNNERS[part](suite, seconds)
@@ -784,6 +867,10 @@ def run_suite(args, repo: Path) -> dict | None:
         sizes = replace(sizes, seconds={**sizes.seconds, args.only: args.seconds})
     if args.worker == "training":
         return _training_worker(sizes, Path(args.work_dir))
+    if args.worker == "generation":
+        records = Path(args.work_dir) / "generation.jsonl"
+        return generation_worker(sizes.generation, Path(args.multi30k_dir) / "validation.jsonl", repo / MODEL,
+                                 Path(args.work_dir), lambda row: _write_record(records, row))
     if not args.dry_run and not _on_gpu():
         raise ValueError("no GPU here (torch.cuda.is_available() is false): the suite's sizes need one; --dry_run "
                          "runs the same code with tiny sizes.")
@@ -802,9 +889,12 @@ def run_suite(args, repo: Path) -> dict | None:
     report = _starting_report(output_dir / JSON_FILE, args.only, args.dry_run, train_py_compile)
     print(f"{report['device']}; torch {report['torch']}; train.py --torch_compile: {train_py_compile}; "
           f"log: {log_path}", flush=True)
+    deadline = None if args.only or sizes.total_seconds is None else time.perf_counter() + sizes.total_seconds
     try:
         for part in [args.only] if args.only else PARTS:
-            _run_part(suite, part, report)
+            _run_part(suite, part, report, deadline)
+        report["projection"] = projection(report["training"])
+        _write_report(report, suite.output_dir)
     finally:
         if not args.work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
@@ -820,6 +910,7 @@ __all__ = [
     "child_environment",
     "error_line",
     "markdown",
+    "projection",
     "refused_distributed_type",
     "run_suite",
 ]

@@ -192,13 +192,15 @@ def gather(args, repo: Path) -> None:
 
 def set_aside_advice(repo: Path) -> str:
     """What to leave out of a device call from the checkout `repo`: the shipped models' weights, which the GPU suite
-    does not read."""
-    weights = sorted(repo.glob("results/*/model/model.safetensors"))
+    does not read, except the en->de model's (its generation part decodes with it)."""
+    kept = repo / "results" / "multi30k_en_de" / "model" / "model.safetensors"
+    weights = sorted(path for path in repo.glob("results/*/model/model.safetensors") if path != kept)
     if not weights:
         return "carry less"
     size = sum(path.stat().st_size for path in weights)
-    return (f"the shipped models' weights ({len(weights)} files, {_mib(size)}) are not needed there: delete them for "
-            "the call (`rm results/*/model/model.safetensors`) and restore them after it (`git checkout -- results`)")
+    names = " ".join(str(path.relative_to(repo)) for path in weights)
+    return (f"the shipped models' weights but the en->de model's ({len(weights)} files, {_mib(size)}) are not needed "
+            f"there: delete them for the call (`rm {names}`) and restore them after it (`git checkout -- results`)")
 
 
 __all__ = [
