@@ -42,7 +42,7 @@ TASKS: dict[str, Task] = {task.name: task for task in (
     Task("text-classification", "VaswaniForSequenceClassification", "AutoModelForSequenceClassification",
          ("accuracy", "f1"), "A gripping, funny and beautifully acted film."),
     Task("token-classification", "VaswaniForTokenClassification", "AutoModelForTokenClassification",
-         ("f1", "precision", "recall", "accuracy"), "Angela Merkel visited Paris in July ."),
+         ("entity_f1", "entity_precision", "entity_recall", "accuracy"), "Angela Merkel visited Paris in July ."),
 )}
 # a bare encoder-decoder serves none of these: transformers' feature extraction (its card's example is the one of
 # any task without its own)

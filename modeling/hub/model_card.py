@@ -20,7 +20,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..data.loading import looks_like_hub_dataset
-from ..evaluation.metrics.names import RENAME_COMMAND, RETIRED_NAMES
+from ..evaluation.metrics.names import RENAME_COMMAND, renamed_metric
 from ..runs.records import ARGUMENTS_FILE, TRAINER_STATE_FILE
 from ..tasks import FEATURE_EXTRACTION, TASKS, architecture_task, auto_class_name
 
@@ -57,10 +57,10 @@ def load_results(path: str | Path) -> dict:
     for index, metric in enumerate(metrics):
         for key in ("type", "name"):
             need(metric, key, str, f"metrics[{index}].")
-        if metric["type"] in RETIRED_NAMES:
+        if (renamed := renamed_metric(metric["type"], "results", results["task"])) is not None:
             raise ValueError(
                 f"Results file {path}: `metrics[{index}].type` is `{metric['type']}`, a retired metric name (here: "
-                f"{RETIRED_NAMES[metric['type']]['results']}); {RENAME_COMMAND} --rename_paths {path} rewrites it."
+                f"{renamed}); {RENAME_COMMAND} --rename_paths {path} rewrites it."
             )
         value = need(metric, "value", (int, float), f"metrics[{index}].")
         if isinstance(value, bool) or not math.isfinite(value):

@@ -252,8 +252,8 @@ def test_token_classification_entity_f1_through_the_pipeline(tokenizer, tmp_path
                                    "--aggregation_strategy", "average"])
     check_schema(results, "token-classification", len(rows))
     assert results["decoding"] == {"aggregation_strategy": "average"}
-    f1 = results["metrics"][0]
-    assert (f1["type"], f1["value"]) == ("f1", 1.0)
+    entity_f1 = results["metrics"][0]
+    assert (entity_f1["type"], entity_f1["value"]) == ("entity_f1", 1.0)
 
 
 def test_checkpoint_not_fine_tuned_for_the_task_is_refused(seq2seq, tmp_path):

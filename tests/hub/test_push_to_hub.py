@@ -236,6 +236,9 @@ def test_an_invalid_repo_id_is_refused_before_any_work(checkpoint, tmp_path):
                       {"type": "bleu", "name": "BLEU", "value": 2.0}]},
          r"`metrics\[1\].type` is `bleu`, a retired metric name \(here: tokenized_bleu\); python "
          r"scripts/tools/results_table.py --rename_metrics --rename_paths .*results\.json rewrites it"),
+        # token classification's entity F1 was `f1` (text classification's name): refused there only
+        ({"task": "token-classification", "metrics": [{"type": "f1", "name": "Entity F1", "value": 0.8}]},
+         r"`metrics\[0\].type` is `f1`, a retired metric name \(here: entity_f1\); python "),
         ({"decoding": [4]}, "`decoding` is not a mapping"),
         ({"decoding": {"num_beams": 0}}, r"`decoding.num_beams` is 0; expected an integer >= 1"),
         ({"decoding": {"num_beams": 4, "no_repeat_ngram_size": "3"}}, r"`decoding.no_repeat_ngram_size` is '3'"),
