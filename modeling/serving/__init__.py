@@ -4,7 +4,7 @@
 One module per job (the CPU decoder every checkpoint carries, `cpu_decoding`, and its `search` are at the package's
 top, beside the model file that runs them):
 
-    cpu_inference           `CPUInference(model)`, the explicit CPU path holding the model (oneDNN Linear layers or
+    cpu_inference           `CpuInference(model)`, the explicit CPU path holding the model (oneDNN Linear layers or
                             int8 ones), and `for_cpu_inference(model)`, its model for callers that take a model
     exporting               what the exports share: the checks of the checkpoint read and the folder written
     ctranslate2_export      the export to CTranslate2 and the decoding options that match `generate`'s

@@ -420,7 +420,7 @@ def test_more_beams_than_the_memory_holds_are_refused_in_one_line_before_decodin
     data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:3]])
     monkeypatch.setattr(vaswani.remote_code.loading_checks, "available_memory", lambda device: 2**30)  # 1 GiB free
     generated = []
-    monkeypatch.setattr(VaswaniForConditionalGeneration, "_cpu_generate", lambda self: generated.append(1))
+    monkeypatch.setattr(VaswaniForConditionalGeneration, "_cpu_decoding", lambda self: generated.append(1))
     with pytest.raises(ValueError, match=r"^Generating 300,000 sequences at once \(--batch_size 3 x --num_beams "
                                          r"100000\), up to 128 tokens each .* needs at least [\d.]+ GB of memory, more "
                                          r"than the 1\.1 GB available on cpu: lower num_beams") as refused:
