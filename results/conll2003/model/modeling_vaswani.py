@@ -966,7 +966,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         if not isinstance(cpu_decoding, bool):
             raise ValueError(f"cpu_decoding must be True or False, got {cpu_decoding!r}.")
         if cpu_decoding and kwargs.get("custom_generate") is None and self.device.type == "cpu":
-            return self._cpu_generate()(*args, streamer=streamer, **kwargs)
+            return self._cpu_decoding()(*args, streamer=streamer, **kwargs)
         return super().generate(*args, streamer=streamer, **kwargs)
 
     def _check_generation_request(self, args: tuple, kwargs: dict, config) -> None:
@@ -1007,15 +1007,15 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         check_generation_fits(self.config, inputs.shape[0] * per_input, inputs.shape[1], min(target, positions), what,
                               dtype=self.dtype, device=self.device)
 
-    def _cpu_generate(self):
-        """The model's CPU decoder (`cpu_decoding.CpuGenerate`, made at the first call): it holds the weights laid out
+    def _cpu_decoding(self):
+        """The model's CPU decoder (`cpu_decoding.CpuDecoding`, made at the first call): it holds the weights laid out
         for it and each thread's buffers, and hands every call to `GenerationMixin.generate`."""
-        from .cpu_decoding import CpuGenerate
+        from .cpu_decoding import CpuDecoding
 
-        cpu_generate = self.__dict__.get("_cpu_generate_state")
-        if cpu_generate is None:
-            cpu_generate = self.__dict__["_cpu_generate_state"] = CpuGenerate(self, GenerationMixin.generate)
-        return cpu_generate
+        cpu_decoding = self.__dict__.get("_cpu_decoding_state")
+        if cpu_decoding is None:
+            cpu_decoding = self.__dict__["_cpu_decoding_state"] = CpuDecoding(self, GenerationMixin.generate)
+        return cpu_decoding
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
