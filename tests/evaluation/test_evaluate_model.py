@@ -13,7 +13,7 @@ from helpers import (
     QUIET,
     load_script,
     ner_rows,
-    save_seq2seq_checkpoint,
+    save_seq2seq_model,
     save_spread_translator,
     spread_weights,
     tiny_config,
@@ -80,7 +80,7 @@ def test_translation_results_come_from_the_pipeline_with_the_given_decoding(seq2
         "tokenized_bleu", "BLEU (tokenized, lowercased)", 100.0)
     assert "moses-tok:de" in tokenized_bleu["signature"]
     assert "beam 2" in results["conventions"]
-    assert "weights: the checkpoint as given (no checkpoint averaging recorded in it)" in results["conventions"]
+    assert "weights: the model as given (no checkpoint averaging recorded in it)" in results["conventions"]
 
 
 def test_a_local_test_file_is_recorded_under_its_label_or_its_path(seq2seq, tmp_path):
@@ -240,7 +240,7 @@ def test_token_classification_entity_f1_through_the_pipeline(tokenizer, tmp_path
     folder = tmp_path / "tagger"
     write_jsonl(tmp_path / "data" / "train.jsonl", ner_rows())
     (tmp_path / "data" / "labels.json").write_text(json.dumps(NER_LABELS))
-    checkpoint = save_seq2seq_checkpoint(tmp_path / "seq2seq", tokenizer)
+    checkpoint = save_seq2seq_model(tmp_path / "seq2seq", tokenizer)
     finetune.main(["--model_name_or_path", str(checkpoint), "--train_file", str(tmp_path / "data" / "train.jsonl"),
                    "--output_dir", str(folder), "--do_train", "--max_steps", "80", "--learning_rate", "5e-3",
                    "--per_device_train_batch_size", "5", "--save_strategy", "no", *QUIET])
@@ -361,7 +361,7 @@ def nothing_loaded(monkeypatch):
     def load(args):
         raise AssertionError("the checkpoint was loaded: the output was not checked first")
 
-    monkeypatch.setattr(vaswani.evaluation.run, "_load_checkpoint", load)
+    monkeypatch.setattr(vaswani.evaluation.run, "_load_model", load)
 
 
 def test_an_output_name_too_long_with_its_temporary_name_is_refused_before_the_evaluation(seq2seq, tmp_path,

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
 from finetune_helpers import run_two_processes, weights
-from helpers import NER_LABELS, NER_SENTENCES, QUIET, load_script, ner_rows, save_seq2seq_checkpoint, write_jsonl
+from helpers import NER_LABELS, NER_SENTENCES, QUIET, load_script, ner_rows, save_seq2seq_model, write_jsonl
 from vaswani import VaswaniTokenizer
 from vaswani.data.label_sets import LabelSet
 from vaswani.finetuning.token_alignment import IGNORED, align_word_labels, inside_label_ids, tokenize_and_align
@@ -27,7 +27,7 @@ def ner_tokenizer():
 
 @pytest.fixture(scope="module")
 def checkpoint(ner_tokenizer, tmp_path_factory):
-    return save_seq2seq_checkpoint(tmp_path_factory.mktemp("seq2seq"), ner_tokenizer)
+    return save_seq2seq_model(tmp_path_factory.mktemp("seq2seq"), ner_tokenizer)
 
 
 @pytest.fixture(scope="module")

@@ -195,7 +195,7 @@ def test_the_command_line_reports_bad_input_without_a_traceback(tmp_path):
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 1
-    assert result.stderr.strip() == f"push_to_hub.py: error: --model {tmp_path} is not a checkpoint folder: it has no config.json."
+    assert result.stderr.strip() == f"push_to_hub.py: error: --model {tmp_path} is not a model folder: it has no config.json."
 
 
 def test_dry_run_needs_an_empty_output_folder(checkpoint, tmp_path):

@@ -190,7 +190,7 @@ def test_a_shipped_model_is_linked_in_its_row_and_listed_in_the_shipped_block(pr
     recipes = json.loads(json.dumps(RECIPES))
     recipes["recipes"][0]["model"] = "results/en_de/model"
     (project / "recipes.yaml").write_text(yaml.safe_dump(recipes, sort_keys=False), encoding="utf-8")
-    with pytest.raises(ValueError, match=r"`model` names results/en_de/model, which is not a checkpoint folder"):
+    with pytest.raises(ValueError, match=r"`model` names results/en_de/model, which is not a model folder"):
         run(project)
     write_json(project / "results/en_de/model/config.json", {"model_type": "vaswani"})
     readme = project / "README.md"

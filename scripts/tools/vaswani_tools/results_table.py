@@ -108,7 +108,7 @@ class Row:
 def _read_row(recipe: Recipe, root: Path) -> Row:
     if recipe.model and not (root / recipe.model / "config.json").is_file():
         raise ValueError(
-            f"Recipe {recipe.name!r}: `model` names {recipe.model}, which is not a checkpoint folder (no config.json)."
+            f"Recipe {recipe.name!r}: `model` names {recipe.model}, which is not a model folder (no config.json)."
         )
     if recipe.notes_file and not (root / recipe.notes_file).is_file():
         raise ValueError(f"Recipe {recipe.name!r}: `notes_file` names {recipe.notes_file}, which does not exist.")
