@@ -66,7 +66,7 @@ called under autocast, runs transformers' loop, which calls the model (and a for
 level. The check walks the modules once a call: 48 us on the shipped en->de model (one
 thread, 2-core AMD EPYC of cpu family 25), where the scan it replaced ran twice a call, 330 us in all.
 
-This file is copied into every saved checkpoint (with search.py, proc_files.py and model_functions.py, which it
+This file is copied into every saved model (with search.py, proc_files.py and model_functions.py, which it
 imports), so that a folder alone decodes this way; it imports from this project only with relative imports of those
 files.
 """
@@ -1119,7 +1119,7 @@ def unreproduced(model: nn.Module) -> str | None:
 
 
 def _is_project_class(cls: type, name: str) -> bool:
-    """Whether `cls` is the class `name` of a modeling_vaswani.py (the package's or a checkpoint's copy)."""
+    """Whether `cls` is the class `name` of a modeling_vaswani.py (the package's or a saved model's copy)."""
     module = cls.__module__
     return (cls.__name__ == name and module.rpartition(".")[2] == "modeling_vaswani"
             and getattr(sys.modules.get(module), name, None) is cls)
