@@ -1,7 +1,7 @@
 """The original Transformer ("Attention Is All You Need") as a Hugging Face model.
 
 Importing this package registers the config, the models and the tokenizer with transformers' Auto classes, and
-marks them so that every saved checkpoint carries its code and loads with `trust_remote_code=True` elsewhere.
+marks them so that every saved model carries its code and loads with `trust_remote_code=True` elsewhere.
 """
 
 import transformers

@@ -9,7 +9,7 @@ checkpoint (`vaswani.runs.preemption`) says so in one line and exits with status
         run_command(main)
 
 How it reads what its options share: `parse_config_overrides`, the one reader of `--config_overrides
-"key=value,key=value"`, and `require_folder_or_hub_id`, which names a missing checkpoint or tokenizer folder as
+"key=value,key=value"`, and `require_folder_or_hub_id`, which names a missing model or tokenizer folder as
 missing.
 
 How it checks its numeric options, right after parsing and before anything is loaded: `check_numbers` holds every
@@ -68,11 +68,11 @@ def run_command(main, *more_user_errors: type[BaseException]) -> None:
         sys.exit(status)
 
 
-# --- checkpoints and tokenizers by folder or Hub id ---------------------------------------------------------------
+# --- models and tokenizers by folder or Hub id ---------------------------------------------------------------
 
 
 def require_folder_or_hub_id(value: str, option: str, needed_file: str = "config.json") -> None:
-    """Where a checkpoint or a tokenizer is read from (`--model`, `--tokenizer`, `--model_name_or_path`): a folder
+    """Where a model or a tokenizer is read from (`--model`, `--tokenizer`, `--model_name_or_path`): a folder
     that is there, or a Hub repository id. A path that is not there is said to be missing (transformers would call it
     a malformed repository id), and so is a Hub id that cannot be had offline (HF_HUB_OFFLINE set, `needed_file` of
     the repository not in the cache): one line naming the option and the value, where transformers gives two lines

@@ -12,8 +12,8 @@ no command deletes, replaces or alters a file it did not create.
      existing output that is a link into an input, count as the input itself. An input that is not on disk (a Hub
      id, or a file that its own check reports as missing) cannot be overwritten and is not compared;
    - an output file may go into an input folder only as a new file or over a file this project wrote before (an
-     earlier results file: `evaluation_results.json`, which `scripts/evaluate_model.py` writes into the checkpoint
-     by default); anywhere, an existing file is replaced only if it is of the kind the command writes (`replaces`);
+     earlier results file: `evaluation_results.json`, which `scripts/evaluate_model.py` writes into the model
+     folder by default); anywhere, an existing file is replaced only if it is of the kind the command writes (`replaces`);
    - an output folder inside what a training run manages (its `checkpoints/`, `best/`, `last/`, `tokenizer/`, or a
      fine-tuning run's `checkpoint-*`) is refused: the run would replace or prune it as its own, or keep it in place
      of its own checkpoints; and so is an output file inside a run's `checkpoints/` or `checkpoint-*` (pruned with

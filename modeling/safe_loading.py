@@ -1,14 +1,15 @@
-"""The checks a command runs on a checkpoint folder before it loads anything from it.
+"""The checks a command runs on a model folder (a saved model, or a training checkpoint's) before it loads anything
+from it.
 
 A folder given to a command may come from elsewhere. The classes of this project check what they read themselves
 (`VaswaniConfig` its config.json, `VaswaniTokenizer` its JSON files, the models their files, with pickled weights
-refused, and the memory their weights need), also where a checkpoint is loaded with its own copy of their code. But a
+refused, and the memory their weights need), also where a model is loaded with its own copy of their code. But a
 command loads through transformers' Auto classes, which parse config.json and tokenizer_config.json before any class
-of this project is involved, and a foreign checkpoint (`--trust_remote_code`) brings classes of its own: so each
+of this project is involved, and a foreign model (`--trust_remote_code`) brings classes of its own: so each
 command checks the whole folder first, with the same checks. A failure is one line naming the file.
 
-A checkpoint loaded to be scored must also have trained weights for its task's head (`require_trained_head`): a head
-that a checkpoint lacks would be initialized at random, and scored.
+A model loaded to be scored must also have trained weights for its task's head (`require_trained_head`): a head
+that a model lacks would be initialized at random, and scored.
 """
 
 import json
@@ -40,8 +41,8 @@ MODEL_CLASSES = (VaswaniModel, VaswaniForConditionalGeneration, VaswaniForSequen
 TRAINER_STATE_PICKLES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth")
 
 
-def check_checkpoint_folder(path) -> None:
-    """Refuse a checkpoint folder any of whose files would be unsafe to load, or that transformers would fail on in
+def check_model_folder(path) -> None:
+    """Refuse a model folder any of whose files would be unsafe to load, or that transformers would fail on in
     many lines: a JSON file too large or too deeply nested to parse, a damaged safetensors header, pickled weights,
     weights that are not finite floats, a tokenizer config without its tokenizer.json or with a special token that is
     not text, a config of this project's classes under another model type, weights of other shapes than the
@@ -64,7 +65,7 @@ def _check_tokenizer_config(folder: Path) -> None:
         return
     if not (folder / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{folder} has {TOKENIZER_CONFIG} but no tokenizer.json, which holds the tokenizer "
-                                "itself: copy it from where the checkpoint was saved.")
+                                "itself: copy it from where the model was saved.")
     config = _json_object(path)
     for name in SPECIAL_TOKENS:
         value = config.get(name)
@@ -85,7 +86,7 @@ def _check_model_type(folder: Path) -> None:
     if ours and config.get("model_type") != VaswaniConfig.model_type:
         raise ValueError(f"{path}: model_type is {config.get('model_type')!r}, but its auto_map names this project's "
                          f"classes (model_type {VaswaniConfig.model_type!r}): the config is damaged; save or download "
-                         "the checkpoint again.")
+                         "the model again.")
 
 
 def _check_weight_shapes(folder: Path) -> None:
@@ -114,18 +115,18 @@ def _json_object(path: Path) -> dict:
     try:
         return read_json_record(path)
     except ValueError as error:
-        raise ValueError(f"{path.parent}: {error}: save or download the checkpoint again.") from None
+        raise ValueError(f"{path.parent}: {error}: save or download the model again.") from None
 
 
 def check_trainer_checkpoint(path) -> None:
-    """`check_checkpoint_folder` for a Trainer checkpoint to resume from, plus its progress file, and each state the
+    """`check_model_folder` for a Trainer checkpoint to resume from, plus its progress file, and each state the
     Trainer will unpickle, loaded first the way it will load it: one holding anything but tensors and plain data is
     named in one line, instead of torch's advice to turn its guard off."""
     # imported here: they load the Trainer's and Accelerate's modules, which only fine-tuning needs
     from transformers.trainer_pt_utils import safe_globals
 
     folder = Path(str(path))
-    check_checkpoint_folder(folder)
+    check_model_folder(folder)
     if (folder / TRAINER_STATE_FILE).is_file():
         check_json_file(folder / TRAINER_STATE_FILE)
     for pattern in TRAINER_STATE_PICKLES:
@@ -140,19 +141,19 @@ def check_trainer_checkpoint(path) -> None:
 
 
 def require_trained_head(auto_class, model_name_or_path: str, task: str, trust_remote_code: bool = False):
-    """Load a checkpoint for evaluation, refusing one that lacks weights of the task's head (they would be random)."""
-    check_checkpoint_folder(model_name_or_path)
+    """Load a model for evaluation, refusing one that lacks weights of the task's head (they would be random)."""
+    check_model_folder(model_name_or_path)
     model, info = auto_class.from_pretrained(
         model_name_or_path, trust_remote_code=trust_remote_code, output_loading_info=True
     )
     if info["missing_keys"]:
-        # the config as saved names the class the checkpoint was trained as
+        # the config as saved names the class the model was trained as
         saved = AutoConfig.from_pretrained(model_name_or_path, trust_remote_code=trust_remote_code)
         trained_as = ", ".join(saved.architectures or ["an unknown architecture"])
         raise ValueError(
-            f"{model_name_or_path} is a checkpoint of {trained_as}, not fine-tuned for {task}: it has no weights for "
+            f"{model_name_or_path} is a model of {trained_as}, not fine-tuned for {task}: it has no weights for "
             f"{', '.join(module_names(info['missing_keys']))}, which would be random. Fine-tune it for {task} first "
-            "(scripts/finetune_*.py), then evaluate the fine-tuned checkpoint."
+            "(scripts/finetune_*.py), then evaluate the fine-tuned model."
         )
     return model
 
@@ -191,7 +192,7 @@ def describe_load_error(error: Exception) -> str:
 
 
 __all__ = [
-    "check_checkpoint_folder",
+    "check_model_folder",
     "check_trainer_checkpoint",
     "describe_load_error",
     "module_names",

@@ -1,6 +1,6 @@
 """The tasks this project's models serve, declared once: for each, the model class (its `architectures` entry) and the
 Auto class that loads it, the pipeline that serves it, the metrics it is scored with, the model card's example, and how
-a checkpoint folder's task is read from its config (`task_of`, `read_task`). Evaluation, prediction, the web demo,
+a model folder's task is read from its config (`task_of`, `read_task`). Evaluation, prediction, the web demo,
 publishing and the model cards all read it here.
 
 A new task head is: its model class in remote_code/modeling_vaswani.py (registered in `vaswani/__init__.py`), its
@@ -15,7 +15,7 @@ from pathlib import Path
 import transformers
 
 from .remote_code.configuration_vaswani import VaswaniConfig, check_regular_files
-from .safe_loading import check_checkpoint_folder
+from .safe_loading import check_model_folder
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ TASKS: dict[str, Task] = {task.name: task for task in (
     Task("text-classification", "VaswaniForSequenceClassification", "AutoModelForSequenceClassification",
          ("accuracy", "f1"), "A gripping, funny and beautifully acted film."),
     Task("token-classification", "VaswaniForTokenClassification", "AutoModelForTokenClassification",
-         ("f1", "precision", "recall", "accuracy"), "Angela Merkel visited Paris in July ."),
+         ("entity_f1", "entity_precision", "entity_recall", "accuracy"), "Angela Merkel visited Paris in July ."),
 )}
 # a bare encoder-decoder serves none of these: transformers' feature extraction (its card's example is the one of
 # any task without its own)
@@ -71,7 +71,7 @@ def auto_class_name(architecture: str) -> str:
 
 
 def task_of(config: dict, folder: Path, option: str = "--model") -> str:
-    """A checkpoint's task, from its config.json (as a dict): its head (`architectures`) and, for a
+    """A model's task, from its config.json (as a dict): its head (`architectures`) and, for a
     sequence-to-sequence model, its direction (`source_lang`, `target_lang`: translation) or else the pipelines it
     declares (`custom_pipelines`: summarization)."""
     architecture = (config.get("architectures") or [None])[0]
@@ -98,14 +98,14 @@ def task_of(config: dict, folder: Path, option: str = "--model") -> str:
 
 
 def read_task(folder: Path, option: str = "--model") -> str:
-    """Check that `folder` is a checkpoint of this project and return its task, before anything is loaded: one
+    """Check that `folder` is a model of this project and return its task, before anything is loaded: one
     line (a ValueError or FileNotFoundError) naming the option, the folder and what is wrong."""
     if not folder.is_dir():
-        raise FileNotFoundError(f"{option} {folder}: no such folder; give a checkpoint folder of this project.")
+        raise FileNotFoundError(f"{option} {folder}: no such folder; give a model folder of this project.")
     check_regular_files(folder)  # a FIFO named config.json is not "no config.json", and is never opened
     if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{option} {folder} is not a checkpoint folder: it has no config.json.")
-    check_checkpoint_folder(folder)  # before any of its files is parsed
+        raise FileNotFoundError(f"{option} {folder} is not a model folder: it has no config.json.")
+    check_model_folder(folder)  # before any of its files is parsed
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -113,7 +113,7 @@ def read_task(folder: Path, option: str = "--model") -> str:
     if not isinstance(config, dict) or config.get("model_type") != VaswaniConfig.model_type:
         model_type = config.get("model_type") if isinstance(config, dict) else None
         raise ValueError(
-            f"{option} {folder} holds a {model_type!r} model, not a checkpoint of this project (model_type "
+            f"{option} {folder} holds a {model_type!r} model, not a model of this project (model_type "
             f"{VaswaniConfig.model_type!r})."
         )
     if not (folder / "tokenizer.json").is_file():

@@ -1,6 +1,6 @@
 """The pipelines, for use in a process where this package is imported.
 
-A saved checkpoint needs nothing from here: it carries `pipeline_vaswani.py` and declares the tasks in its config, so
+A saved model needs nothing from here: it carries `pipeline_vaswani.py` and declares the tasks in its config, so
 `transformers.pipeline("translation", model=DIR, trust_remote_code=True)` works anywhere, and a model object of this
 project is served by `transformers.pipeline` as its folder is (its classes register the tasks: `pipeline_tasks.py`).
 Here, the same classes built directly, and `pipeline`, which also builds them from a folder without
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import transformers
 
-from ..safe_loading import check_checkpoint_folder
+from ..safe_loading import check_model_folder
 from ..remote_code.pipeline_vaswani import (
     SummarizationPipeline,
     Text2TextGenerationPipeline,
@@ -36,9 +36,9 @@ PIPELINE_CLASSES = {**GENERATION_PIPELINE_CLASSES, "token-classification": Token
 
 def pipeline(task: str | None = None, model=None, **kwargs) -> transformers.Pipeline:
     """`transformers.pipeline`, with "translation", "summarization", "text2text-generation" and
-    "token-classification" served by this package's classes from a checkpoint folder (no `trust_remote_code` needed
+    "token-classification" served by this package's classes from a model folder (no `trust_remote_code` needed
     here); a model object is served as by `transformers.pipeline` itself, which its class told what it serves
-    (`pipeline_tasks.py`). A generation task is refused, by name, for a checkpoint that does not declare it. Every
+    (`pipeline_tasks.py`). A generation task is refused, by name, for a model that does not declare it. Every
     other task, and every argument, goes to `transformers.pipeline` unchanged."""
     pipeline_class = PIPELINE_CLASSES.get(task)
     if pipeline_class is not None:
@@ -50,10 +50,10 @@ def pipeline(task: str | None = None, model=None, **kwargs) -> transformers.Pipe
 
 
 def check_serves(task: str, model) -> None:
-    """A checkpoint (folder or model object) of this project declares in its config the pipelines its head serves
+    """A model (folder or model object) of this project declares in its config the pipelines its head serves
     (`custom_pipelines`): a classifier declares none, so it is never turned into a translator with a random decoder."""
     if isinstance(model, (str, Path)):
-        check_checkpoint_folder(model)  # before any of its files is parsed
+        check_model_folder(model)  # before any of its files is parsed
         config_file = Path(model) / "config.json"
         if not config_file.is_file():
             return  # a Hub id: transformers resolves it
@@ -68,7 +68,7 @@ def check_serves(task: str, model) -> None:
         raise ValueError(
             f"{name} ({', '.join(architectures or ['unknown architecture'])}) does not serve the {task!r} pipeline: "
             f"it declares {sorted(declared) or 'none of the generation pipelines'}. Translation, summarization and "
-            "text2text-generation need a VaswaniForConditionalGeneration checkpoint."
+            "text2text-generation need a VaswaniForConditionalGeneration model."
         )
 
 

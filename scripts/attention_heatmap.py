@@ -33,7 +33,7 @@ from vaswani.safe_loading import require_trained_head
 
 @dataclass
 class HeatmapArguments:
-    model: str = field(metadata={"help": "A translation checkpoint of this project (a folder or a Hub id)."})
+    model: str = field(metadata={"help": "A translation model of this project (a folder or a Hub id)."})
     text: str = field(metadata={"help": "The source sentence to translate."})
     output_file: str = field(
         metadata={"help": f"The picture ({', '.join(PICTURE_FORMATS)}); the matrix goes beside it as .json."}
@@ -66,13 +66,13 @@ def check_arguments(args: HeatmapArguments) -> None:
 
 
 def load_translation_model(path: str):
-    """The seq2seq model (eager attention, so that it returns its attention weights) and its tokenizer. A checkpoint
+    """The seq2seq model (eager attention, so that it returns its attention weights) and its tokenizer. A model
     trained as something else (a classifier) is refused before its weights are loaded into the wrong class."""
     trained_as = AutoConfig.from_pretrained(path).architectures or []
     # transformers names its sequence-to-sequence language-model classes *ForConditionalGeneration
     if trained_as and not any(name.endswith("ForConditionalGeneration") for name in trained_as):
         raise ValueError(
-            f"--model {path} is a checkpoint of {', '.join(trained_as)}, not a sequence-to-sequence model: an "
+            f"--model {path} is a model of {', '.join(trained_as)}, not a sequence-to-sequence model: an "
             "attention heatmap needs a model that translates (VaswaniForConditionalGeneration, e.g. "
             "outputs/multi30k_en_de/best)."
         )

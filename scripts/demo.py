@@ -33,7 +33,7 @@ MAX_NEW_TOKENS = 80
 
 
 def load_translator(model_dir: Path, cpu_decoding: bool = True):
-    """The translation pipeline of a checkpoint of this project, built from the installed package's classes: the
+    """The translation pipeline of a model of this project, built from the installed package's classes: the
     code files the folder carries (its own `pipeline_vaswani.py`, `modeling_vaswani.py`, ...) are never run, so a
     folder from elsewhere can hold weights and a tokenizer, not code. On a CPU the model decodes through the project's
     CPU decoder, as every model of this project does by default (the same tokens as transformers' loop, faster);
@@ -41,7 +41,7 @@ def load_translator(model_dir: Path, cpu_decoding: bool = True):
     model_type = json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
     if model_type != VaswaniConfig.model_type:
         raise ValueError(
-            f"--model {model_dir} holds a {model_type!r} model; the demo translates with checkpoints of this project "
+            f"--model {model_dir} holds a {model_type!r} model; the demo translates with models of this project "
             f"(model_type {VaswaniConfig.model_type!r})."
         )
     model = VaswaniForConditionalGeneration.from_pretrained(model_dir)
@@ -54,7 +54,7 @@ def load_translator(model_dir: Path, cpu_decoding: bool = True):
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--text", nargs="+", default=SENTENCES, help="English sentences to translate.")
-    parser.add_argument("--model", default=str(MODEL), help="A translation checkpoint (default: the shipped en->de).")
+    parser.add_argument("--model", default=str(MODEL), help="A translation model (default: the shipped en->de).")
     parser.add_argument("--output_file", default="attention.png", help="The heatmap of the first sentence (.png).")
     parser.add_argument(
         "--cpu_decoding",
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> list[str]:
             "(results/*/model)."
         )
     if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"--model {model_dir} is not a checkpoint folder (no config.json).")
+        raise FileNotFoundError(f"--model {model_dir} is not a model folder (no config.json).")
     check_heatmap_files(picture, {"--model": model_dir})
 
     translator = load_translator(model_dir, args.cpu_decoding)

@@ -41,7 +41,7 @@ def main(steps: int = 150, seed: int = 0) -> list[str]:
         if step % 50 == 0 or step == 1:
             print(f"step {step:4d}  loss {loss.item():.3f}")
 
-    # save and reload through the Auto classes, as a user of the checkpoint would
+    # save and reload through the Auto classes, as a user of the model would
     model.eval()
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)

@@ -1,4 +1,4 @@
-"""Evaluate a checkpoint on a dataset split through the pipelines, and write the results file that the model card
+"""Evaluate a model on a dataset split through the pipelines, and write the results file that the model card
 and `push_to_hub` read: the metrics with their signatures, the decoding settings, the number of examples and the
 time taken.
 
@@ -24,11 +24,11 @@ The data are a local file (`--validation_file` or `--test_file`) or a split of a
 `--test_file`) and the dataset by `--dataset_label` (default: `--dataset_name`, else the file as given), so that a
 local copy of a Hub dataset is named as the dataset.
 
-The results go to `--output_file` (default: `evaluation_results.json` in the checkpoint folder). The checkpoint must
+The results go to `--output_file` (default: `evaluation_results.json` in the model folder). The model must
 be fine-tuned for the task: one whose task head would be new (random) is refused. Translation and summarization
 decode on a CPU through the project's CPU decoder, every model's default (the tokens of transformers' generate loop,
 faster; `--cpu_decoding False` runs transformers' loop). `--quantization int8` runs the model with int8 Linear
-layers (vaswani.serving.cpu_inference); `--engine ctranslate2` exports the checkpoint to CTranslate2
+layers (vaswani.serving.cpu_inference); `--engine ctranslate2` exports the model to CTranslate2
 (vaswani.serving.ctranslate2_export, into a temporary folder) and decodes there, with the same decoding settings.
 """
 

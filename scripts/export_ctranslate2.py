@@ -1,4 +1,4 @@
-"""Export a translation or summarization checkpoint to CTranslate2, a fast C++ inference engine for CPUs and GPUs.
+"""Export a translation or summarization model to CTranslate2, a fast C++ inference engine for CPUs and GPUs.
 
     # float32: the tokens of generate(..., early_stopping=True), greedy or beam search
     python scripts/export_ctranslate2.py --model results/multi30k_en_de/model --output_dir outputs/ct2/multi30k_en_de
@@ -8,7 +8,7 @@
         --quantization int8
 
 The folder then holds the CTranslate2 model (`model.bin`, `config.json`, `shared_vocabulary.json`), the tokenizer, and
-`translate_options.json`: the `translate_batch` arguments that decode as the checkpoint's generation config does.
+`translate_options.json`: the `translate_batch` arguments that decode as the model's generation config does.
 
     import json
     import ctranslate2

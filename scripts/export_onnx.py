@@ -1,4 +1,4 @@
-"""Export a translation or summarization checkpoint to ONNX: an encoder graph and a decoder graph with a cache.
+"""Export a translation or summarization model to ONNX: an encoder graph and a decoder graph with a cache.
 
     python scripts/export_onnx.py --model results/multi30k_en_de/model --output_dir onnx/multi30k_en_de
 

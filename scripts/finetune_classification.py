@@ -1,6 +1,6 @@
 """Fine-tune a model for text classification (SST-2 style: a `text` column -> a `label` column) with `Trainer`.
 
-From a trained seq2seq checkpoint (its encoder-decoder weights are reused, the classification head is new):
+From a trained seq2seq model (its encoder-decoder weights are reused, the classification head is new):
 
     python scripts/finetune_classification.py --model_name_or_path runs/multi30k \
         --train_file ../shared/data/sst2/train.jsonl --validation_file ../shared/data/sst2/validation.jsonl \

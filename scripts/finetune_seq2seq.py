@@ -1,4 +1,4 @@
-"""Fine-tune an encoder-decoder for summarization or translation with `Seq2SeqTrainer`, from an existing checkpoint
+"""Fine-tune an encoder-decoder for summarization or translation with `Seq2SeqTrainer`, from an existing model
 (for example a model trained on Multi30k, fine-tuned on AESLC), scoring generated text (`--predict_with_generate`).
 
     python scripts/finetune_seq2seq.py --task summarization --model_name_or_path runs/multi30k \

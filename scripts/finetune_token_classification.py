@@ -5,7 +5,7 @@ column of BIO tags) with `Trainer`, scored with entity-level F1 (seqeval-style).
         --train_file ../shared/data/conll2003/train.jsonl --validation_file ../shared/data/conll2003/validation.jsonl \
         --output_dir runs/conll2003 --do_train --do_eval --num_train_epochs 5
 
-`--model_name_or_path CHECKPOINT` starts from a checkpoint instead; a seq2seq checkpoint gives its shared embedding
+`--model_name_or_path MODEL` starts from a saved model instead; a seq2seq model gives its shared embedding
 and encoder, and the log names the new `classifier` and the decoder left unused. The fine-tuned folder works with
 `transformers.pipeline("token-classification", model=DIR, aggregation_strategy="first", trust_remote_code=True)`.
 

@@ -1,4 +1,4 @@
-"""Run a checkpoint of this project over a corpus of any size: one output line per input line, in input order,
+"""Run a model of this project over a corpus of any size: one output line per input line, in input order,
 streamed a window at a time, on every core (or GPU, or process of `accelerate launch`), resumable after any kill.
 
     python scripts/predict.py --model results/multi30k_en_de/model --input_file sentences.en --output_file out.de

@@ -1,4 +1,4 @@
-"""Publish a checkpoint on the Hugging Face Hub: weights, tokenizer, code files and a rendered model card.
+"""Publish a model on the Hugging Face Hub: weights, tokenizer, code files and a rendered model card.
 
     # write the exact folder that would be uploaded, and stop
     python scripts/push_to_hub.py --model runs/multi30k/best --repo_id me/vaswani-multi30k-en-de --dry-run \
@@ -18,11 +18,11 @@
     python scripts/push_to_hub.py --model runs/multi30k/best --space --repo_id me/vaswani-en-de-demo \
         --model_repo_id me/vaswani-multi30k-en-de
 
-The checkpoint is loaded and saved again into a fresh folder, so that the folder holds what a user needs and nothing
+The model is loaded and saved again into a fresh folder, so that the folder holds what a user needs and nothing
 else (no optimizer states, logs or older checkpoints), with the code files of this version of the project and the
 `custom_pipelines` entries that make `pipeline("translation", model=REPO, trust_remote_code=True)` work. The card
 (README.md) is rendered from `model_card.md`, with the `model-index` filled from evaluation results files
-(`--results`; by default `evaluation_results.json` in the checkpoint folder, which scripts/evaluate_model.py writes).
+(`--results`; by default `evaluation_results.json` in the model folder, which scripts/evaluate_model.py writes).
 A generative model's `generation_config.json` is set to the decoding its first results file was scored with (beams,
 length penalty, no-repeat n-grams, output length), so that `generate()` and the pipelines give, by default, the
 outputs the card reports.
@@ -31,7 +31,7 @@ The upload is one commit of that folder; files in the repository that are not in
 commit, so that the repository holds exactly the folder.
 
 With --space the folder is a Gradio Space's (vaswani.hub.space): the web demo's app.py, requirements.txt, the Space's
-card with its configuration header, that same checkpoint folder in model/, and the package's sources in vaswani/
+card with its configuration header, that same model folder in model/, and the package's sources in vaswani/
 (the package is not on PyPI). It is written beside --output_dir and renamed into place once complete.
 """
 

@@ -106,7 +106,7 @@ def spread_weights(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     return model
 
 
-def save_seq2seq_checkpoint(folder: Path, tokenizer, seed: int = 0, **config) -> Path:
+def save_seq2seq_model(folder: Path, tokenizer, seed: int = 0, **config) -> Path:
     """An untrained tiny seq2seq checkpoint (model and tokenizer) in `folder`, to fine-tune or evaluate."""
     torch.manual_seed(seed)
     model = VaswaniForConditionalGeneration(tiny_config(vocab_size=len(tokenizer), **config))

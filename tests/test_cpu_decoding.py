@@ -113,7 +113,7 @@ def test_the_layers_products_through_either_library_give_generates_tokens(en_de,
                         lambda *args: products.append(args[0].shape) or linear(*args), raising=False)
     plain, tokenizer = en_de
     fast = copy.deepcopy(plain)
-    vars(fast).pop("_cpu_generate_state", None)  # (laid out anew, under the settings above)
+    vars(fast).pop("_cpu_decoding_state", None)  # (laid out anew, under the settings above)
     batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
     for settings in ({"num_beams": 1}, {"num_beams": 4}):
         assert_same_tokens(plain, fast, batch, max_new_tokens=25, **settings)
@@ -299,7 +299,7 @@ def test_buffers_kept_between_calls_are_reused_and_never_read_unwritten(en_de, s
     big = tokenizer(SENTENCES, return_tensors="pt", padding=True)
     small = tokenizer(SENTENCES[:2], return_tensors="pt", padding=True)
     assert_same_tokens(plain, fast, big, num_beams=4, max_new_tokens=30)
-    buffers = fast._cpu_generate().workspace.buffers
+    buffers = fast._cpu_decoding().workspace.buffers
     kept = {name: buffer.data_ptr() for name, buffer in buffers.items()}
     assert {"cache0", "cache1", "logits", "padded"} <= kept.keys()  # slots were freed: both caches used
     for batch, settings in ((None, None), (small, {"num_beams": 1}), (big, {"num_beams": 1}), (big, {"num_beams": 4})):
@@ -394,7 +394,7 @@ def test_weights_changed_after_setup_are_decoded_with(en_de):
     assert not torch.equal(generated(fast, batch, num_beams=1, max_new_tokens=20), replaced)
     # a call given the encoder's output (the path's encoder does not run, nor check the weights): its decoder checks
     # them, not reusing the last call's
-    assert fast._cpu_generate().call.weights is None  # a call's checked weights do not outlive it
+    assert fast._cpu_decoding().call.weights is None  # a call's checked weights do not outlive it
     with torch.no_grad():
         for model in (plain, fast):
             model.model.decoder.layers[3].self_attn.out_proj.weight.mul_(-0.5)
@@ -413,25 +413,25 @@ def test_a_copy_of_a_model_that_decoded_lays_its_own_weights_out(en_de, monkeypa
     fast = for_cpu_inference(copy.deepcopy(plain))
     batch = tokenizer(SENTENCES[:4], return_tensors="pt", padding=True)
     assert_same_tokens(plain, fast, batch, num_beams=2, max_new_tokens=15)
-    assert (fast._cpu_generate().weights.vocab_packed is not None) == through_onednn
+    assert (fast._cpu_decoding().weights.vocab_packed is not None) == through_onednn
     for duplicate in (copy.deepcopy(fast), pickle.loads(pickle.dumps(fast))):
-        state = vars(duplicate)["_cpu_generate_state"]
+        state = vars(duplicate)["_cpu_decoding_state"]
         assert state.weights is None and state.model is duplicate
         assert_same_tokens(plain, duplicate, batch, num_beams=2, max_new_tokens=15)
-        assert state.weights is not fast._cpu_generate().weights
+        assert state.weights is not fast._cpu_decoding().weights
 
 
 def test_set_up_twice_or_for_int8_keeps_one_path(en_de, searches):
     plain, tokenizer = en_de
     fast = for_cpu_inference(copy.deepcopy(plain))
-    path = fast._cpu_generate()
-    assert for_cpu_inference(fast)._cpu_generate() is path
+    path = fast._cpu_decoding()
+    assert for_cpu_inference(fast)._cpu_decoding() is path
     assert "generate" not in vars(fast)  # the model's own generate takes the path: nothing replaced
     int8 = for_cpu_inference(fast, quantization="int8")
-    assert not {"generate", "_cpu_generate_state"} & set(vars(int8))
+    assert not {"generate", "_cpu_decoding_state"} & set(vars(int8))
     generated(int8, tokenizer(SENTENCES[:2], return_tensors="pt", padding=True), num_beams=2, max_new_tokens=5)
     assert len(searches) == 1  # the copy's own decoder, on its int8 weights
-    assert int8._cpu_generate() is not path and int8._cpu_generate().weights.vocab_int8 is not None
+    assert int8._cpu_decoding() is not path and int8._cpu_decoding().weights.vocab_int8 is not None
 
 
 def test_the_guide_pipeline_example_decodes_through_the_path(searches, capsys):
@@ -569,7 +569,7 @@ def test_a_checkpoint_folder_alone_decodes_on_its_own_cpu_path(tiny_checkpoint):
         from transformers import AutoModelForSeq2SeqLM
         model = AutoModelForSeq2SeqLM.from_pretrained({str(tiny_checkpoint)!r}, trust_remote_code=True).eval()
         import sys
-        decoder = sys.modules[type(model._cpu_generate()).__module__]  # (imported with the model's first call)
+        decoder = sys.modules[type(model._cpu_decoding()).__module__]  # (imported with the model's first call)
         searches = []
         search = decoder.search
         decoder.search = lambda *args: searches.append(1) or search(*args)
@@ -598,7 +598,7 @@ def test_for_cpu_inference_sets_up_a_model_of_the_checkpoints_own_class(tiny_che
     model = own_class.from_pretrained(tiny_checkpoint).eval()
     fast = for_cpu_inference(model)
     assert fast is model and "generate" not in vars(fast)  # its own class decodes on the path by itself
-    assert type(fast._cpu_generate()).__module__.startswith("transformers_modules.")
+    assert type(fast._cpu_decoding()).__module__.startswith("transformers_modules.")
     batch = tokenizer(SENTENCES[:3], return_tensors="pt", padding=True)
     assert_same_tokens(model, fast, batch, num_beams=2, max_new_tokens=10)
 
@@ -608,7 +608,7 @@ def test_a_call_for_a_decoding_method_from_the_hub_is_transformers_own(en_de, se
     a call reaches transformers' generate as if the path were not there (which loads the method, or says why not)."""
     plain, tokenizer = en_de
     model = copy.deepcopy(plain)
-    vars(model).pop("_cpu_generate_state", None)  # (made at its first call, holding the generate of that time)
+    vars(model).pop("_cpu_decoding_state", None)  # (made at its first call, holding the generate of that time)
     batch = tokenizer(SENTENCES[:2], return_tensors="pt", padding=True)
     handed = []
     import transformers.generation.utils as generation_utils

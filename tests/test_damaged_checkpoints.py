@@ -24,7 +24,7 @@ from helpers import (
     REPO,
     command_in_process,
     load_script,
-    save_seq2seq_checkpoint,
+    save_seq2seq_model,
     tiny_config,
     write_jsonl,
 )
@@ -55,7 +55,7 @@ class Payload:
 @pytest.fixture(scope="module")
 def checkpoint(tokenizer, tmp_path_factory):
     """A sound en->de checkpoint, copied by each test before it damages the copy."""
-    return save_seq2seq_checkpoint(
+    return save_seq2seq_model(
         tmp_path_factory.mktemp("sound"), tokenizer, source_lang="en", target_lang="de"
     )
 
@@ -316,7 +316,7 @@ def test_a_json_file_larger_than_any_checkpoint_holds_is_refused_before_it_is_re
     folder = copy_of()
     monkeypatch.setattr(vaswani.remote_code.configuration_vaswani, "MAX_JSON_BYTES", 100)  # instead of writing 16 MiB
     with pytest.raises(ValueError, match=rf"{folder / 'config.json'} is [\d,]+ bytes, more than the 100 a "
-                                         r"checkpoint's config.json may have"):
+                                         r"model's config.json may have"):
         VaswaniConfig.from_pretrained(folder)
 
 
@@ -478,7 +478,7 @@ def test_a_checkpoint_file_that_is_a_fifo_is_named_and_never_opened(name, comman
     path = folder / name
     described = make_fifo(path)
     with unblocked(path), pytest.raises(OSError, match=rf"^{re.escape(str(path))} is {described}, not a regular "
-                                                       r"file: a checkpoint's files are read only as regular files"):
+                                                       r"file: a model's files are read only as regular files"):
         command_loaders(checkpoint, data, tmp_path)[command](folder)
 
 

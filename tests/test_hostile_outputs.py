@@ -32,7 +32,7 @@ from helpers import (
     file_size_limit,
     ner_rows,
     run_main,
-    save_seq2seq_checkpoint,
+    save_seq2seq_model,
     script_module,
     snapshot,
     write_jsonl,
@@ -104,8 +104,8 @@ def inputs(tokenizer, tmp_path_factory):
     tagged sentences."""
     folder = tmp_path_factory.mktemp("inputs")
     return {
-        "model": save_seq2seq_checkpoint(folder / "model", tokenizer, source_lang="en", target_lang="de"),
-        "other": save_seq2seq_checkpoint(folder / "other", tokenizer, seed=1, source_lang="en", target_lang="de"),
+        "model": save_seq2seq_model(folder / "model", tokenizer, source_lang="en", target_lang="de"),
+        "other": save_seq2seq_model(folder / "other", tokenizer, seed=1, source_lang="en", target_lang="de"),
         "data": write_jsonl(folder / "pairs.jsonl", [{"en": en, "de": de} for en, de in PAIRS]),
         "labels": write_jsonl(folder / "labels.jsonl", [{"text": en, "label": i % 2} for i, (en, _) in
                                                         enumerate(PAIRS)]),

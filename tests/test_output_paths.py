@@ -24,7 +24,7 @@ from helpers import (
     QUIET,
     file_size_limit,
     run_main,
-    save_seq2seq_checkpoint,
+    save_seq2seq_model,
     script_module,
     snapshot,
     write_jsonl,
@@ -43,7 +43,7 @@ def pristine(tokenizer, tmp_path_factory):
     """A tiny checkpoint (which is also a tokenizer folder) and a data file with en/de columns, copied into each case,
     and a second copy of each that the cases read as their other inputs."""
     folder = tmp_path_factory.mktemp("pristine")
-    checkpoint = save_seq2seq_checkpoint(folder / "checkpoint", tokenizer, source_lang="en", target_lang="de")
+    checkpoint = save_seq2seq_model(folder / "checkpoint", tokenizer, source_lang="en", target_lang="de")
     data = write_jsonl(folder / "data.jsonl", [{"en": en, "de": de} for en, de in PAIRS])
     return {"model": checkpoint, "data": data}
 

@@ -1,4 +1,4 @@
-"""The files a checkpoint carries, together: saved and reloaded, loaded with `trust_remote_code=True` where the package
+"""The files a saved model carries, together: saved and reloaded, loaded with `trust_remote_code=True` where the package
 is missing, saved again with the package's code, damaged weights named."""
 
 import json

@@ -5,7 +5,7 @@ Where the label names come from (the first that applies):
   2. a `labels.json` (a JSON list of names) beside the local training file, as the project's copies of SST-2 and
      CoNLL-2003 carry;
   3. the names of a Hub dataset's `ClassLabel` feature;
-  4. the names of a checkpoint already fine-tuned for the same task (so that its ids keep their meaning);
+  4. the names of a model already fine-tuned for the same task (so that its ids keep their meaning);
   5. the distinct values of the training split (names sorted; ids 0..max).
 
 Label values in a dataset are ids (int, or a float holding a whole number) or names (str): names are mapped through

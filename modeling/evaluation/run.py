@@ -1,11 +1,11 @@
-"""Evaluating a checkpoint on a dataset split through the pipelines a user would call (scripts/evaluate_model.py):
+"""Evaluating a model on a dataset split through the pipelines a user would call (scripts/evaluate_model.py):
 the options, the checks made before anything is loaded, the scoring of each task and the results file that the model
 card and `push_to_hub` read (vaswani.evaluation.scoring writes it).
 
-    from vaswani.evaluation.run import EvaluationArguments, evaluate_checkpoint
+    from vaswani.evaluation.run import EvaluationArguments, evaluate_model
     from vaswani.evaluation.scoring import EvaluatedSplitArguments
 
-    evaluate_checkpoint(EvaluationArguments(model="results/multi30k_en_de/model", task="translation"),
+    evaluate_model(EvaluationArguments(model="results/multi30k_en_de/model", task="translation"),
                         EvaluatedSplitArguments(test_file="../shared/data/multi30k/test_2016_flickr.jsonl"))
 """
 
@@ -27,7 +27,7 @@ from ..output_checks import check_output_writable
 from ..output_paths import check_output_file
 from ..remote_code.vocabulary import check_vocabulary
 from ..runs.records import RESULTS_FILE, weights_provenance
-from ..safe_loading import check_checkpoint_folder, require_trained_head
+from ..safe_loading import check_model_folder, require_trained_head
 from ..serving.cpu_inference import for_cpu_inference
 from ..tasks import TASKS, auto_class_of
 from .diagnostics import (
@@ -52,12 +52,12 @@ RESULTS_ROOM = 1 << 16  # bytes: the least a results file takes (metrics, conven
 
 @dataclass
 class EvaluationArguments:
-    model: str = field(metadata={"help": "The checkpoint: a folder or a Hub id."})
+    model: str = field(metadata={"help": "The model: a folder or a Hub id."})
     task: Literal[tuple(TASKS)] = field(  # the registry's tasks (vaswani.tasks)
-        metadata={"help": "What the checkpoint was fine-tuned for; decides the pipeline and the metrics."}
+        metadata={"help": "What the model was fine-tuned for; decides the pipeline and the metrics."}
     )
     output_file: str | None = field(
-        default=None, metadata={"help": f"Where to write the results; default: {RESULTS_FILE} in the checkpoint."}
+        default=None, metadata={"help": f"Where to write the results; default: {RESULTS_FILE} in the model."}
     )
     batch_size: int = field(default=16, metadata={"help": "Inputs per pipeline batch."})
     # translation / summarization
@@ -102,11 +102,11 @@ class EvaluationArguments:
     aggregation_strategy: str = field(
         default="first", metadata={"help": f"Token-classification pipeline aggregation: {list(GROUPED_AGGREGATIONS)}."}
     )
-    trust_remote_code: bool = field(default=False, metadata={"help": "Allow the checkpoint's own code."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Allow the folder's own code."})
     engine: Literal["transformers", "ctranslate2"] = field(
         default="transformers",
         metadata={"help": "Translation / summarization: decode with the model's generate() or with a CTranslate2 "
-                  "export of the checkpoint (needs the ctranslate2 extra)."},
+                  "export of the model (needs the ctranslate2 extra)."},
     )
     quantization: Literal["none", "int8"] = field(
         default="none", metadata={"help": "Weights as saved (none) or int8 Linear layers / int8 CTranslate2 weights."}
@@ -328,8 +328,8 @@ def _generation_diagnostics(args: EvaluationArguments, model, tokenizer, sources
     return diagnostics
 
 
-def evaluate_checkpoint(args: EvaluationArguments, data: EvaluatedSplitArguments) -> dict:
-    """Check the options and paths, load the checkpoint, score it on the split and write the results file (printing
+def evaluate_model(args: EvaluationArguments, data: EvaluatedSplitArguments) -> dict:
+    """Check the options and paths, load the model, score it on the split and write the results file (printing
     the metrics and the diagnostics); returns the results as written."""
     _check_arguments(args, data)
     require_folder_or_hub_id(args.model, "--model")
@@ -340,7 +340,7 @@ def evaluate_checkpoint(args: EvaluationArguments, data: EvaluatedSplitArguments
     check_output_file(output_file, {"--model": args.model, **data.files()})
     check_output_writable(output_file, "--output_file", needed_bytes=RESULTS_ROOM)
 
-    model, tokenizer = _load_checkpoint(args)
+    model, tokenizer = _load_model(args)
     columns = _columns_for(args, model.config)
     if args.task == "translation" and (warning := _direction_warning(columns, model.config)):
         print(f"WARNING: {warning}", file=sys.stderr)
@@ -359,10 +359,10 @@ def evaluate_checkpoint(args: EvaluationArguments, data: EvaluatedSplitArguments
     return results
 
 
-def _load_checkpoint(args: EvaluationArguments):
+def _load_model(args: EvaluationArguments):
     """The model (with a trained head for the task, in eval mode) and its tokenizer, checked before and after
     loading; the tokenizer never gives the model more positions than it has."""
-    check_checkpoint_folder(args.model)  # before transformers parses any of its files
+    check_model_folder(args.model)  # before transformers parses any of its files
     model = require_trained_head(auto_class_of(args.task), args.model, args.task, args.trust_remote_code).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
     check_vocabulary(model, tokenizer)
@@ -382,9 +382,9 @@ def _print_results(metrics: list[dict], diagnostics: dict) -> None:
             print(format_encoder_collapse(diagnostics["encoder_layers"]))
 
 def main(argv: list[str] | None = None) -> dict:
-    """scripts/evaluate_model.py, the `vaswani-evaluate` command: the results of `evaluate_checkpoint`."""
+    """scripts/evaluate_model.py, the `vaswani-evaluate` command: the results of `evaluate_model`."""
     args, data = HfArgumentParser((EvaluationArguments, EvaluatedSplitArguments)).parse_args_into_dataclasses(args=argv)
-    return evaluate_checkpoint(args, data)
+    return evaluate_model(args, data)
 
 
 def console_main() -> None:
@@ -392,4 +392,4 @@ def console_main() -> None:
     run_command(main)
 
 
-__all__ = ["EvaluationArguments", "applied_decoding", "console_main", "evaluate_checkpoint", "main"]
+__all__ = ["EvaluationArguments", "applied_decoding", "console_main", "evaluate_model", "main"]

@@ -1,4 +1,4 @@
-"""Score a fine-tuned checkpoint on a dataset split, through the pipelines a user would call: the project's
+"""Score a fine-tuned model on a dataset split, through the pipelines a user would call: the project's
 translation / summarization pipelines (`vaswani.pipelines`), and transformers' own `text-classification` and
 `token-classification` pipelines.
 

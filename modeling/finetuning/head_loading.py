@@ -1,7 +1,7 @@
-"""The model of a fine-tuning or evaluation run: a task head loaded from a checkpoint (whose shared weights are
+"""The model of a fine-tuning or evaluation run: a task head loaded from a saved model (whose shared weights are
 reused) or built from scratch from a preset, with a plain-words report of which heads are new.
 
-A checkpoint of another kind than the task's head is fine for fine-tuning: a seq2seq checkpoint given to token
+A model of another kind than the task's head is fine for fine-tuning: a seq2seq model given to token
 classification loads its shared embedding and encoder, and the report names the new `classifier` and the unused
 decoder. For evaluation it is not: a head that was never trained would be scored, so
 `vaswani.safe_loading.require_trained_head` refuses.
@@ -18,7 +18,7 @@ from ..remote_code.configuration_vaswani import PRESETS, VaswaniConfig
 from ..data.label_sets import LabelSet, resolve_label_set
 from ..data.splits import Splits
 from ..remote_code.vocabulary import check_vocabulary
-from ..safe_loading import check_checkpoint_folder, module_names
+from ..safe_loading import check_model_folder, module_names
 from ..remote_code.tokenization_vaswani import VaswaniTokenizer
 
 
@@ -27,11 +27,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ModelArguments:
-    """Where the model of a fine-tuning run comes from: a checkpoint, or a preset trained from scratch."""
+    """Where the model of a fine-tuning run comes from: a saved model, or a preset trained from scratch."""
 
     model_name_or_path: str | None = field(
         default=None,
-        metadata={"help": "Checkpoint (folder or Hub id) to start from: its weights are reused, new heads reported."},
+        metadata={"help": "Model (folder or Hub id) to start from: its weights are reused, new heads reported."},
     )
     preset: str | None = field(
         default=None, metadata={"help": "Train from scratch instead: a VaswaniConfig preset (tiny, small, base, big)."}
@@ -43,26 +43,26 @@ class ModelArguments:
         default=None, metadata={"help": "Config fields to change, e.g. 'dropout=0.2,classifier_dropout=0.1'."}
     )
     trust_remote_code: bool = field(
-        default=False, metadata={"help": "Allow a checkpoint's own code (for checkpoints of other projects)."}
+        default=False, metadata={"help": "Allow a model's own code (for models of other projects)."}
     )
 
 
 @dataclass
 class LoadingReport:
-    """What loading a checkpoint into a model did, by module."""
+    """What loading a saved model into a model class did, by module."""
 
-    checkpoint: str
+    source: str  # the folder or Hub id
     model_class: str
-    reused: int  # weight tensors taken from the checkpoint
+    reused: int  # weight tensors taken from the saved model
     new: list[str] = field(default_factory=list)  # modules initialized at random
-    unused: list[str] = field(default_factory=list)  # modules of the checkpoint this model has no use for
+    unused: list[str] = field(default_factory=list)  # modules of the saved model this model has no use for
 
     def describe(self) -> str:
-        text = f"Loaded {self.checkpoint} into {self.model_class}: {self.reused} weight tensors reused."
+        text = f"Loaded {self.source} into {self.model_class}: {self.reused} weight tensors reused."
         if self.new:
             text += f" New, randomly initialized (trained by this run): {', '.join(self.new)}."
         if self.unused:
-            text += f" In the checkpoint but not used by this model: {', '.join(self.unused)}."
+            text += f" In the saved model but not used by this one: {', '.join(self.unused)}."
         return text
 
     def as_dict(self) -> dict:
@@ -74,11 +74,11 @@ def load_head(
 ) -> tuple[PreTrainedModel, LoadingReport | None]:
     """The model `auto_class` (e.g. `AutoModelForTokenClassification`) from `--model_name_or_path`, or from scratch
     with a `VaswaniConfig` preset sized to `tokenizer`. `config_kwargs` (labels, for instance) go to the config."""
-    checkpoint, preset = model_args.model_name_or_path, model_args.preset
-    if (checkpoint is None) == (preset is None):
+    source, preset = model_args.model_name_or_path, model_args.preset
+    if (source is None) == (preset is None):
         raise ValueError(
-            "Give exactly one of --model_name_or_path (start from a checkpoint) or --preset (train from scratch: "
-            f"one of {sorted(PRESETS)}); got model_name_or_path={checkpoint!r}, preset={preset!r}."
+            "Give exactly one of --model_name_or_path (start from a saved model) or --preset (train from scratch: "
+            f"one of {sorted(PRESETS)}); got model_name_or_path={source!r}, preset={preset!r}."
         )
     overrides = {**parse_config_overrides(model_args.config_overrides), **config_kwargs}
     if preset is not None:
@@ -93,31 +93,31 @@ def load_head(
         )
         model, report = auto_class.from_config(config), None
     else:
-        check_checkpoint_folder(checkpoint)
+        check_model_folder(source)
         model, info = auto_class.from_pretrained(
-            checkpoint, trust_remote_code=model_args.trust_remote_code, output_loading_info=True, **overrides
+            source, trust_remote_code=model_args.trust_remote_code, output_loading_info=True, **overrides
         )
         report = LoadingReport(
-            checkpoint=str(checkpoint),
+            source=str(source),
             model_class=type(model).__name__,
             reused=len(model.state_dict()) - len(info["missing_keys"]),
             new=module_names(info["missing_keys"]),
             unused=module_names(info["unexpected_keys"]),
         )
-        # a new head or an unused part of the checkpoint is worth a warning; a complete load is just information
+        # a new head or an unused part of the model is worth a warning; a complete load is just information
         (logger.warning if report.new or report.unused else logger.info)(report.describe())
         if model.config.model_type == VaswaniConfig.model_type:  # the folders it saves point to this project's code
-            keep_own_code_references(model.config, str(checkpoint))
+            keep_own_code_references(model.config, str(source))
     check_vocabulary(model, tokenizer)
     return model, report
 
 
 def label_names_of_fine_tuned(model_name_or_path: str | None, head_suffix: str, trust_remote_code: bool = False):
-    """The label names of a checkpoint already fine-tuned with a head whose class name ends in `head_suffix`
-    (e.g. "ForTokenClassification"), or None: a seq2seq checkpoint's default id2label means nothing."""
+    """The label names of a model already fine-tuned with a head whose class name ends in `head_suffix`
+    (e.g. "ForTokenClassification"), or None: a seq2seq model's default id2label means nothing."""
     if model_name_or_path is None:
         return None
-    check_checkpoint_folder(model_name_or_path)
+    check_model_folder(model_name_or_path)
     config = AutoConfig.from_pretrained(model_name_or_path, trust_remote_code=trust_remote_code)
     if not any(name.endswith(head_suffix) for name in config.architectures or []):
         return None
@@ -128,7 +128,7 @@ def load_tokenizer(model_args: ModelArguments):
     source = model_args.tokenizer_name or model_args.model_name_or_path
     if source is None:
         raise ValueError("Training from scratch (--preset) needs --tokenizer_name: see scripts/train_tokenizer.py.")
-    check_checkpoint_folder(source)
+    check_model_folder(source)
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=model_args.trust_remote_code)
     if isinstance(tokenizer, VaswaniTokenizer):  # the folders it saves point to this project's code
         keep_own_tokenizer_code_references(tokenizer, str(source))
@@ -140,7 +140,7 @@ def load_labelled_head(
 ) -> tuple[LabelSet, PreTrainedModel, LoadingReport | None]:
     """The label set of `column` (see vaswani.data.label_sets) and a classification head (`auto_class`) sized to it."""
     reference, reference_source = splits.reference
-    # a checkpoint already fine-tuned with this kind of head keeps its label ids
+    # a model already fine-tuned with this kind of head keeps its label ids
     head_suffix = auto_class.__name__.removeprefix("AutoModel")  # e.g. "ForTokenClassification"
     labels = resolve_label_set(
         reference,

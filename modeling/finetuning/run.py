@@ -210,7 +210,7 @@ class UpdatesLeftToTrain(TrainerCallback):
 
 
 def _check_paths(model_args: ModelArguments, data_args: TrainingDataArguments, training_args: TrainingArguments) -> None:
-    """The checkpoint and tokenizer folders are there (or are Hub ids), and --output_dir, where the Trainer saves
+    """The model and tokenizer folders are there (or are Hub ids), and --output_dir, where the Trainer saves
     the model and its checkpoints and deletes the older ones, stays apart from them and from the data files
     (vaswani.output_paths)."""
     if model_args.model_name_or_path is not None:

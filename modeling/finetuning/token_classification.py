@@ -24,8 +24,9 @@ class TokenClassificationArguments:
 
 
 def entity_metrics(id2label: dict[int, str], word_starts: WordStarts):
-    """Entity-level `precision`, `recall` and `f1` and word `accuracy` (vaswani.evaluation.metrics.compute_scores),
-    from the tag predicted at each word's first token."""
+    """Entity-level `entity_f1`, `entity_precision` and `entity_recall` and word `accuracy`
+    (vaswani.evaluation.metrics.compute_scores), from the tag predicted at each word's first token: the Trainer logs
+    them as `eval_entity_f1`, ..."""
 
     def compute_metrics(prediction) -> dict:
         predicted, references = word_level_tags(

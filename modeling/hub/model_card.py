@@ -1,4 +1,4 @@
-"""Render the model card of a checkpoint from the repository's `model_card.md` template (Jinja2), which the package
+"""Render the card of a saved model from the repository's `model_card.md` template (Jinja2), which the package
 carries as its own data (`vaswani/hub/model_card.md`, installed with it), so that an installed package renders cards.
 
 The card's YAML header is what the Hub reads: license, language, datasets, metrics, `pipeline_tag`, tags, and a
@@ -20,7 +20,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..data.loading import looks_like_hub_dataset
-from ..evaluation.metrics.names import RENAME_COMMAND, RETIRED_NAMES
+from ..evaluation.metrics.names import RENAME_COMMAND, renamed_metric
 from ..runs.records import ARGUMENTS_FILE, TRAINER_STATE_FILE
 from ..tasks import FEATURE_EXTRACTION, TASKS, architecture_task, auto_class_name
 
@@ -57,10 +57,10 @@ def load_results(path: str | Path) -> dict:
     for index, metric in enumerate(metrics):
         for key in ("type", "name"):
             need(metric, key, str, f"metrics[{index}].")
-        if metric["type"] in RETIRED_NAMES:
+        if (renamed := renamed_metric(metric["type"], "results", results["task"])) is not None:
             raise ValueError(
                 f"Results file {path}: `metrics[{index}].type` is `{metric['type']}`, a retired metric name (here: "
-                f"{RETIRED_NAMES[metric['type']]['results']}); {RENAME_COMMAND} --rename_paths {path} rewrites it."
+                f"{renamed}); {RENAME_COMMAND} --rename_paths {path} rewrites it."
             )
         value = need(metric, "value", (int, float), f"metrics[{index}].")
         if isinstance(value, bool) or not math.isfinite(value):
@@ -112,7 +112,7 @@ FINE_TUNING_SETTINGS = (
 
 
 def _read_record(path: Path) -> dict | None:
-    """A JSON object from a checkpoint's folder (untrusted: bounded in size), or None where it is absent."""
+    """A JSON object from a model's folder (untrusted: bounded in size), or None where it is absent."""
     if not path.is_file():
         return None
     if path.stat().st_size > MAX_RECORD_BYTES:
@@ -131,7 +131,7 @@ def _json_block(options: dict) -> str:
 
 
 def training_from_record(model_dir: str | Path) -> tuple[str | None, str | None]:
-    """(training data, training procedure) of the card, from the record the run left beside the checkpoint
+    """(training data, training procedure) of the card, from the record the run left beside the model
     (`arguments.json` in the folder or the run folder above it); (None, None) where there is none."""
     model_dir = Path(model_dir)
     path = next((folder / ARGUMENTS_FILE for folder in (model_dir, model_dir.parent)
@@ -218,7 +218,7 @@ def render_model_card(
     training_procedure: str | None = None,
     template: str | Path | None = None,
 ) -> str:
-    """The model card's text (README.md of the Hub repo) for a checkpoint with `config` and `num_parameters`: its own
+    """The model card's text (README.md of the Hub repo) for a model with `config` and `num_parameters`: its own
     results only (every recipe's are in results/README.md). `template`: a template file of one's own instead of the
     package's."""
     if importlib.util.find_spec("jinja2") is None:

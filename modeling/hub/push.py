@@ -1,9 +1,9 @@
-"""Publishing a checkpoint on the Hugging Face Hub (scripts/push_to_hub.py): the options, the folder the repository
-will hold (the checkpoint loaded and saved again, the code files of this version of the project, the card rendered from
+"""Publishing a model on the Hugging Face Hub (scripts/push_to_hub.py): the options, the folder the repository
+will hold (the model loaded and saved again, the code files of this version of the project, the card rendered from
 model_card.md with its results and the training sections given to it (scripts/push_to_hub.py's --recipe fills them
 for a shipped model from the checkout's recipes), the generation config set to the decoding the card reports) and
 its upload as one commit that leaves the repository holding exactly that folder.
-With --space, the folder of a Gradio Space serving the checkpoint in the web demo (`vaswani.hub.space`), written and
+With --space, the folder of a Gradio Space serving the model in the web demo (`vaswani.hub.space`), written and
 published whole as every command's folder (`vaswani.output_paths.OutputFolder`).
 """
 
@@ -31,7 +31,7 @@ from ..code_references import keep_own_code_references, keep_own_tokenizer_code_
 from ..remote_code.configuration_vaswani import check_regular_files
 from ..output_paths import MANIFEST_FILE, OutputFolder
 from ..runs.records import RESULTS_FILE
-from ..safe_loading import check_checkpoint_folder
+from ..safe_loading import check_model_folder
 from ..tasks import read_task
 from . import space
 from .model_card import TEMPLATE, load_results, render_model_card, training_from_record
@@ -57,7 +57,7 @@ MODEL_CLASSES = {
 
 @dataclass
 class PushArguments:
-    model: str = field(metadata={"help": "The checkpoint: a folder with a model saved by save_pretrained and its tokenizer."})
+    model: str = field(metadata={"help": "The model: a folder saved by save_pretrained, with its tokenizer."})
     repo_id: str | None = field(
         default=None,
         metadata={"help": "The Hub repository to upload to, as namespace/name (with --dry-run, optional: the card then names the folder)."},
@@ -75,7 +75,7 @@ class PushArguments:
     )
     private: bool = field(default=False, metadata={"help": "Create the repository as private (if it does not exist)."})
     revision: str | None = field(default=None, metadata={"help": "Branch to commit to (default: main)."})
-    commit_message: str = field(default="Upload Vaswani Transformer checkpoint", metadata={"help": "The commit message."})
+    commit_message: str = field(default="Upload Vaswani Transformer model", metadata={"help": "The commit message."})
     token: str | None = field(default=None, metadata={"help": "Hub token (default: HF_TOKEN, or the one saved by `hf auth login`)."})
     license: str = field(default="apache-2.0", metadata={"help": "License id for the card's metadata."})
     language: list[str] | None = field(default=None, metadata={"help": "Language codes (default: the config's source_lang and target_lang)."})
@@ -93,14 +93,14 @@ class PushArguments:
     )
     space: bool = field(
         default=False,
-        metadata={"help": "Stage a Gradio Space instead of a model repository: the web demo serving the checkpoint "
-                  "(app.py, requirements.txt, the Space's README, the checkpoint in model/, the package's sources in "
+        metadata={"help": "Stage a Gradio Space instead of a model repository: the web demo serving the model "
+                  "(app.py, requirements.txt, the Space's README, the model in model/, the package's sources in "
                   "vaswani/); --repo_id then names the Space."},
     )
     model_repo_id: str | None = field(
         default=None,
-        metadata={"help": "With --space: the checkpoint's model repository on the Hub (namespace/name), listed in the "
-                  "Space's card (models:) and named by the checkpoint's card."},
+        metadata={"help": "With --space: the model repository of the model on the Hub (namespace/name), listed in the "
+                  "Space's card (models:) and named by the model's card."},
     )
 
 
@@ -117,17 +117,17 @@ def _check_arguments(args: PushArguments) -> None:
         raise ValueError("--model_repo_id names the model a Space serves: it goes with --space.")
     model_dir = Path(args.model)
     if not model_dir.is_dir():
-        raise FileNotFoundError(f"--model {model_dir}: no such folder; give a checkpoint folder.")
+        raise FileNotFoundError(f"--model {model_dir}: no such folder; give a model folder.")
     check_regular_files(model_dir)  # a FIFO named config.json is not "no config.json", and is never opened
     if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"--model {model_dir} is not a checkpoint folder: it has no config.json.")
+        raise FileNotFoundError(f"--model {model_dir} is not a model folder: it has no config.json.")
     if not (model_dir / "tokenizer.json").is_file():
         raise FileNotFoundError(
             f"--model {model_dir} has no tokenizer (tokenizer.json): save it beside the model with "
             "tokenizer.save_pretrained(model_dir)."
         )
     if args.space:
-        read_task(model_dir, "--model")  # a checkpoint of a task the web demo serves, before any work
+        read_task(model_dir, "--model")  # a model of a task the web demo serves, before any work
     if args.dry_run and args.output_dir is None:
         raise ValueError("--dry-run writes the folder that would be uploaded: give it a place with --output_dir.")
     if args.output_dir is not None and Path(args.output_dir).resolve() == REPO.resolve():
@@ -165,7 +165,7 @@ def _results_files(args: PushArguments) -> list[Path]:
 
 
 def _load_model(model_dir: Path):
-    check_checkpoint_folder(model_dir)  # before any of its files is parsed
+    check_model_folder(model_dir)  # before any of its files is parsed
     config = AutoConfig.from_pretrained(model_dir)
     if config.model_type != VaswaniConfig.model_type:
         raise ValueError(f"--model {model_dir} holds a {config.model_type!r} model, not a Vaswani one.")
@@ -207,7 +207,7 @@ class Staged:
 
 def _prepare(args: PushArguments, repo_id: str | None = None, model_name: str | None = None) -> Staged:
     """Read and check everything the folder is made of: the results, the run's record, the model and
-    its tokenizer; render the card, which names the checkpoint `repo_id` and `model_name` (default: --repo_id, else
+    its tokenizer; render the card, which names the model `repo_id` and `model_name` (default: --repo_id, else
     the folder; the title from `_model_name`)."""
     model_dir = Path(args.model)
     # read first: a bad file stops before any work
@@ -290,7 +290,7 @@ class HubUnreachable(ConnectionError):
 
 
 def _prepare_space(args: PushArguments) -> Staged:
-    """`_prepare` for the checkpoint a Space serves: its card names the model repository (--model_repo_id) or the
+    """`_prepare` for the model a Space serves: its card names the model repository (--model_repo_id) or the
     Space's own folder for it."""
     title = _space_title(args)
     return _prepare(args, repo_id=args.model_repo_id or space.MODEL_FOLDER,
@@ -317,7 +317,7 @@ def _stage_space(staged: Staged, args: PushArguments, folder: Path) -> list[Path
 
 
 def push(args: PushArguments, read_from: dict | None = None) -> Path | str:
-    """Check the options, stage the folder the repository will hold (the checkpoint saved again, its code files,
+    """Check the options, stage the folder the repository will hold (the model saved again, its code files,
     the card; with --space, the Space serving it), then upload it as one commit, or with --dry-run stop there.
     `read_from`: other files the card was made from, by the option that named them (--output_dir keeps apart from
     them). Returns the folder written (with --dry-run) or the URL of the commit."""

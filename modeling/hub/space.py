@@ -1,11 +1,11 @@
-"""A Hugging Face Space for a checkpoint (`scripts/push_to_hub.py --space`): the folder a Gradio Space's repository
-holds to serve the checkpoint in the web demo (`vaswani.serving.app`), a tab for its task.
+"""A Hugging Face Space for a model (`scripts/push_to_hub.py --space`): the folder a Gradio Space's repository
+holds to serve the model in the web demo (`vaswani.serving.app`), a tab for its task.
 
     README.md         the Space's card: its YAML header (sdk: gradio, sdk_version, python_version, app_file, license,
                       models) and what the Space is
     app.py            what the Space runs: the web demo on model/
     requirements.txt  the package's dependencies (and matplotlib, for the heatmap); gradio itself is the sdk_version's
-    model/            the checkpoint, as push_to_hub.py writes a model repository (weights, tokenizer, its own card)
+    model/            the model, as push_to_hub.py writes a model repository (weights, tokenizer, its own card)
     vaswani/          the package's sources, which app.py imports from its own folder
 
 How the Space gets `vaswani`: the package is not on PyPI, so the folder holds a copy of the sources of the version
@@ -14,7 +14,7 @@ where the folder was made, readable in the Space's file browser, with nothing to
 binary beside the weights; a wheel in the folder would need a build step and hide the code, and a requirement on the
 project's git repository would tie the Space to a remote and a revision other than the one staged.
 
-The app loads the checkpoint through these sources' classes (no `trust_remote_code`), so the code files inside
+The app loads the model through these sources' classes (no `trust_remote_code`), so the code files inside
 model/ (there for users of the model folder alone) never run in the Space.
 """
 
@@ -39,7 +39,7 @@ TASK_NAMES = {
     "token-classification": "named-entity tagging, the entities highlighted in the text",
 }
 
-APP = '''"""The web demo of the checkpoint in model/ (the package's web demo, vaswani.serving.app, from the sources in
+APP = '''"""The web demo of the model in model/ (the package's web demo, vaswani.serving.app, from the sources in
 vaswani/ beside this file).
 
 A Space runs `python app.py`; so can you, after `pip install -r requirements.txt gradio=={gradio_version}`: the page is
@@ -136,9 +136,9 @@ def space_card(title: str, task: str, license_id: str, model_repo_id: str | None
         short_description=f"The original Transformer: {task}"[:60],
     )
     model_line = (
-        f"The checkpoint is the model repository [{model_repo_id}](https://huggingface.co/{model_repo_id}), "
+        f"The model is the model repository [{model_repo_id}](https://huggingface.co/{model_repo_id}), "
         f"copied into `{MODEL_FOLDER}/` with its card."
-        if model_repo_id else f"The checkpoint is in `{MODEL_FOLDER}/`, with its card."
+        if model_repo_id else f"The model is in `{MODEL_FOLDER}/`, with its card."
     )
     version = f" of commit `{commit}`" if commit else ""
     body = f"""
@@ -160,7 +160,7 @@ http://127.0.0.1:7860.
 
 def write_space_files(folder: Path, title: str, task: str, license_id: str, model_repo_id: str | None,
                       commit: str | None) -> None:
-    """Write README.md, app.py, requirements.txt and vaswani/ into `folder` (the checkpoint is in model/)."""
+    """Write README.md, app.py, requirements.txt and vaswani/ into `folder` (the model is in model/)."""
     sdk_version = gradio_version()
     copy_package(folder / PACKAGE_FOLDER)
     (folder / "app.py").write_text(APP.format(gradio_version=sdk_version, model_folder=MODEL_FOLDER),

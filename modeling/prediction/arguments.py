@@ -14,7 +14,7 @@ AGGREGATIONS = ("none", "simple", "first", "average", "max")
 
 @dataclass
 class PredictionArguments:
-    model: str = field(metadata={"help": "The checkpoint: a folder of this project's model, or a Hub id."})
+    model: str = field(metadata={"help": "The model: a folder of this project's models, or a Hub id."})
     input_file: str = field(
         default=None,
         metadata={"help": "The corpus: a text file (one example a line), JSON Lines (.jsonl) or CSV (.csv) with "
@@ -24,7 +24,7 @@ class PredictionArguments:
         default=None, metadata={"help": "Where the outputs go, one line per input, in input order; - for standard output."}
     )
     task: Literal["translation", "summarization", "text-classification", "token-classification"] | None = field(
-        default=None, metadata={"help": "What to run; default: the checkpoint's task (from its config)."}
+        default=None, metadata={"help": "What to run; default: the model's task (from its config)."}
     )
     # --- the input -----------------------------------------------------------------------------------------------
     input_format: Literal["text", "jsonl", "csv"] | None = field(
@@ -78,7 +78,7 @@ class PredictionArguments:
     dtype: Literal["float32", "bfloat16", "float16"] = field(
         default="float32", metadata={"help": "The weights' precision; bfloat16 / float16 on a GPU."}
     )
-    # --- decoding (translation, summarization): unset ones come from the checkpoint's generation config -------------
+    # --- decoding (translation, summarization): unset ones come from the model's generation config -------------
     num_beams: int | None = field(default=None, metadata={"help": "Beam size (1: greedy)."})
     max_new_tokens: int | None = field(default=None, metadata={"help": "Longest output, in tokens."})
     min_new_tokens: int | None = field(default=None, metadata={"help": "Shortest output, in tokens."})

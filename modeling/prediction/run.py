@@ -1,4 +1,4 @@
-"""A corpus in, its outputs out (scripts/predict.py, `vaswani-predict`): any checkpoint of this project run over a
+"""A corpus in, its outputs out (scripts/predict.py, `vaswani-predict`): any model of this project run over a
 file of any size, one output line per input line, in input order.
 
     vaswani-predict --model results/multi30k_en_de/model --input_file news.en --output_file news.de
@@ -13,10 +13,10 @@ continued after any kill). Under `accelerate launch`, process r of n decodes win
 is the same bytes as one process writes. Memory holds two windows at most, whatever the corpus's size.
 
 What each task writes is vaswani.prediction.tasks'; what is read and how a bad line is reported,
-vaswani.prediction.sources'. Decoding settings not given come from the checkpoint's generation config, as in the
+vaswani.prediction.sources'. Decoding settings not given come from the model's generation config, as in the
 pipelines. Everything is checked before any work: the options, the input (a regular file, not binary, the column
 there), the output (vaswani.output_paths: never an input, never a link or a special file, an existing file only with
---overwrite_output_file), the checkpoint (this project's, its task's head trained).
+--overwrite_output_file), the model (this project's, its task's head trained).
 """
 
 import json
@@ -79,10 +79,10 @@ def predict(args: PredictionArguments) -> dict:
     if world > 1 and (to_stdout or args.input_file == "-"):
         raise ValueError("Standard input and output are one process's: with several processes, give --input_file and "
                          "--output_file files.")
-    folder = _checkpoint_folder(args.model)
+    folder = _model_folder(args.model)
     task = args.task or read_task(folder)
     if args.task is not None:
-        read_task(folder)  # this project's checkpoint, before anything is parsed
+        read_task(folder)  # this project's model, before anything is parsed
     output_format = _output_format(args, task)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     column = args.text_column or _default_column(task, config)
@@ -221,8 +221,8 @@ def _totals(work: WorkFolder, windows_count: int) -> dict:
 # --- set-up ------------------------------------------------------------------------------------------------------
 
 
-def _checkpoint_folder(model: str) -> Path:
-    """The checkpoint's folder: as given, or a Hub repository's snapshot (downloaded, or from the cache offline)."""
+def _model_folder(model: str) -> Path:
+    """The model's folder: as given, or a Hub repository's snapshot (downloaded, or from the cache offline)."""
     require_folder_or_hub_id(model, "--model")
     if os.path.isdir(model):
         return Path(model)
@@ -251,7 +251,7 @@ def _default_column(task: str, config: dict) -> str:
 
 
 def _predictor(args: PredictionArguments, folder: Path, task: str, output_format: str, device) -> Predictor:
-    """The checkpoint (refused if its task's head is untrained) with the package's pipeline for the task."""
+    """The model (refused if its task's head is untrained) with the package's pipeline for the task."""
     if device.type == "cpu" and args.dtype != "float32":
         raise ValueError(f"--dtype {args.dtype}: on a CPU the model runs in float32 (its CPU decoder's precision).")
     model = require_trained_head(auto_class_of(task), str(folder), task)

@@ -39,7 +39,7 @@ function for one new token per row, with the model's weights laid out for it (`M
     group padded to its own longest (`ATTENTION_GROUP`), and its attention mask with rows of a multiple of 16 floats
     (PyTorch's attention copies any other: on SAMSum's 64 x 256 tokens the encoder took 716 ms with that copy, 394
     without);
-  * the encoder and the search run in `torch.inference_mode()` (see `CpuGenerate`);
+  * the encoder and the search run in `torch.inference_mode()` (see `CpuDecoding`);
   * the process keeps the memory a call frees for the next call (`keep_freed_memory`, once per process, on Linux with
     glibc): with glibc's defaults, pages given back after a call fault again at their first write in the next.
     Malloc settings given through the environment (`MALLOC_TRIM_THRESHOLD_`, ...) are left as they are, and so are
@@ -48,7 +48,7 @@ function for one new token per row, with the model's weights laid out for it (`M
 The search itself (greedy, beam search with its length penalty, early stopping, `no_repeat_ngram_size`,
 `min_length` / `min_new_tokens`) is `vaswani.search`, which follows transformers' step for step. `generate`
 still prepares everything (its settings, the encoder's output, the logits processors and stopping criteria) and hands
-the loop to `CpuGenerate.decoding_loop` through its `custom_generate` argument; where the call asks for what this path
+the loop to `CpuDecoding.decoding_loop` through its `custom_generate` argument; where the call asks for what this path
 does not do (sampling, scores or attentions in the output, a streamer, other logits processors, a prompt for the
 decoder, a model in training mode or not in float32 on the CPU), the loop is transformers' own, so every call gives what
 `generate` gives.
@@ -66,7 +66,7 @@ called under autocast, runs transformers' loop, which calls the model (and a for
 level. The check walks the modules once a call: 48 us on the shipped en->de model (one
 thread, 2-core AMD EPYC of cpu family 25), where the scan it replaced ran twice a call, 330 us in all.
 
-This file is copied into every saved checkpoint (with search.py, proc_files.py and model_functions.py, which it
+This file is copied into every saved model (with search.py, proc_files.py and model_functions.py, which it
 imports), so that a folder alone decodes this way; it imports from this project only with relative imports of those
 files.
 """
@@ -153,7 +153,7 @@ class Product:
         with torch.no_grad():
             self.weight = weight.t().contiguous()  # (in, out)
             self.bias = bias.detach().clone()
-            self.packed = None  # (an opaque oneDNN tensor: it cannot be copied, see CpuGenerate.__getstate__)
+            self.packed = None  # (an opaque oneDNN tensor: it cannot be copied, see CpuDecoding.__getstate__)
             if ONEDNN_LAYERS:
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), ONEDNN_VOCAB_HINT)
         self.onednn_rows = -(-ONEDNN_MIN_WORK // (self.weight.shape[0] * self.weight.shape[1]))
@@ -299,7 +299,7 @@ class ModelWeights:
             # the output projection: int8 (`Int8Product`), or transposed (and reordered for oneDNN: ONEDNN_VOCAB)
             self.vocab_int8 = _product([model.lm_head]) if type(model.lm_head) is INT8_LINEAR else None
             self.vocab_weight = model.lm_head.weight.t().contiguous() if self.vocab_int8 is None else None
-            self.vocab_packed = None  # (an opaque oneDNN tensor: it cannot be copied, see CpuGenerate.__getstate__)
+            self.vocab_packed = None  # (an opaque oneDNN tensor: it cannot be copied, see CpuDecoding.__getstate__)
             if ONEDNN_VOCAB and self.vocab_int8 is None:
                 self.vocab_packed = torch.ops.mkldnn._reorder_linear_weight(
                     model.lm_head.weight.detach().contiguous(), ONEDNN_VOCAB_HINT)
@@ -873,7 +873,7 @@ def _layer_norm(hidden: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor, fl
 
 
 class CallWeights(threading.local):
-    """The weights the thread's current `generate` call checked (`CpuGenerate.current_weights`), so that its encoder
+    """The weights the thread's current `generate` call checked (`CpuDecoding.current_weights`), so that its encoder
     and its decoder check them once (0.3-0.6 ms a check)."""
 
     weights: ModelWeights | None = None
@@ -882,7 +882,7 @@ class CallWeights(threading.local):
         return CallWeights, ()
 
 
-class CpuGenerate:
+class CpuDecoding:
     """`generate` on a CPU (what `VaswaniForConditionalGeneration.generate` calls there by default): transformers'
     `generate` itself, `generate` below, handing its decoding loop to `decoding_loop` (this path where it applies,
     transformers' own elsewhere). Holds the laid-out weights and the threads' buffers.
@@ -1119,7 +1119,7 @@ def unreproduced(model: nn.Module) -> str | None:
 
 
 def _is_project_class(cls: type, name: str) -> bool:
-    """Whether `cls` is the class `name` of a modeling_vaswani.py (the package's or a checkpoint's copy)."""
+    """Whether `cls` is the class `name` of a modeling_vaswani.py (the package's or a saved model's copy)."""
     module = cls.__module__
     return (cls.__name__ == name and module.rpartition(".")[2] == "modeling_vaswani"
             and getattr(sys.modules.get(module), name, None) is cls)
@@ -1241,4 +1241,4 @@ def search_settings(model, input_ids, logits_processor, stopping_criteria, gener
     )
 
 
-__all__ = ["CpuDecoder", "CpuGenerate", "ModelWeights", "search_settings"]
+__all__ = ["CpuDecoder", "CpuDecoding", "ModelWeights", "search_settings"]

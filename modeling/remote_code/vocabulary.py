@@ -1,7 +1,7 @@
 """Whether a tokenizer belongs to a model: the check made wherever the two meet, by the pipelines, by fine-tuning when
 it loads a head and by the exports.
 
-This file is copied into every saved checkpoint beside `pipeline_vaswani.py`, which imports it, and imported there on
+This file is copied into every saved model beside `pipeline_vaswani.py`, which imports it, and imported there on
 its own (where the `vaswani` package may not be installed), so it imports nothing.
 """
 

@@ -295,7 +295,7 @@ def own_by_content(path: Path) -> bool:
 def package_code_files() -> dict[str, Path]:
     """The code files a model folder of this project carries (`save_pretrained` copies them), by name:
     `modeling_vaswani.code_files_to_ship()`, the package's `remote_code/` folder."""
-    from ..remote_code.modeling_vaswani import code_files_to_ship  # the files a checkpoint carries sit below every room
+    from ..remote_code.modeling_vaswani import code_files_to_ship  # the files a saved model carries sit below every room
 
     return {path.name: path for path in code_files_to_ship()}
 

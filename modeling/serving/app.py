@@ -2,7 +2,7 @@
 staged by `scripts/push_to_hub.py --space` runs it too).
 
     python scripts/app.py                           # the five shipped models (results/*/model), http://127.0.0.1:7860
-    python scripts/app.py --model outputs/my/best   # one checkpoint of your own, its task from its config
+    python scripts/app.py --model outputs/my/best   # one model of your own, its task from its config
     python scripts/app.py --host 0.0.0.0 --port 80  # reachable from other machines (default: this machine only)
 
 Each tab holds an example, so one click shows the model at work: a translation with the cross-attention heatmap beside
@@ -108,7 +108,7 @@ def examples_for(served: ServedModel) -> list[str]:
 
 
 def describe(served: ServedModel, name: str) -> str:
-    """The line under a tab's title: the checkpoint, its size, and how it decodes."""
+    """The line under a tab's title: the model, its size, and how it decodes."""
     model = served.model
     line = f"`{name}`: {type(model).__name__}, {model.num_parameters():,} parameters."
     if model.can_generate():
@@ -332,11 +332,11 @@ def build_app(tabs: list[Tab], title: str = "vaswani: the original Transformer")
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Serve models of this project in a web page (Gradio), a tab per model: the five the repository "
-        "ships, or one checkpoint of your own."
+        "ships, or one model of your own."
     )
     parser.add_argument(
         "--model", default=None,
-        help="A checkpoint folder of this project to serve, its task read from its config (translation, "
+        help="A model folder of this project to serve, its task read from its config (translation, "
         "summarization, text-classification, token-classification). Default: the five models the repository ships "
         f"({SHIPPED_RESULTS.relative_to(REPO)}/*/model).",
     )
@@ -368,29 +368,29 @@ def shipped_folders() -> list[tuple[Path, Shipped]]:
     if missing:
         raise FileNotFoundError(
             f"The shipped models are not here ({', '.join(missing)}): they come with a clone of the repository. "
-            "Serve a checkpoint of your own with --model DIR."
+            "Serve a model of your own with --model DIR."
         )
     return folders
 
 
 def load_tabs(model: str | None) -> list[Tab]:
-    """The tabs: the checkpoint `model` (checked before anything is loaded), or every shipped model."""
+    """The tabs: the model `model` (checked before anything is loaded), or every shipped model."""
     if model is not None:
         folder = Path(model)
-        served = demo_tasks.load_checkpoint(folder)
+        served = demo_tasks.load_model(folder)
         return [Tab(served, describe(served, folder.name), examples_for(served))]
     tabs = []
     for folder, shipped in shipped_folders():
-        served = demo_tasks.load_checkpoint(folder)
+        served = demo_tasks.load_model(folder)
         tabs.append(Tab(served, f"{shipped.about}  \n{describe(served, str(folder.relative_to(REPO)))}",
                         examples_for(served)))
     return tabs
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Check the options and the checkpoint, load the models, and serve the page until stopped (Ctrl-C)."""
+    """Check the options and the model, load the models, and serve the page until stopped (Ctrl-C)."""
     args = parse_arguments(argv)
-    if args.model is not None:  # a folder that is not a checkpoint of this project: one line, before any loading
+    if args.model is not None:  # a folder that is not a model of this project: one line, before any loading
         read_task(Path(args.model))
     else:
         shipped_folders()

@@ -6,14 +6,14 @@ On a CPU, `generate` spends about 70% of its time in the Linear layers' matrix p
 the cache and Python). PyTorch's CPU wheel runs fp32 matrix products through MKL, which on AMD CPUs takes a slow
 generic path: on an AVX-512 EPYC, one core, a (32 x 512) x (512 x 2048) product took 707 us through MKL and 373 us
 through oneDNN, the library CTranslate2 also picks on AMD CPUs. Two ways to serve a model faster, both for inference
-only (no gradients, nothing to save), each an object that holds the model it runs (`CPUInference`), or for callers
+only (no gradients, nothing to save), each an object that holds the model it runs (`CpuInference`), or for callers
 that take a model, that model (`for_cpu_inference`):
 
-    from vaswani.serving.cpu_inference import CPUInference, for_cpu_inference
+    from vaswani.serving.cpu_inference import CpuInference, for_cpu_inference
 
-    inference = CPUInference(model)                        # fp32, every Linear through oneDNN (in place)
+    inference = CpuInference(model)                        # fp32, every Linear through oneDNN (in place)
     inference.generate(**batch)                            # the model's generate; inference.model is the model
-    int8 = CPUInference(model, quantization="int8")        # a copy with int8 Linear layers (int8.model)
+    int8 = CpuInference(model, quantization="int8")        # a copy with int8 Linear layers (int8.model)
     model = for_cpu_inference(model)                       # the same set-up, giving the model itself
 
 `"fp32"` changes only how the products are summed: logits agree with the plain model to float32 rounding (about 1e-5)
@@ -21,7 +21,7 @@ and decoding gives the same tokens (tests/serving/test_cpu_inference.py checks b
 translation or summarization model (`VaswaniForConditionalGeneration`) decodes through
 `vaswani.remote_code.cpu_decoding` with or without this set-up (its `generate` hands greedy and beam search to it on a
 CPU); for a model whose class has no such decoder of its own (a checkpoint saved by older code),
-`CPUInference.generate` runs the package's, which `for_cpu_inference` puts in front of the model's `generate`.
+`CpuInference.generate` runs the package's, which `for_cpu_inference` puts in front of the model's `generate`.
 `"int8"` stores every Linear weight (the output projection included) as int8 with one scale per output row and
 quantizes activations on the fly (`torch.ao.quantization.quantize_dynamic`, fbgemm kernels): outputs change a little;
 the BLEU it costs is measured in results/benchmark/README.md ("Serving paths on a CPU", results in
@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..remote_code.cpu_decoding import CpuGenerate, keep_freed_memory, leave_freed_memory
+from ..remote_code.cpu_decoding import CpuDecoding, keep_freed_memory, leave_freed_memory
 
 
 QUANTIZATIONS = ("fp32", "int8")
@@ -71,7 +71,7 @@ class OneDNNLinear(nn.Linear):
         return F.linear(input, self.weight, self.bias)
 
 
-class CPUInference:
+class CpuInference:
     """A model of this project set up for fast CPU inference, and held for it: `model` is what it runs. With `"fp32"`
     that is the model given, its Linear layers running through oneDNN (`OneDNNLinear` layers in their place, holding
     the same parameters); with `"int8"`, a copy whose Linear layers hold int8 weights (decoded by its CPU decoder).
@@ -79,7 +79,7 @@ class CPUInference:
     (`keep_freed_memory`); with it, the process's malloc settings are left as they are (see the module docstring).
     Any other model than this project's is refused by name.
 
-        inference = CPUInference(model)
+        inference = CpuInference(model)
         inference.generate(**batch, num_beams=4)   # the model's generate: greedy and beam search on its CPU decoder
         inference(**batch).logits                  # the model's forward
 
@@ -95,13 +95,13 @@ class CPUInference:
         model_type = getattr(getattr(model, "config", None), "model_type", None)
         if model_type != "vaswani":
             raise ValueError(
-                f"The CPU path (CPUInference, for_cpu_inference) sets up this project's models (config.model_type "
+                f"The CPU path (CpuInference, for_cpu_inference) sets up this project's models (config.model_type "
                 f"'vaswani'); got {type(model).__name__} (model_type {model_type!r})."
             )
         if quantization == "fp32" and not torch.backends.mkldnn.is_available():
             raise RuntimeError("This PyTorch build has no oneDNN (torch.backends.mkldnn.is_available() is False).")
         if next(model.parameters()).device.type != "cpu":
-            raise ValueError("The CPU path (CPUInference, for_cpu_inference) is for a model on the CPU; this one is "
+            raise ValueError("The CPU path (CpuInference, for_cpu_inference) is for a model on the CPU; this one is "
                              "on another device.")
         model.eval()
         if release_freed_memory:
@@ -124,12 +124,12 @@ class CPUInference:
 
 
 def for_cpu_inference(model: nn.Module, quantization: str = "fp32", release_freed_memory: bool = False) -> nn.Module:
-    """The model of `CPUInference(model, quantization, release_freed_memory)`, for callers that take a model (a
+    """The model of `CpuInference(model, quantization, release_freed_memory)`, for callers that take a model (a
     pipeline, an evaluation): with `"fp32"` the model given, set up in place (its Linear layers through oneDNN); with
     `"int8"` a copy with int8 Linear layers. A model whose class has no CPU decoder of its own (a checkpoint saved by
     older code) gets the package's in front of its `generate`, as its own attribute: the only way a model passed on
     as a model decodes on it."""
-    inference = CPUInference(model, quantization, release_freed_memory)
+    inference = CpuInference(model, quantization, release_freed_memory)
     if inference.decoder is not None:
         inference.model.generate = inference.decoder
     return inference.model
@@ -154,7 +154,7 @@ def _int8_copy(model: nn.Module) -> nn.Module:
     quantizes `nn.Linear` layers only: a model set up for fp32 before gets them back in the copy)."""
     quantized = copy.deepcopy(model)
     # (a model set up or decoded on the CPU before): the copy lays out its own weights, the int8 ones
-    for name in ("generate", "_cpu_generate_state"):
+    for name in ("generate", "_cpu_decoding_state"):
         vars(quantized).pop(name, None)
     _with_linear_layers(quantized, nn.Linear)
     with warnings.catch_warnings():
@@ -165,15 +165,15 @@ def _int8_copy(model: nn.Module) -> nn.Module:
         return torch.ao.quantization.quantize_dynamic(quantized, {nn.Linear: qconfig}, dtype=torch.qint8, inplace=True)
 
 
-def _older_class_decoder(model: nn.Module) -> CpuGenerate | None:
+def _older_class_decoder(model: nn.Module) -> CpuDecoding | None:
     """The package's CPU decoder for a generating model whose class has none of its own (a checkpoint saved by older
     code: its `generate` is transformers' loop); the one already put in front of its `generate`, if any; None for a
     model that decodes on its own class's decoder, or does not generate."""
     generating = getattr(model.config, "is_encoder_decoder", False) and model.can_generate()
-    if not generating or callable(getattr(type(model), "_cpu_generate", None)):
+    if not generating or callable(getattr(type(model), "_cpu_decoding", None)):
         return None
     given = vars(model).get("generate")
-    return given if isinstance(given, CpuGenerate) else CpuGenerate(model)
+    return given if isinstance(given, CpuDecoding) else CpuDecoding(model)
 
 
-__all__ = ["CPUInference", "QUANTIZATIONS", "OneDNNLinear", "for_cpu_inference", "keep_freed_memory"]
+__all__ = ["CpuInference", "QUANTIZATIONS", "OneDNNLinear", "for_cpu_inference", "keep_freed_memory"]

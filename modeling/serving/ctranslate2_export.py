@@ -1,4 +1,4 @@
-"""Export a translation or summarization checkpoint of this project to CTranslate2, for fast CPU and GPU inference.
+"""Export a translation or summarization model of this project to CTranslate2, for fast CPU and GPU inference.
 
     from vaswani.serving.ctranslate2_export import export_to_ctranslate2
     export_to_ctranslate2("results/multi30k_en_de/model", "outputs/ct2/multi30k_en_de_int8", quantization="int8")
@@ -42,12 +42,12 @@ The source and target vocabulary is the tokenizer's, in id order; the decoder st
 `decoder_start_token_id` (`<s>`), ends on its `eos_token_id` (`</s>`), and CTranslate2 adds nothing to the source:
 the tokenizer's tokens (which end with `</s>`) are the input, as for `generate()`. The tokenizer is saved next to the
 model, so `AutoTokenizer.from_pretrained(output_dir)` tokenizes for it, and `translate_options.json` holds the
-`translate_batch` arguments that reproduce the checkpoint's generation config (beam size, length penalty, lengths):
+`translate_batch` arguments that reproduce the model's generation config (beam size, length penalty, lengths):
 with them, CTranslate2 in float32 gives the tokens of `generate(..., early_stopping=True)` (see `translate_options`
-for why that flag). A multilingual checkpoint reads its target-language tag (`>>de<<`) first: start each source
+for why that flag). A multilingual model reads its target-language tag (`>>de<<`) first: start each source
 with that token (what the tokenizer does when its `tgt_lang` is set).
 
-What cannot be exported is refused with a message naming the option: a folder that is not a seq2seq checkpoint of
+What cannot be exported is refused with a message naming the option: a folder that is not a seq2seq model of
 this project (a classifier, another model type), several end-of-sequence ids, no decoder start id, a tokenizer
 whose ids do not fit the model's vocabulary or that has no unknown token.
 
@@ -61,7 +61,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .exporting import claim_output_dir, load_seq2seq_checkpoint
+from .exporting import claim_output_dir, load_seq2seq_model
 
 
 INSTALL_HINT = "pip install 'vaswani-transformer[ctranslate2]'"
@@ -105,7 +105,7 @@ def export_to_ctranslate2(
     quantization: str | None = None,
     overwrite_output_dir: bool = False,
 ) -> Path:
-    """Convert the checkpoint in `model_dir` (a `VaswaniForConditionalGeneration` saved with its tokenizer) into a
+    """Convert the model in `model_dir` (a `VaswaniForConditionalGeneration` saved with its tokenizer) into a
     CTranslate2 model folder `output_dir`, with weights stored as `quantization` (None: as they are, float32).
 
     Returns the output folder, which then holds `model.bin`, `config.json`, `shared_vocabulary.json`, the tokenizer
@@ -118,7 +118,7 @@ def export_to_ctranslate2(
         )
     with claim_output_dir(output_dir, model_dir, overwrite_output_dir) as output:
         import_ctranslate2()
-        model, tokenizer = load_seq2seq_checkpoint(model_dir, "CTranslate2")
+        model, tokenizer = load_seq2seq_model(model_dir, "CTranslate2")
         spec = build_spec(model, tokenizer)
         spec.validate()
         spec.optimize(quantization=quantization)
@@ -131,7 +131,7 @@ def export_to_ctranslate2(
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Reading the checkpoint
+# Reading the model
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -312,7 +312,7 @@ def _vocabulary_of(tokenizer, vocab_size: int) -> list[str]:
     if too_large:
         raise ValueError(
             f"The tokenizer has ids up to {too_large[-1]}, but the model's vocab_size is {vocab_size}: they are not "
-            "the same vocabulary. Export the checkpoint with the tokenizer it was trained with."
+            "the same vocabulary. Export the model with the tokenizer it was trained with."
         )
     taken = set(by_id.values())
     vocabulary = []

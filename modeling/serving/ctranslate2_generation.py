@@ -1,4 +1,4 @@
-"""Translate or summarize with a CTranslate2 export of a checkpoint (scripts/export_ctranslate2.py), called as the
+"""Translate or summarize with a CTranslate2 export of a model (scripts/export_ctranslate2.py), called as the
 project's pipelines are called, so the evaluation code scores both engines alike:
 
     from vaswani.serving.ctranslate2_generation import CTranslate2Pipeline

@@ -1,14 +1,14 @@
-"""What the web demo (`vaswani.serving.app`, scripts/app.py) runs behind each tab, without the page: a checkpoint of
+"""What the web demo (`vaswani.serving.app`, scripts/app.py) runs behind each tab, without the page: a model of
 this project loaded through the installed package's classes, its task read from its config, and one function per task
 that answers as the package's pipeline does, with the messages a person gets for a text the demo refuses or cuts.
 
-    served = load_checkpoint(Path("results/multi30k_en_de/model"))   # task "translation"
+    served = load_model(Path("results/multi30k_en_de/model"))   # task "translation"
     result = translate(served, "A man is riding a horse.")           # result.texts, result.attention, result.notes
 
 Loading runs no code from the folder: the folder is checked first (`vaswani.safe_loading`), then read by the Auto
 classes without `trust_remote_code`, which find this package's registered classes (`import vaswani`), so the copies of
-the code a checkpoint carries are never imported. Generating models decode through their own CPU decoder where there is
-no GPU (every model's default), with the tokens of transformers' loop; every call uses the checkpoint's generation
+the code a model carries are never imported. Generating models decode through their own CPU decoder where there is
+no GPU (every model's default), with the tokens of transformers' loop; every call uses the model's generation
 config, as the pipelines and the model cards do.
 
 A text is refused (`InputError`, whose message is for the person who typed it) when it is empty, longer than
@@ -43,7 +43,7 @@ class InputError(ValueError):
 
 @dataclass
 class ServedModel:
-    """A checkpoint ready to serve: its folder, its task and the package's pipeline for it."""
+    """A model ready to serve: its folder, its task and the package's pipeline for it."""
 
     folder: Path
     task: str
@@ -87,8 +87,8 @@ class Answer:
 # --- loading ----------------------------------------------------------------------------------------------------------
 
 
-def load_checkpoint(folder: Path, option: str = "--model") -> ServedModel:
-    """The checkpoint in `folder` with the package's pipeline for its task (see the module's docstring)."""
+def load_model(folder: Path, option: str = "--model") -> ServedModel:
+    """The model in `folder` with the package's pipeline for its task (see the module's docstring)."""
     task = read_task(folder, option)
     model = auto_class_of(task).from_pretrained(folder)  # no trust_remote_code: this package's registered classes
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -209,5 +209,5 @@ __all__ = [
     "ServedModel",
     "count_tokens",
     "language",
-    "load_checkpoint",
+    "load_model",
 ]

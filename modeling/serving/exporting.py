@@ -1,5 +1,5 @@
 """What the exports to other engines (vaswani.serving.ctranslate2_export, vaswani.serving.onnx_export) share: the checks
-of the checkpoint they read and of the folder they write. An error names the argument (as the scripts spell it), the
+of the model they read and of the folder they write. An error names the argument (as the scripts spell it), the
 value and what is allowed; and the options both export scripts take (`ExportArguments`)."""
 
 import json
@@ -14,7 +14,7 @@ from .. import output_paths
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
 from ..output_checks import check_output_writable
 from ..remote_code.vocabulary import check_vocabulary
-from ..safe_loading import check_checkpoint_folder
+from ..safe_loading import check_model_folder
 
 
 SEQ2SEQ_ARCHITECTURE = "VaswaniForConditionalGeneration"
@@ -22,11 +22,11 @@ SEQ2SEQ_ARCHITECTURE = "VaswaniForConditionalGeneration"
 
 @dataclass
 class ExportArguments:
-    """What scripts/export_ctranslate2.py and scripts/export_onnx.py read from the command line: the checkpoint, the
+    """What scripts/export_ctranslate2.py and scripts/export_onnx.py read from the command line: the model, the
     folder to write, and whether to replace what that folder holds."""
 
     model: str = field(
-        metadata={"help": "The checkpoint: a folder with a VaswaniForConditionalGeneration and its tokenizer."}
+        metadata={"help": "The model: a folder with a VaswaniForConditionalGeneration and its tokenizer."}
     )
     output_dir: str = field(metadata={"help": "The folder to write the exported model, its tokenizer and configs to."})
     overwrite_output_dir: bool = field(
@@ -36,9 +36,9 @@ class ExportArguments:
 
 def claim_output_dir(output_dir: Path, model_dir: Path, overwrite_output_dir: bool) -> output_paths.OutputFolder:
     """The export's folder, checked and published as every command's (vaswani.output_paths): not a link or a special
-    file, apart from the checkpoint file by file, not an existing folder unless overwriting (and then holding only
+    file, apart from the model file by file, not an existing folder unless overwriting (and then holding only
     files this project writes), written by one export at a time and renamed into place whole; and, before the
-    checkpoint is loaded, a folder that can be written there (vaswani.output_checks: its name with the temporary
+    model is loaded, a folder that can be written there (vaswani.output_checks: its name with the temporary
     name's suffix within the file system's limit, a folder this process can write into, room on the disk for the
     weights at least), so that a conversion is never lost to a write that could not be made."""
     check_output_writable(output_dir, "output_dir (--output_dir)", needed_bytes=_weights_bytes(Path(model_dir)))
@@ -49,7 +49,7 @@ def claim_output_dir(output_dir: Path, model_dir: Path, overwrite_output_dir: bo
 
 
 def _weights_bytes(model_dir: Path) -> int | None:
-    """The size of the checkpoint's weights file (an export holds them once at least); None where it is not a
+    """The size of the model's weights file (an export holds them once at least); None where it is not a
     regular file of the folder."""
     try:
         found = os.stat(model_dir / "model.safetensors")
@@ -58,9 +58,9 @@ def _weights_bytes(model_dir: Path) -> int | None:
     return found.st_size if stat.S_ISREG(found.st_mode) else None
 
 
-def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwargs):
+def load_seq2seq_model(model_dir: Path, engine: str, **from_pretrained_kwargs):
     """The sequence-to-sequence model (float32, eval mode) and tokenizer in `model_dir`, for an export to `engine`;
-    a folder that is not such a checkpoint of this project (another model type, a classifier, no tokenizer) is
+    a folder that is not such a model of this project (another model type, a classifier, no tokenizer) is
     refused by name."""
     from transformers import AutoTokenizer
 
@@ -69,17 +69,17 @@ def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwar
 
     if not model_dir.is_dir():
         raise FileNotFoundError(
-            f"model_dir (--model) {model_dir} is not a folder; pass a checkpoint folder (a {SEQ2SEQ_ARCHITECTURE} "
+            f"model_dir (--model) {model_dir} is not a folder; pass a model folder (a {SEQ2SEQ_ARCHITECTURE} "
             "saved with save_pretrained, with its tokenizer)."
         )
-    check_checkpoint_folder(model_dir)  # before any of its files is parsed
+    check_model_folder(model_dir)  # before any of its files is parsed
     config_file = model_dir / "config.json"
     if not config_file.is_file():
-        raise FileNotFoundError(f"model_dir (--model) {model_dir} is not a checkpoint: it has no config.json.")
+        raise FileNotFoundError(f"model_dir (--model) {model_dir} is not a model folder: it has no config.json.")
     raw = json.loads(config_file.read_text(encoding="utf-8"))
     if raw.get("model_type") != VaswaniConfig.model_type:
         raise ValueError(
-            f"model_dir (--model) {model_dir} holds a {raw.get('model_type')!r} model; only checkpoints of this "
+            f"model_dir (--model) {model_dir} holds a {raw.get('model_type')!r} model; only models of this "
             f"project (model_type {VaswaniConfig.model_type!r}) can be exported."
         )
     architectures = raw.get("architectures") or []
@@ -104,4 +104,4 @@ def load_seq2seq_checkpoint(model_dir: Path, engine: str, **from_pretrained_kwar
     return model.eval(), tokenizer
 
 
-__all__ = ["ExportArguments", "SEQ2SEQ_ARCHITECTURE", "claim_output_dir", "load_seq2seq_checkpoint"]
+__all__ = ["ExportArguments", "SEQ2SEQ_ARCHITECTURE", "claim_output_dir", "load_seq2seq_model"]

@@ -1,4 +1,4 @@
-"""Export a translation or summarization checkpoint of this project to ONNX (decoded with onnxruntime by
+"""Export a translation or summarization model of this project to ONNX (decoded with onnxruntime by
 `vaswani.serving.onnx_generation`).
 
     from vaswani.serving.onnx_export import export_to_onnx
@@ -35,7 +35,7 @@ and their relative-position biases are computed in the graph from the lengths, a
 past and to the new tokens up to itself (the causal mask). The decoder reads no padding of its own (no
 decoder_attention_mask), as in `generate`. Batch and every sequence axis are dynamic.
 
-The graphs are traced from the checkpoint's own modules (embeddings, projections, relative-position tables, residual
+The graphs are traced from the folder's own modules (embeddings, projections, relative-position tables, residual
 blocks, feed-forward networks, LayerNorms, `eager_attention_forward`) by small wrappers, `EncoderForOnnx` and
 `DecoderWithCacheForOnnx`, whose inputs and outputs are plain tensors: no transformers cache object crosses the graph
 boundary. The decoder wrapper spells out one cached step (concatenate the new keys and values to the past ones, build
@@ -46,7 +46,7 @@ fails ("Cannot view a tensor with shape [batch, sequence, heads, head_dim] ... a
 the eager path computes the same function and exports for every position type. Then each graph is run with onnxruntime on inputs of other shapes than the traced ones (a past of length 0 included) and compared with
 PyTorch, and an export that fails or disagrees is reported with the name of the graph.
 
-What is refused, by name: a folder that is not a sequence-to-sequence checkpoint of this project (a classifier,
+What is refused, by name: a folder that is not a sequence-to-sequence model of this project (a classifier,
 another model type), a non-empty output folder without `overwrite_output_dir`.
 
 onnx, onnxruntime and onnxscript (the exporter's writer) are optional dependencies:
@@ -63,7 +63,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .exporting import claim_output_dir, load_seq2seq_checkpoint
+from .exporting import claim_output_dir, load_seq2seq_model
 
 
 INSTALL_HINT = "pip install 'vaswani-transformer[onnx]'"
@@ -94,7 +94,7 @@ def import_onnx_runtime(export: bool = False):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The graphs: plain-tensor wrappers around the checkpoint's modules
+# The graphs: plain-tensor wrappers around the model's modules
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -207,7 +207,7 @@ def _decoder_output_names(decoder_layers: int) -> list[str]:
 
 
 def export_to_onnx(model_dir: str | Path, output_dir: str | Path, overwrite_output_dir: bool = False) -> Path:
-    """Export the checkpoint in `model_dir` (a `VaswaniForConditionalGeneration` saved with its tokenizer) to
+    """Export the model in `model_dir` (a `VaswaniForConditionalGeneration` saved with its tokenizer) to
     `output_dir`: `encoder.onnx`, `decoder.onnx` (see the module docstring), the tokenizer, `config.json` and
     `generation_config.json`. Each graph is checked against PyTorch with onnxruntime before anything is written.
     Returns the output folder."""
@@ -217,7 +217,7 @@ def export_to_onnx(model_dir: str | Path, output_dir: str | Path, overwrite_outp
         # eager attention: the sdpa path, traced with a relative-position bias, decomposes into a reshape that the
         # exporter cannot express (it fails with "Cannot view a tensor with shape ..."); eager computes the same
         # function
-        model, tokenizer = load_seq2seq_checkpoint(model_dir, "the ONNX export", attn_implementation="eager")
+        model, tokenizer = load_seq2seq_model(model_dir, "the ONNX export", attn_implementation="eager")
 
         with torch.no_grad():
             encoder = EncoderForOnnx(model).eval()

@@ -12,7 +12,7 @@ from ..cli import run_command
 from ..code_references import keep_own_code_references, keep_own_tokenizer_code_references
 from ..output_paths import OutputFolder
 from ..remote_code.configuration_vaswani import check_regular_files
-from ..safe_loading import check_checkpoint_folder
+from ..safe_loading import check_model_folder
 from .checkpoints import list_checkpoints, write_averaging_record
 
 
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> Path:
     with OutputFolder(output_dir, inputs, overwrite=args.overwrite_output_dir) as output:
         folders = [model_folder(path) for path in checkpoints]
         for folder in folders:
-            check_checkpoint_folder(folder)  # every one before any is loaded
+            check_model_folder(folder)  # every one before any is loaded
         require_one_model(folders)
         model = average_models(folders)
         keep_own_code_references(model.config, str(folders[0]))

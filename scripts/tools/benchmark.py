@@ -21,24 +21,25 @@ Runs on CPU by default and on the GPU when one is present (bf16 there, with a la
     python scripts/tools/benchmark.py --corpus --rounds 3         # a file translated: scripts/predict.py vs CTranslate2
 
 With --engines, only generation is timed, on the CPU, fp32 weights unless named: this model's `generate` with
-transformers' loop (`vaswani`, `cpu_decoding=False`), as a user gets it with no set-up (`default_generate`, the model's
-own CPU decoder; `default_pipeline`, transformers' `pipeline(task, model=FOLDER, trust_remote_code=True)` on the
-texts, shipped models only), after `vaswani.serving.cpu_inference.for_cpu_inference` (`vaswani_cpu`: the same decoder,
-its Linear layers through oneDNN, freed memory kept) or with int8 Linear layers (`vaswani_int8`); Marian (presets
-only); and CTranslate2 running this model's export (`ct2_fp32`, `ct2_int8`, `vaswani.serving.ctranslate2_export`), in
-process and alone in a fresh process (`*_alone`: CTranslate2, `vaswani_cpu` and `default_pipeline`, the pipeline in a
-process that cannot import this package, so that the headline ratios, `vaswani_cpu_alone_vs_ct2_fp32_alone` and
-`default_pipeline_alone_vs_ct2_fp32_alone`, compare processes timed alike, in pairs). The rest in one process, alternating round
-after round, at each thread count, greedy and beam-4, on each of `--workloads`: a preset with random weights (every
-engine forced to `--new-tokens` new tokens), or a shipped model, results/NAME/model, on the first `--batch-size`
-(default 64) inputs of its held-out data in one padded batch, decoded up to its generation config's max_new_tokens
-with its length penalty (and n-gram rule). Beam search stops as CTranslate2's does (`early_stopping=True`: an input is
-over once num_beams hypotheses have finished), so that every engine computes the same tokens; the shipped configs'
-rule (`early_stopping=False`, a longer search CTranslate2 cannot run) is timed beside, in process
-(`vaswani_cpu_early_stopping_false`). Each row gives the milliseconds per batch, the generated tokens per second
-(the tokens the plain model generates), the ratios to CTranslate2 fp32, whether `vaswani_cpu`, `default_generate`
-and CTranslate2 fp32 gave the tokens of transformers' loop (and `default_pipeline` their text), and the load average
-before and after (a loaded machine's numbers are noise). The table of results/benchmark/README.md comes from:
+transformers' loop (`vaswani`, `cpu_decoding=False`), as a user gets it with no set-up (`default_generate`, the
+model's own CPU decoder; `default_pipeline`, transformers' `pipeline(task, model=FOLDER, trust_remote_code=True)` on
+the texts, shipped models only), after `vaswani.serving.cpu_inference.for_cpu_inference` (`cpu_inference_fp32`: the
+same decoder, its Linear layers through oneDNN, freed memory kept) or with int8 Linear layers (`cpu_inference_int8`);
+Marian (presets only); and CTranslate2 running this model's export (`ct2_fp32`, `ct2_int8`,
+`vaswani.serving.ctranslate2_export`), in process and alone in a fresh process (`*_alone`: CTranslate2,
+`cpu_inference_fp32` and `default_pipeline`, the pipeline in a process that cannot import this package, so that the
+headline ratios, `cpu_inference_fp32_alone_vs_ct2_fp32_alone` and `default_pipeline_alone_vs_ct2_fp32_alone`, compare
+processes timed alike, in pairs). The rest in one process, alternating round after round, at each thread count, greedy
+and beam-4, on each of `--workloads`: a preset with random weights (every engine forced to `--new-tokens` new tokens),
+or a shipped model, results/NAME/model, on the first `--batch-size` (default 64) inputs of its held-out data in one
+padded batch, decoded up to its generation config's max_new_tokens with its length penalty (and n-gram rule). Beam
+search stops as CTranslate2's does (`early_stopping=True`: an input is over once num_beams hypotheses have finished),
+so that every engine computes the same tokens; the shipped configs' rule (`early_stopping=False`, a longer search
+CTranslate2 cannot run) is timed beside, in process (`cpu_inference_fp32_early_stopping_false`). Each row gives the
+milliseconds per batch, the generated tokens per second (the tokens the plain model generates), the ratios to
+CTranslate2 fp32, whether `cpu_inference_fp32`, `default_generate` and CTranslate2 fp32 gave the tokens of
+transformers' loop (and `default_pipeline` their text), and the load average before and after (a loaded machine's
+numbers are noise). The table of results/benchmark/README.md comes from:
 
     python scripts/tools/benchmark.py --engines --threads 1 2 --rounds 5 --alone_pairs 5 \\
         --workloads base multi30k_en_de multi30k_de_en samsum --data_dir ../shared/data \\
@@ -76,8 +77,8 @@ def main(argv=None):
                         help="time generation in every engine instead (CPU; needs the ctranslate2 extra)")
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="with --engines: the thread counts")
     parser.add_argument("--alone_pairs", type=int, default=3,
-                        help="with --engines: rounds of fresh processes timing vaswani_cpu, default_pipeline, "
-                        "CTranslate2 fp32, vaswani_int8 and CTranslate2 int8 alone")
+                        help="with --engines: rounds of fresh processes timing cpu_inference_fp32, default_pipeline, "
+                        "CTranslate2 fp32, cpu_inference_int8 and CTranslate2 int8 alone")
     parser.add_argument(
         "--workloads", nargs="+", default=["base"], choices=WORKLOADS,
         help="with --engines: presets (random weights and inputs) and shipped models (results/NAME/model on its "

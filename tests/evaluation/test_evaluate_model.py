@@ -13,7 +13,7 @@ from helpers import (
     QUIET,
     load_script,
     ner_rows,
-    save_seq2seq_checkpoint,
+    save_seq2seq_model,
     save_spread_translator,
     spread_weights,
     tiny_config,
@@ -80,7 +80,7 @@ def test_translation_results_come_from_the_pipeline_with_the_given_decoding(seq2
         "tokenized_bleu", "BLEU (tokenized, lowercased)", 100.0)
     assert "moses-tok:de" in tokenized_bleu["signature"]
     assert "beam 2" in results["conventions"]
-    assert "weights: the checkpoint as given (no checkpoint averaging recorded in it)" in results["conventions"]
+    assert "weights: the model as given (no checkpoint averaging recorded in it)" in results["conventions"]
 
 
 def test_a_local_test_file_is_recorded_under_its_label_or_its_path(seq2seq, tmp_path):
@@ -240,7 +240,7 @@ def test_token_classification_entity_f1_through_the_pipeline(tokenizer, tmp_path
     folder = tmp_path / "tagger"
     write_jsonl(tmp_path / "data" / "train.jsonl", ner_rows())
     (tmp_path / "data" / "labels.json").write_text(json.dumps(NER_LABELS))
-    checkpoint = save_seq2seq_checkpoint(tmp_path / "seq2seq", tokenizer)
+    checkpoint = save_seq2seq_model(tmp_path / "seq2seq", tokenizer)
     finetune.main(["--model_name_or_path", str(checkpoint), "--train_file", str(tmp_path / "data" / "train.jsonl"),
                    "--output_dir", str(folder), "--do_train", "--max_steps", "80", "--learning_rate", "5e-3",
                    "--per_device_train_batch_size", "5", "--save_strategy", "no", *QUIET])
@@ -252,8 +252,8 @@ def test_token_classification_entity_f1_through_the_pipeline(tokenizer, tmp_path
                                    "--aggregation_strategy", "average"])
     check_schema(results, "token-classification", len(rows))
     assert results["decoding"] == {"aggregation_strategy": "average"}
-    f1 = results["metrics"][0]
-    assert (f1["type"], f1["value"]) == ("f1", 1.0)
+    entity_f1 = results["metrics"][0]
+    assert (entity_f1["type"], entity_f1["value"]) == ("entity_f1", 1.0)
 
 
 def test_checkpoint_not_fine_tuned_for_the_task_is_refused(seq2seq, tmp_path):
@@ -361,7 +361,7 @@ def nothing_loaded(monkeypatch):
     def load(args):
         raise AssertionError("the checkpoint was loaded: the output was not checked first")
 
-    monkeypatch.setattr(vaswani.evaluation.run, "_load_checkpoint", load)
+    monkeypatch.setattr(vaswani.evaluation.run, "_load_model", load)
 
 
 def test_an_output_name_too_long_with_its_temporary_name_is_refused_before_the_evaluation(seq2seq, tmp_path,
@@ -420,7 +420,7 @@ def test_more_beams_than_the_memory_holds_are_refused_in_one_line_before_decodin
     data = write_jsonl(tmp_path / "test.jsonl", [{"en": en, "de": de} for en, de in PAIRS[:3]])
     monkeypatch.setattr(vaswani.remote_code.loading_checks, "available_memory", lambda device: 2**30)  # 1 GiB free
     generated = []
-    monkeypatch.setattr(VaswaniForConditionalGeneration, "_cpu_generate", lambda self: generated.append(1))
+    monkeypatch.setattr(VaswaniForConditionalGeneration, "_cpu_decoding", lambda self: generated.append(1))
     with pytest.raises(ValueError, match=r"^Generating 300,000 sequences at once \(--batch_size 3 x --num_beams "
                                          r"100000\), up to 128 tokens each .* needs at least [\d.]+ GB of memory, more "
                                          r"than the 1\.1 GB available on cpu: lower num_beams") as refused:

@@ -169,7 +169,8 @@ def test_every_task_is_scored_under_its_names_in_order():
     assert (macro[1].name, macro[1].value) == ("F1 (macro)", pytest.approx(5 / 9))
     assert macro[1].as_entry() == {"type": "f1", "name": "F1 (macro)", "value": 0.5556}  # no signature
     entities = compute_scores("token-classification", [["B-PER", "O", "B-LOC"]], [["B-PER", "O", "B-ORG"]])
-    assert score_values(entities) == {"f1": 0.5, "precision": 0.5, "recall": 0.5, "accuracy": pytest.approx(2 / 3)}
+    assert score_values(entities) == {"entity_f1": 0.5, "entity_precision": 0.5, "entity_recall": 0.5,
+                                      "accuracy": pytest.approx(2 / 3)}
     for task, scores in (("summarization", summaries), ("text-classification", binary),
                          ("token-classification", entities)):
         assert tuple(s.type for s in scores) == TASK_METRICS[task]

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
 from finetune_helpers import count_calls, language_rows, run_two_processes, weights
-from helpers import QUIET, load_script, save_seq2seq_checkpoint, write_jsonl
+from helpers import QUIET, load_script, save_seq2seq_model, write_jsonl
 from vaswani.remote_code.modeling_vaswani import VaswaniFeedForward
 
 
@@ -79,7 +79,7 @@ def test_the_runs_record_holds_its_data_options_and_one_split_has_one_source(tok
 
 
 def test_seq2seq_checkpoint_gives_its_encoder_decoder_and_a_new_head(tokenizer, data, tmp_path, caplog):
-    checkpoint = save_seq2seq_checkpoint(tmp_path / "seq2seq", tokenizer)
+    checkpoint = save_seq2seq_model(tmp_path / "seq2seq", tokenizer)
     output = tmp_path / "out"
     # a learning rate of 0 leaves the weights as loaded, so the saved model shows what was reused
     results = script.main([
@@ -99,7 +99,7 @@ def test_seq2seq_checkpoint_gives_its_encoder_decoder_and_a_new_head(tokenizer, 
 def test_encoder_only_classifier_takes_a_seq2seq_checkpoints_encoder_and_classifies(tokenizer, data, tmp_path):
     """`--config_overrides is_encoder_decoder=False`: the encoder of a seq2seq checkpoint and a new head (half the
     weights of the BART-style classifier), trained, saved, reloaded by the Auto class and run by the pipeline."""
-    checkpoint = save_seq2seq_checkpoint(tmp_path / "seq2seq", tokenizer)
+    checkpoint = save_seq2seq_model(tmp_path / "seq2seq", tokenizer)
     output = tmp_path / "out"
     results = script.main([
         "--model_name_or_path", str(checkpoint), "--config_overrides", "is_encoder_decoder=False,dropout=0.0",
@@ -255,7 +255,7 @@ def test_a_fine_tuned_folder_points_only_to_this_projects_code(tokenizer, data, 
     checkpoints keep only the entries this project writes, each dropped one named in a warning."""
     from vaswani.remote_code.configuration_vaswani import AUTO_MAP
 
-    checkpoint = save_seq2seq_checkpoint(tmp_path / "planted", tokenizer)
+    checkpoint = save_seq2seq_model(tmp_path / "planted", tokenizer)
     config = json.loads((checkpoint / "config.json").read_text())
     config["auto_map"]["AutoModelForSequenceClassification"] = "evil.Model"
     config["auto_map"]["AutoModelForCausalLM"] = "someone/else--evil.Model"
@@ -359,7 +359,7 @@ def test_resuming_with_other_data_or_another_base_model_is_refused(tokenizer_dir
     with pytest.raises(ValueError, match=rf"^{where} it continues \(what was -> what is\): --train_file "
                                          rf"'{re.escape(str(data / 'train.jsonl'))}' -> '{re.escape(str(other))}'\. "):
         script.main(with_option(resumed, "--train_file", str(other)))
-    base = save_seq2seq_checkpoint(tmp_path / "base", AutoTokenizer.from_pretrained(tokenizer_dir))
+    base = save_seq2seq_model(tmp_path / "base", AutoTokenizer.from_pretrained(tokenizer_dir))
     another_base = [item for item in resumed if item not in ("--preset", "tiny")] + ["--model_name_or_path", str(base)]
     with pytest.raises(ValueError, match=rf"--model_name_or_path None -> '{re.escape(str(base))}'; --preset 'tiny' "
                                          "-> None"):

@@ -10,7 +10,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.generation import utils as generation_utils
 
 from finetune_helpers import count_calls, run_two_processes, weights
-from helpers import PAIRS, QUIET, load_script, save_seq2seq_checkpoint, tiny_config, write_jsonl
+from helpers import PAIRS, QUIET, load_script, save_seq2seq_model, tiny_config, write_jsonl
 from vaswani import VaswaniForConditionalGeneration, VaswaniForTokenClassification
 from vaswani.finetuning.seq2seq import encode_pairs
 from vaswani.remote_code.modeling_vaswani import VaswaniFeedForward
@@ -25,7 +25,7 @@ script = load_script("finetune_seq2seq")
 def checkpoint(tokenizer, tmp_path_factory):
     """A saved en->de model and its tokenizer: the "existing checkpoint" that fine-tuning starts from."""
     folder = tmp_path_factory.mktemp("multi30k-like")
-    return save_seq2seq_checkpoint(folder, tokenizer, source_lang="en", target_lang="de")
+    return save_seq2seq_model(folder, tokenizer, source_lang="en", target_lang="de")
 
 
 @pytest.fixture(scope="module")

@@ -195,7 +195,7 @@ def test_the_command_line_reports_bad_input_without_a_traceback(tmp_path):
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 1
-    assert result.stderr.strip() == f"push_to_hub.py: error: --model {tmp_path} is not a checkpoint folder: it has no config.json."
+    assert result.stderr.strip() == f"push_to_hub.py: error: --model {tmp_path} is not a model folder: it has no config.json."
 
 
 def test_dry_run_needs_an_empty_output_folder(checkpoint, tmp_path):
@@ -236,6 +236,9 @@ def test_an_invalid_repo_id_is_refused_before_any_work(checkpoint, tmp_path):
                       {"type": "bleu", "name": "BLEU", "value": 2.0}]},
          r"`metrics\[1\].type` is `bleu`, a retired metric name \(here: tokenized_bleu\); python "
          r"scripts/tools/results_table.py --rename_metrics --rename_paths .*results\.json rewrites it"),
+        # token classification's entity F1 was `f1` (text classification's name): refused there only
+        ({"task": "token-classification", "metrics": [{"type": "f1", "name": "Entity F1", "value": 0.8}]},
+         r"`metrics\[0\].type` is `f1`, a retired metric name \(here: entity_f1\); python "),
         ({"decoding": [4]}, "`decoding` is not a mapping"),
         ({"decoding": {"num_beams": 0}}, r"`decoding.num_beams` is 0; expected an integer >= 1"),
         ({"decoding": {"num_beams": 4, "no_repeat_ngram_size": "3"}}, r"`decoding.no_repeat_ngram_size` is '3'"),

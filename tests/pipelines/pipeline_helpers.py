@@ -12,7 +12,7 @@ SPACED = ("Where is the station?", "Wo ist der Bahnhof ?")
 TRAINING_PAIRS = PAIRS + [SPACED]
 SOURCES = [source for source, _ in TRAINING_PAIRS]
 LABELS = {0: "negative", 1: "positive"}
-REMOTE_CODE = REPO / "modeling" / "remote_code"  # what a checkpoint carries
+REMOTE_CODE = REPO / "modeling" / "remote_code"  # what a saved model carries
 PIPELINE_FILES = ["pipeline_vaswani.py", "vocabulary.py"]  # the pipeline file and the module it imports
 
 # The tagger's sentences: words and their tags, and the spans of the entities in the first one.

@@ -403,7 +403,7 @@ def test_a_checkpoint_of_another_project_or_with_an_untrained_head_is_refused(tr
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"model_type": "bert"}))
     result = command_in_process(SCRIPT, ["--model", other, "--input_file", corpus, "--output_file", tmp_path / "out"])
-    assert result.returncode == 1 and "holds a 'bert' model, not a checkpoint of this project" in result.stderr
+    assert result.returncode == 1 and "holds a 'bert' model, not a model of this project" in result.stderr
 
 
 @pytest.mark.parametrize("options, message", [

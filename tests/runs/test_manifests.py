@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PAIRS, REPO, run_main, save_seq2seq_checkpoint, snapshot, write_jsonl
+from helpers import PAIRS, REPO, run_main, save_seq2seq_model, snapshot, write_jsonl
 from vaswani.output_paths import OutputFolder
 from vaswani.runs.manifests import MANIFEST_FILE
 from vaswani.runs import manifests
@@ -41,8 +41,8 @@ USER_FILES = {
 def inputs(tokenizer, tmp_path_factory):
     folder = tmp_path_factory.mktemp("inputs")
     return {
-        "model": save_seq2seq_checkpoint(folder / "model", tokenizer, source_lang="en", target_lang="de"),
-        "other": save_seq2seq_checkpoint(folder / "other", tokenizer, seed=1, source_lang="en", target_lang="de"),
+        "model": save_seq2seq_model(folder / "model", tokenizer, source_lang="en", target_lang="de"),
+        "other": save_seq2seq_model(folder / "other", tokenizer, seed=1, source_lang="en", target_lang="de"),
         "data": write_jsonl(folder / "pairs.jsonl", [{"en": en, "de": de} for en, de in PAIRS]),
     }
 

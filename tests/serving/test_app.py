@@ -1,7 +1,7 @@
 """scripts/app.py and vaswani.serving.app / demo_tasks, the web demo of the shipped models: started once on a free
 local port, it is used in a real browser (Debian's headless Chromium, driven by Selenium through chromedriver) and
 through gradio_client, and every answer is the package's pipeline's for the same text; bad input is answered in the
-page; a folder that is not a checkpoint of this project is refused in one line before anything loads."""
+page; a folder that is not a model of this project is refused in one line before anything loads."""
 
 import json
 import shutil
@@ -342,7 +342,7 @@ def test_the_size_limit_counts_a_body_sent_without_its_length():
     assert read == [600] and sent[0]["status"] == 413
 
 
-# --- the command line: a folder that is not a checkpoint of this project ----------------------------------------------
+# --- the command line: a folder that is not a model of this project ---------------------------------------------------
 
 
 def bare_checkpoint(folder: Path, tokenizer) -> Path:
@@ -368,15 +368,15 @@ def test_a_folder_that_is_not_a_checkpoint_is_refused_in_one_line(case, tmp_path
         arguments = ["--model", bare_checkpoint(folder, tokenizer), "--port", "70000"]
     result = command_in_process(APP, arguments)
     message = {
-        "missing": f"--model {folder}: no such folder; give a checkpoint folder of this project.",
-        "empty": f"--model {folder} is not a checkpoint folder: it has no config.json.",
-        "other_project": f"--model {folder} holds a 'bert' model, not a checkpoint of this project (model_type "
+        "missing": f"--model {folder}: no such folder; give a model folder of this project.",
+        "empty": f"--model {folder} is not a model folder: it has no config.json.",
+        "other_project": f"--model {folder} holds a 'bert' model, not a model of this project (model_type "
                          "'vaswani').",
         "bare_model": f"--model {folder}: config.json names the model class 'VaswaniModel', which serves none of this "
                       "project's tasks; the task heads are VaswaniForConditionalGeneration, "
                       "VaswaniForSequenceClassification, VaswaniForTokenClassification.",
         "no_tokenizer": f"{folder} has tokenizer_config.json but no tokenizer.json, which holds the tokenizer itself: "
-                        "copy it from where the checkpoint was saved.",
+                        "copy it from where the model was saved.",
         "port": "--port must be a whole number >= 1 and <= 65535; got 70000.",
     }[case]
     assert (result.returncode, result.stderr, result.stdout) == (1, f"app.py: error: {message}\n", "")

@@ -1,6 +1,6 @@
 """vaswani.serving.cpu_inference: oneDNN fp32 gives the plain model's outputs; int8 stays close to them, on the trained
 en->de model the project ships (real weights and real sentences: random weights would make agreement meaningless);
-`CPUInference` holds the model it runs, changing nothing of it but its Linear layers."""
+`CpuInference` holds the model it runs, changing nothing of it but its Linear layers."""
 
 import copy
 import json
@@ -16,9 +16,9 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationMixin
 from helpers import PAIRS, REPO, SHARED_DATA, needs_shared_data, spread_weights, tiny_config
 from vaswani import VaswaniForConditionalGeneration
 import vaswani.remote_code.cpu_decoding as cpu_decoding
-from vaswani.remote_code.cpu_decoding import CpuGenerate
+from vaswani.remote_code.cpu_decoding import CpuDecoding
 from vaswani.serving import cpu_inference
-from vaswani.serving.cpu_inference import CPUInference, OneDNNLinear, for_cpu_inference
+from vaswani.serving.cpu_inference import CpuInference, OneDNNLinear, for_cpu_inference
 
 
 EN_DE = REPO / "results" / "multi30k_en_de" / "model"
@@ -57,12 +57,12 @@ def test_onednn_fp32_gives_the_plain_models_logits_and_tokens(plain, tokenizer):
 
 
 def test_the_object_holds_the_model_and_gives_its_logits_and_tokens(plain, tokenizer):
-    """CPUInference runs the model it was given (fp32: the same object, its Linear layers through oneDNN, the same
+    """CpuInference runs the model it was given (fp32: the same object, its Linear layers through oneDNN, the same
     parameters): its forward and generate give the plain model's logits and tokens, and nothing else of the model is
     replaced (no `generate` of its own, no transformers hook overridden)."""
     model = copy.deepcopy(plain)
     parameters = [id(parameter) for parameter in model.parameters()]
-    inference = CPUInference(model)
+    inference = CpuInference(model)
     assert inference.model is model and inference.decoder is None
     assert [id(parameter) for parameter in model.parameters()] == parameters
     assert all(type(module) is OneDNNLinear for module in model.modules() if isinstance(module, nn.Linear))
@@ -74,7 +74,7 @@ def test_the_object_holds_the_model_and_gives_its_logits_and_tokens(plain, token
     for settings in ({"num_beams": 1}, {"num_beams": 4, "length_penalty": 0.6}):
         assert inference.generate(**inputs, max_new_tokens=40, **settings).tolist() == generated(
             plain, tokenizer, SENTENCES, max_new_tokens=40, **settings)
-    int8 = CPUInference(model, quantization="int8")
+    int8 = CpuInference(model, quantization="int8")
     assert int8.model is not model and int8.decoder is None
     assert any(isinstance(module, torch.ao.nn.quantized.dynamic.Linear) for module in int8.model.modules())
     assert all(type(module) is OneDNNLinear for module in model.modules() if isinstance(module, nn.Linear))
@@ -166,10 +166,10 @@ def test_models_of_other_projects_are_refused_by_name():
 
 def test_a_model_class_without_the_default_path_gets_it_from_the_switch(plain, tokenizer):
     """A model of a checkpoint saved by older code, whose class does not decode on the CPU path by itself (its
-    generate is transformers' loop, and it has no `_cpu_generate`): the switch puts the path in front of it."""
+    generate is transformers' loop, and it has no `_cpu_decoding`): the switch puts the path in front of it."""
 
     class Older(VaswaniForConditionalGeneration):
-        _cpu_generate = None
+        _cpu_decoding = None
 
         def generate(self, *args, **kwargs):
             return GenerationMixin.generate(self, *args, **kwargs)
@@ -177,11 +177,11 @@ def test_a_model_class_without_the_default_path_gets_it_from_the_switch(plain, t
     older = Older(plain.config).eval()
     older.load_state_dict(plain.state_dict())
     expected = generated(plain, tokenizer, SENTENCES, max_new_tokens=20, num_beams=2, cpu_decoding=False)
-    inference = CPUInference(older)  # holds the path: the model's generate stays its class's
-    assert isinstance(inference.decoder, CpuGenerate) and "generate" not in vars(older)
+    inference = CpuInference(older)  # holds the path: the model's generate stays its class's
+    assert isinstance(inference.decoder, CpuDecoding) and "generate" not in vars(older)
     inputs = tokenizer(SENTENCES, return_tensors="pt", padding=True)
     with torch.no_grad():
         assert inference.generate(**inputs, max_new_tokens=20, num_beams=2).tolist() == expected
     fast = for_cpu_inference(older)  # a model passed on as a model: the path in front of its generate
-    assert isinstance(vars(fast).get("generate"), CpuGenerate)
+    assert isinstance(vars(fast).get("generate"), CpuDecoding)
     assert generated(fast, tokenizer, SENTENCES, max_new_tokens=20, num_beams=2) == expected

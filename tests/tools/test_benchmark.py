@@ -95,27 +95,28 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
                    and (name != "default_pipeline" or row["workload"] != "tiny")]  # (a preset has no texts)
         assert all(row[f"{name}_tokens_per_s"] > 0 and row[f"{name}_ms"] > 0 for name in engines)
         assert row["ct2_fp32_alone_tokens_per_s"] > 0 and row["ct2_int8_alone_tokens_per_s"] > 0  # fresh processes
-        assert row["vaswani_cpu_alone_tokens_per_s"] > 0  # the package's loop in a fresh process too
-        assert row["vaswani_cpu_alone_vs_ct2_fp32_alone"] == pytest.approx(
-            row["vaswani_cpu_alone_tokens_per_s"] / row["ct2_fp32_alone_tokens_per_s"])  # one pair: its ratio
-        pair = [pytest.approx(row["vaswani_cpu_alone_ms"]), pytest.approx(row["ct2_fp32_alone_ms"])]
+        assert row["cpu_inference_fp32_alone_tokens_per_s"] > 0  # the package's loop in a fresh process too
+        assert row["cpu_inference_fp32_alone_vs_ct2_fp32_alone"] == pytest.approx(
+            row["cpu_inference_fp32_alone_tokens_per_s"] / row["ct2_fp32_alone_tokens_per_s"])  # one pair: its ratio
+        pair = [pytest.approx(row["cpu_inference_fp32_alone_ms"]), pytest.approx(row["ct2_fp32_alone_ms"])]
         assert row["alone_pairs"] == [pair]
-        int8_pair = [pytest.approx(row["vaswani_int8_alone_ms"]), pytest.approx(row["ct2_int8_alone_ms"])]
-        assert row["int8_alone_pairs"] == [int8_pair] and row["vaswani_int8_alone_vs_ct2_int8_alone"] == pytest.approx(
-            row["ct2_int8_alone_ms"] / row["vaswani_int8_alone_ms"])
+        int8_pair = [pytest.approx(row["cpu_inference_int8_alone_ms"]), pytest.approx(row["ct2_int8_alone_ms"])]
+        assert row["int8_alone_pairs"] == [int8_pair]
+        assert row["cpu_inference_int8_alone_vs_ct2_int8_alone"] == pytest.approx(
+            row["ct2_int8_alone_ms"] / row["cpu_inference_int8_alone_ms"])
         assert row["vaswani_vs_ct2_fp32"] == pytest.approx(row["vaswani_tokens_per_s"] / row["ct2_fp32_tokens_per_s"])
-        assert row["vaswani_cpu_vs_ct2_fp32_alone"] == pytest.approx(
-            row["vaswani_cpu_tokens_per_s"] / row["ct2_fp32_alone_tokens_per_s"])
-        assert row["vaswani_cpu_same_tokens"] is True and row["default_generate_same_tokens"] is True
+        assert row["cpu_inference_fp32_vs_ct2_fp32_alone"] == pytest.approx(
+            row["cpu_inference_fp32_tokens_per_s"] / row["ct2_fp32_alone_tokens_per_s"])
+        assert row["cpu_inference_fp32_same_tokens"] is True and row["default_generate_same_tokens"] is True
         # the plain engine is transformers' loop; the defaults decode on the CPU path
         assert row["vaswani_ms"] > 0 and row["default_generate_ms"] > 0
         # beam search stops as CTranslate2's does (early_stopping=True): every engine computes the same tokens
         assert row["ct2_fp32_same_tokens"] is True
         if row["num_beams"] > 1:  # and the shipped configs' own rule (early_stopping=False), timed beside
-            assert row["vaswani_cpu_early_stopping_false_ms"] > 0
-            assert row["vaswani_cpu_early_stopping_false_new_tokens"] > 0
+            assert row["cpu_inference_fp32_early_stopping_false_ms"] > 0
+            assert row["cpu_inference_fp32_early_stopping_false_new_tokens"] > 0
         else:
-            assert "vaswani_cpu_early_stopping_false_ms" not in row
+            assert "cpu_inference_fp32_early_stopping_false_ms" not in row
         assert len(row["load_average"]) == 2
     for shipped in rows[2:]:  # the pipeline a user builds from the folder, in process and alone, paired with CT2
         assert shipped["default_pipeline_same_text"] is True

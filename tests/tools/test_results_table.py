@@ -190,7 +190,7 @@ def test_a_shipped_model_is_linked_in_its_row_and_listed_in_the_shipped_block(pr
     recipes = json.loads(json.dumps(RECIPES))
     recipes["recipes"][0]["model"] = "results/en_de/model"
     (project / "recipes.yaml").write_text(yaml.safe_dump(recipes, sort_keys=False), encoding="utf-8")
-    with pytest.raises(ValueError, match=r"`model` names results/en_de/model, which is not a checkpoint folder"):
+    with pytest.raises(ValueError, match=r"`model` names results/en_de/model, which is not a model folder"):
         run(project)
     write_json(project / "results/en_de/model/config.json", {"model_type": "vaswani"})
     readme = project / "README.md"
@@ -337,6 +337,12 @@ def test_a_training_summary_without_a_duration_is_named(project):
          r"metric name \(it meant sacrebleu in training and tokenized_bleu in results files and recipes\): use "
          r"sacrebleu or tokenized_bleu; python scripts/tools/results_table.py --rename_metrics rewrites the file\.$"),
         (lambda r: r.update(metrics=["sacrebleu", "bleu"]), r"`bleu` is a retired metric name"),
+        # `f1` is text classification's: token classification's entity F1 is `entity_f1`
+        (lambda r: r.update(task="token-classification", metrics=["entity_f1", "recall"]),
+         r"\(Multi30k en->de\): `recall` is a retired metric name of token-classification \(it meant entity_recall\): "
+         r"use entity_recall; python scripts/tools/results_table.py --rename_metrics rewrites the file\.$"),
+        (lambda r: r.update(task="token-classification", goal={"metric": "f1", "at_least": 0.8}),
+         r"`f1` is a retired metric name of token-classification \(it meant entity_f1\): use entity_f1"),
         # the prose and the other runs live in the notes file
         (lambda r: r.update(notes="Average of the last 5."), r"\(Multi30k en->de\): `notes` no longer go in the recipes "
          r"file: write them in the recipe's notes file \(results/<recipe>/notes.md\) and name it with `notes_file`"),
@@ -428,20 +434,24 @@ def test_a_file_without_either_marker_pair_is_named(project):
         run(project, files=("NOTES.md",))
 
 
-# --rename_metrics: files of the repository's own layout as an older version wrote them (`bleu` for two meanings),
-# made from the committed files by undoing the rename, with what each held instead
+# --rename_metrics: files of the repository's own layout as an older version wrote them (`bleu` for two meanings;
+# `f1`, `precision`, `recall` for token classification's entity scores), made from the committed files by undoing the
+# renames, with what each held instead
 OLDER_VERSIONS = {
-    "scripts/configs/recipes.yaml": ("tokenized_bleu", "bleu"),  # metrics and goals: the results files' BLEU
-    "results/multi30k_en_de/evaluation_results.json": ('"tokenized_bleu"', '"bleu"'),
-    "results/multi30k_en_de/training_summary.json": ('"best_metric": "sacrebleu"', '"best_metric": "bleu"'),
-    "results/multi30k_en_de/model/README.md": ("tokenized_bleu", "bleu"),  # the card's metadata
-    "results/benchmark/gpu_suite.json": ('"tokenized_bleu"', '"bleu"'),  # the recipe's scores, from a results file
+    # metrics and goals: the results files' BLEU, the entity scores (SST-2's `f1` stays)
+    "scripts/configs/recipes.yaml": [("tokenized_bleu", "bleu"), ("entity_", "")],
+    "results/multi30k_en_de/evaluation_results.json": [('"tokenized_bleu"', '"bleu"')],
+    "results/multi30k_en_de/training_summary.json": [('"best_metric": "sacrebleu"', '"best_metric": "bleu"')],
+    "results/multi30k_en_de/model/README.md": [("tokenized_bleu", "bleu")],  # the card's metadata
+    "results/benchmark/gpu_suite.json": [('"tokenized_bleu"', '"bleu"')],  # the recipe's scores, from a results file
+    "results/conll2003/evaluation_results.json": [('"entity_', '"')],
+    "results/conll2003/model/README.md": [("- entity_", "- "), ("type: entity_", "type: ")],
 }
 # files the command leaves as they are: no retired name, or a file no tool reads (a sweep's numbers, here as an older
 # version wrote them: named as left)
 UNTOUCHED = ["results/sst2/evaluation_results.json", "results/samsum/training_summary.json",
              "results/multi30k_en_de_gpu/sweep_h200.json"]
-LEFT_AS_WRITTEN = {"results/multi30k_en_de_gpu/sweep_h200.json": ('"tokenized_bleu"', '"bleu"')}
+LEFT_AS_WRITTEN = {"results/multi30k_en_de_gpu/sweep_h200.json": [('"tokenized_bleu"', '"bleu"')]}
 
 
 def older_copy(root):
@@ -452,9 +462,9 @@ def older_copy(root):
         committed[path] = (REPO / path).read_text(encoding="utf-8")
         older = committed[path]
         if path in OLDER_VERSIONS or path in LEFT_AS_WRITTEN:
-            new, old = {**OLDER_VERSIONS, **LEFT_AS_WRITTEN}[path]
-            assert new in older, f"{path} holds no {new}"
-            older = older.replace(new, old)
+            for new, old in {**OLDER_VERSIONS, **LEFT_AS_WRITTEN}[path]:
+                assert new in older, f"{path} holds no {new}"
+                older = older.replace(new, old)
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(older, encoding="utf-8")
     for recipe in yaml.safe_load(committed["scripts/configs/recipes.yaml"])["recipes"]:
@@ -472,8 +482,9 @@ def rename_command(root, *extra):
 
 def test_rename_metrics_rewrites_an_older_versions_files_to_the_committed_ones(tmp_path):
     """Each retired name becomes what it meant where it stands (tokenized BLEU in results files, recipes, cards and
-    the GPU suite's recipe scores; sacreBLEU in a training summary), every other byte as it was: from the files an
-    older version wrote, the command makes exactly the repository's. --check names them and writes nothing."""
+    the GPU suite's recipe scores; sacreBLEU in a training summary; the entity scores where token classification's
+    `f1`, `precision`, `recall` stand, text classification's `f1` kept), every other byte as it was: from the files
+    an older version wrote, the command makes exactly the repository's. --check names them and writes nothing."""
     committed = older_copy(tmp_path)
     older = {path: (tmp_path / path).read_text(encoding="utf-8") for path in committed}
     checked = rename_command(tmp_path, "--check")
@@ -491,7 +502,9 @@ def test_rename_metrics_rewrites_an_older_versions_files_to_the_committed_ones(t
         path: older[path] if path in LEFT_AS_WRITTEN else text for path, text in committed.items()}
     assert "results/multi30k_en_de/training_summary.json (training summary)" in renamed.stdout
     # then the tables, from the renamed files
-    assert "| yes (tokenized_bleu 41.43 ≥ 41) |" in table_rows((tmp_path / "README.md").read_text())["Multi30k en->de"]
+    rows = table_rows((tmp_path / "README.md").read_text())
+    assert "| yes (tokenized_bleu 41.43 ≥ 41) |" in rows["Multi30k en->de"]
+    assert "| yes (entity_f1 0.8172 ≥ 0.8) |" in rows["CoNLL-2003"]
     assert rename_command(tmp_path, "--check").returncode == 0
 
 
@@ -511,7 +524,7 @@ def test_a_retired_name_the_command_cannot_rewrite_in_place_is_named_and_nothing
     recipes["recipes"][0]["metrics"] = ["bleu", "sacrebleu"]
     text = yaml.safe_dump(recipes, sort_keys=False)
     (project / "recipes.yaml").write_text(text, encoding="utf-8")
-    with pytest.raises(ValueError, match=r"recipes\.yaml: its retired metric names \(bleu\) stand where this command "
+    with pytest.raises(ValueError, match=r"recipes\.yaml: its retired metric names \(bleu, f1, precision, recall\) stand where this command "
                                          r"does not rewrite them; rename them by hand"):
         run(project, "--rename_metrics")
     assert (project / "recipes.yaml").read_text(encoding="utf-8") == text
@@ -523,3 +536,17 @@ def test_no_results_file_of_the_repository_holds_the_retired_name():
     holding = [str(path.relative_to(REPO)) for path in sorted((REPO / "results").rglob("*.json"))
                if '"bleu"' in path.read_text(encoding="utf-8").replace('\\"', '"')]
     assert holding == []
+
+
+def test_the_repository_names_token_classifications_entity_scores_as_such():
+    """`f1` is text classification's; token classification's results files, recipes, cards and training summaries
+    name its entity scores `entity_f1`, `entity_precision`, `entity_recall` (the Trainer's `eval_entity_f1`, ...)."""
+    assert rename_command(REPO, "--check").returncode == 0
+    conll = REPO / "results/conll2003"
+    assert [m["type"] for m in json.loads((conll / "evaluation_results.json").read_text())["metrics"]] == [
+        "entity_f1", "entity_precision", "entity_recall", "accuracy"]
+    summary = json.loads((conll / "training_summary.json").read_text())
+    assert {"eval_entity_f1", "eval_entity_precision", "eval_entity_recall"} <= set(summary)
+    assert not {"eval_f1", "eval_precision", "eval_recall"} & set(summary)
+    assert [m["type"] for m in json.loads((REPO / "results/sst2/evaluation_results.json").read_text())["metrics"]] == [
+        "accuracy", "f1"]

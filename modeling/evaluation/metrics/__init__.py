@@ -15,7 +15,7 @@ rouge-score) rather than re-implementing them, except accuracy/F1 and the CoNLL-
 lines each.
 
 What the project reports goes through one function, `compute_scores` (`scores`), under one vocabulary of names
-(`names`: `sacrebleu`, `tokenized_bleu`, `rouge1`, ..., `accuracy`, `f1`).
+(`names`: `sacrebleu`, `tokenized_bleu`, `rouge1`, ..., `accuracy`, `f1`, `entity_f1`, ...).
 """
 
 from pathlib import Path

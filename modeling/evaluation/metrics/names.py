@@ -4,7 +4,9 @@ before it), the results files of scripts/evaluate_model.py, the recipes' `metric
 metadata, and train.py's --best_metric.
 
 A name an older version wrote with two meanings is retired, not guessed at: `retired_metric` says what it meant and
-which names replace it, and `RENAME_COMMAND` rewrites the files that hold it to what it meant in each.
+which names replace it, and `RENAME_COMMAND` rewrites the files that hold it to what it meant in each. A name that
+keeps one meaning but an older version also wrote for another task's score (`f1`, text classification's, was token
+classification's entity F1) is retired for that task only.
 """
 
 from dataclasses import dataclass
@@ -34,10 +36,11 @@ METRIC_TYPES = {
     "rougeL": MetricType("ROUGE-L F-measure, Porter-stemmed, the mean over examples", 100),
     "rougeLsum": MetricType("ROUGE-Lsum F-measure (summaries cut into sentences at line breaks)", 100),
     "accuracy": MetricType("the share of labels (text classification) or words (tagging) predicted right", 1),
-    "f1": MetricType("F1: of label 1 with two labels, else macro-averaged (text classification); of entities "
-                     "(tagging)", 1),
-    "precision": MetricType("entity precision (tagging)", 1),
-    "recall": MetricType("entity recall (tagging)", 1),
+    "f1": MetricType("F1 of label 1 with two labels, else macro-averaged (text classification)", 1),
+    "entity_f1": MetricType("entity-level F1, an entity counting when its type, first and last word match, as "
+                            "conlleval counts (tagging)", 1),
+    "entity_precision": MetricType("entity-level precision (tagging)", 1),
+    "entity_recall": MetricType("entity-level recall (tagging)", 1),
 }
 
 # What each task is scored with, in the order results files list it (vaswani.evaluation.metrics.compute_scores): the
@@ -55,13 +58,29 @@ RETIRED_NAMES = {
     },
 }
 
+# Names an older version wrote for one task's scores, retired for that task only: {task: {name: the name it is now}}.
+RETIRED_TASK_NAMES = {
+    "token-classification": {"f1": "entity_f1", "precision": "entity_precision", "recall": "entity_recall"},
+}
+
 # the repository's command that rewrites the retired names in the files an older version wrote
 RENAME_COMMAND = "python scripts/tools/results_table.py --rename_metrics"
 
 
-def retired_metric(name: str) -> str | None:
-    """Why `name` is no longer a metric name and which names replace it (for a one-line error), or None where it is
-    not retired."""
+def renamed_metric(name: str, where: str, task: str | None = None) -> str | None:
+    """The name a retired `name` is now where it was written (`where`: "training" or "results") for `task`, or None
+    where it is not retired there."""
+    if name in RETIRED_TASK_NAMES.get(task, {}):
+        return RETIRED_TASK_NAMES[task][name]
+    return RETIRED_NAMES[name][where] if name in RETIRED_NAMES else None
+
+
+def retired_metric(name: str, task: str | None = None) -> str | None:
+    """Why `name` is no longer a metric name (of `task`, where given) and which names replace it (for a one-line
+    error), or None where it is not retired."""
+    if name in RETIRED_TASK_NAMES.get(task, {}):
+        renamed = RETIRED_TASK_NAMES[task][name]
+        return f"`{name}` is a retired metric name of {task} (it meant {renamed}): use {renamed}"
     if name not in RETIRED_NAMES:
         return None
     meant = RETIRED_NAMES[name]
@@ -70,6 +89,6 @@ def retired_metric(name: str) -> str | None:
 
 
 __all__ = [
-    "METRIC_TYPES", "MetricType", "OPTIONAL_TASK_METRICS", "RENAME_COMMAND", "RETIRED_NAMES", "TASK_METRICS",
-    "retired_metric",
+    "METRIC_TYPES", "MetricType", "OPTIONAL_TASK_METRICS", "RENAME_COMMAND", "RETIRED_NAMES", "RETIRED_TASK_NAMES",
+    "TASK_METRICS", "renamed_metric", "retired_metric",
 ]

@@ -70,9 +70,9 @@ def _text_classification(predictions, references, num_labels: int) -> list[Score
 def _token_classification(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> list[Score]:
     scores = load_metric("seqeval", keep_in_memory=True).compute(predictions=predictions, references=references)
     return [
-        Score("f1", "Entity F1 (seqeval-style)", scores["overall_f1"]),
-        Score("precision", "Entity precision", scores["overall_precision"]),
-        Score("recall", "Entity recall", scores["overall_recall"]),
+        Score("entity_f1", "Entity F1 (seqeval-style)", scores["overall_f1"]),
+        Score("entity_precision", "Entity precision", scores["overall_precision"]),
+        Score("entity_recall", "Entity recall", scores["overall_recall"]),
         Score("accuracy", "Token accuracy", scores["overall_accuracy"]),
     ]
 
@@ -89,7 +89,8 @@ def compute_scores(
       (`tokenized_bleu_compound_split`, names.OPTIONAL_TASK_METRICS);
     - summarization: texts; ROUGE-1/2/L/Lsum F-measures in 0-100, Porter-stemmed, the mean over examples;
     - text-classification: label ids; accuracy, and F1 of label 1 where `num_labels` is 2, else macro-averaged;
-    - token-classification: a tag sequence each (BIO names); entity F1, precision and recall, token accuracy."""
+    - token-classification: a tag sequence each (BIO names); `entity_f1`, `entity_precision` and
+      `entity_recall`, and token accuracy."""
     if compound_split and task != "translation":
         raise ValueError(f"Compound splitting is a rule of translation BLEU; --task {task} is not scored with it.")
     if task == "translation":

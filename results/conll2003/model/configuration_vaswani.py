@@ -7,7 +7,7 @@ encoder, the decoder and the output projection.
 A config can come from anywhere (the Hub, a shared folder), so every value is checked when the config is built
 (`_check_values`), and its file is bounded before it is parsed (`check_json_file`).
 
-This file is copied into every saved checkpoint, so it imports nothing from this project.
+This file is copied into every saved model, so it imports nothing from this project.
 """
 
 import contextvars
@@ -27,7 +27,7 @@ POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "relative")
 LAYER_NORM_POSITIONS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu", "gelu_new", "silu", "swish", "tanh")
 
-# Every Auto class the project registers, written into each saved config so that a checkpoint folder loads with
+# Every Auto class the project registers, written into each saved config so that a model folder loads with
 # `trust_remote_code=True` where this package is not installed.
 AUTO_MAP = {
     "AutoConfig": "configuration_vaswani.VaswaniConfig",
@@ -38,8 +38,8 @@ AUTO_MAP = {
     "AutoTokenizer": ["tokenization_vaswani.VaswaniTokenizer", None],
 }
 
-# The pipelines every checkpoint declares, resolved by `transformers.pipeline(task, model=DIR, trust_remote_code=True)`
-# from the pipeline code file that the checkpoint carries (transformers 5 removed these tasks from its own registry).
+# The pipelines every saved model declares, resolved by `transformers.pipeline(task, model=DIR, trust_remote_code=True)`
+# from the pipeline code file that the model carries (transformers 5 removed these tasks from its own registry).
 CUSTOM_PIPELINES = {
     task: {"impl": f"pipeline_vaswani.{class_name}", "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}
     for task, class_name in (
@@ -81,7 +81,7 @@ MAX_SIZES = {
 }
 MAX_FP32_GIGABYTES = 400  # about 100B parameters
 
-# Bounds on a JSON file of a checkpoint (config, tokenizer, generation settings), checked before it is parsed.
+# Bounds on a JSON file of a model (config, tokenizer, generation settings), checked before it is parsed.
 # Python's json module recurses once per level of nesting, so a file nested 200,000 levels deep ends in a
 # RecursionError; the files this project writes are nested 6 levels at most. tokenizer.json holds the vocabulary and
 # the merges (4 MB for 37,000 tokens) and may be large; every other file is a few KB.
@@ -285,15 +285,15 @@ class VaswaniConfig(PreTrainedConfig):
         return isinstance(token_id, int) and not isinstance(token_id, bool) and 0 <= token_id < self.vocab_size
 
 
-# What a folder entry is, where it is not a regular file or a folder (links followed): never opened when a checkpoint
+# What a folder entry is, where it is not a regular file or a folder (links followed): never opened when a model
 # is read, since opening a FIFO blocks until something writes to it, and a device never ends.
 _SPECIAL_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
                   (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-MAX_FOLDER_ENTRIES = 100_000  # entries of a checkpoint folder looked at; a checkpoint holds a few dozen
+MAX_FOLDER_ENTRIES = 100_000  # entries of a model folder looked at; a model holds a few dozen
 
 
 def special_kind(path) -> str | None:
-    """What makes `path` unreadable as a file of a checkpoint, in words: a FIFO, a device, a socket (links
+    """What makes `path` unreadable as a file of a model, in words: a FIFO, a device, a socket (links
     followed), or a loop of symbolic links; None for a regular file, a folder, or nothing there."""
     try:
         mode = os.stat(path).st_mode
@@ -305,7 +305,7 @@ def special_kind(path) -> str | None:
 
 
 def check_regular_files(folder) -> None:
-    """Refuse a checkpoint or tokenizer folder holding an entry that is not a regular file or a folder (a FIFO, a
+    """Refuse a model or tokenizer folder holding an entry that is not a regular file or a folder (a FIFO, a
     device, a socket, a loop of symbolic links), before anything opens one: OSError naming it. A FIFO named
     model.safetensors blocked every reader forever in open(); one named config.json made transformers answer
     "Unrecognized model"."""
@@ -321,36 +321,36 @@ def check_regular_files(folder) -> None:
                     pass
                 kind = special_kind(entry.path)
                 if kind is not None:
-                    raise OSError(f"{entry.path} is {kind}, not a regular file: a checkpoint's files "
+                    raise OSError(f"{entry.path} is {kind}, not a regular file: a model's files "
                                   "are read only as regular files. Replace it with the file itself (save or "
-                                  "download the checkpoint again).")
+                                  "download the model again).")
     except (FileNotFoundError, NotADirectoryError):
         return
 
 
 def check_json_file(path) -> None:
-    """Refuse a JSON file of a checkpoint that is larger or more deeply nested than any this project writes, or that
+    """Refuse a JSON file of a model that is larger or more deeply nested than any this project writes, or that
     is not a regular file (`special_kind`), before anything opens or parses it: ValueError naming the file.
     tokenizer.json may be larger than the others (it holds the vocabulary)."""
     kind = special_kind(path)
     if kind is not None:
         raise ValueError(f"{path} is {kind}, not a regular file: it is not opened. Replace it with the file itself "
-                         "(save or download the checkpoint again).")
+                         "(save or download the model again).")
     name = os.path.basename(os.fspath(path))
     limit = MAX_VOCABULARY_JSON_BYTES if name == "tokenizer.json" else MAX_JSON_BYTES
     size = os.path.getsize(path)
     if size > limit:
         raise ValueError(
-            f"{path} is {size:,} bytes, more than the {limit:,} a checkpoint's {name} may have: the file is damaged "
-            "or not what it claims to be. Save or download the checkpoint again."
+            f"{path} is {size:,} bytes, more than the {limit:,} a model's {name} may have: the file is damaged "
+            "or not what it claims to be. Save or download the model again."
         )
     with open(path, encoding="utf-8", errors="replace") as file:
         depth = json_nesting_depth(file.read(), stop_above=MAX_JSON_DEPTH)
     if depth > MAX_JSON_DEPTH:
         raise ValueError(
-            f"{path} is nested more than {MAX_JSON_DEPTH} levels deep (the files of a checkpoint are nested a few "
+            f"{path} is nested more than {MAX_JSON_DEPTH} levels deep (the files of a model are nested a few "
             "levels): the file is damaged or hostile, and parsing it would exhaust the interpreter's stack. Save or "
-            "download the checkpoint again."
+            "download the model again."
         )
 
 

@@ -36,7 +36,7 @@ A decoder is anything with two methods:
                         of inputs changes, the indices of the inputs kept (each input's rows stay together, in
                         `num_beams` rows), else None
 
-This file is copied into every saved checkpoint, beside cpu_decoding.py: it imports only torch.
+This file is copied into every saved model, beside cpu_decoding.py: it imports only torch.
 """
 
 from dataclasses import dataclass

@@ -42,8 +42,8 @@ pipelines put each call's tag first themselves and never set it.
 A tokenizer folder may come from elsewhere: its JSON files are bounded before transformers parses them
 (`from_pretrained`).
 
-This file is copied into every saved checkpoint, so it imports from this project only configuration_vaswani.py (the
-bounds of a checkpoint's files), with a relative import: transformers copies that file beside it.
+This file is copied into every saved model, so it imports from this project only configuration_vaswani.py (the
+bounds of a model's files), with a relative import: transformers copies that file beside it.
 """
 
 import json
@@ -191,7 +191,7 @@ class VaswaniTokenizer(PreTrainedTokenizerFast):
 
     def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
         """As in transformers, with tokenizer.json written without indentation: the same JSON in less than half the
-        bytes (557,770 -> 246,560 for the shipped SST-2 tokenizer), which every checkpoint carries."""
+        bytes (557,770 -> 246,560 for the shipped SST-2 tokenizer), which every saved model carries."""
         file_names = super()._save_pretrained(save_directory, file_names, legacy_format, filename_prefix)
         path = Path(save_directory) / f"{filename_prefix + '-' if filename_prefix else ''}tokenizer.json"
         self.backend_tokenizer.save(str(path), pretty=False)

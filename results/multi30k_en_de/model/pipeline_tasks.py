@@ -2,17 +2,17 @@
 is served as its folder is.
 
 From a folder, `transformers.pipeline(task, model=DIR, trust_remote_code=True)` finds the task in the folder's config
-(`custom_pipelines`) and takes its class from the checkpoint's own `pipeline_vaswani.py`. Given a model object,
+(`custom_pipelines`) and takes its class from the folder's own `pipeline_vaswani.py`. Given a model object,
 transformers looks only at its own registry, where transformers 5 has no translation, summarization or
 text2text-generation (it raises KeyError: "removed"), and where token-classification is its own pipeline, which
 guesses this tokenizer's words ("AngelaMerkel"). So building a model of this project registers, for every task its
 config declares, `ServedPipeline`: a stand-in that builds, for a model of this project, the class a folder would give
-(the installed package's `vaswani.pipelines`, or the checkpoint's own file for a model of the checkpoint's class), and
+(the installed package's `vaswani.pipelines`, or the folder's own file for a model of the folder's class), and
 for a model of any other project what transformers itself does (its token-classification pipeline; KeyError for the
 removed tasks). The registry is transformers' `PIPELINE_REGISTRY`, the one `PIPELINE_REGISTRY.register_pipeline`
 writes; the removed tasks are taken out of `REMOVED_TASKS`, which would otherwise refuse them first.
 
-This file is copied into every saved checkpoint and imported there on its own, so it imports only the standard
+This file is copied into every saved model and imported there on its own, so it imports only the standard
 library, transformers and pipeline_vaswani.py beside it (when a pipeline is built).
 """
 
@@ -47,20 +47,20 @@ class ServedPipeline:
 def pipeline_class_of(model, task: str) -> type:
     """The class `transformers.pipeline(task, model=FOLDER, trust_remote_code=True)` would build for `model`'s folder:
     the one its config declares for `task`, from the pipeline file beside this one: the installed package's for a
-    model of the package's class, the checkpoint's own for a model of the checkpoint's code."""
+    model of the package's class, the folder's own for a model of the folder's code."""
     declared = getattr(model.config, "custom_pipelines", None) or {}
     entry = declared.get(task) or declared.get(_canonical(task))
     if entry is None:
         own = sorted(declared) or "no pipeline of its own (text-classification is transformers' own)"
         made_as = ", ".join(getattr(model.config, "architectures", None) or [type(model).__name__])
         raise ValueError(
-            f"This checkpoint ({made_as}) does not serve the {task!r} pipeline: its config declares {own}. Translation, "
+            f"This model ({made_as}) does not serve the {task!r} pipeline: its config declares {own}. Translation, "
             "summarization and text2text-generation need a VaswaniForConditionalGeneration, token-classification a "
             "VaswaniForTokenClassification."
         )
     module_name, class_name = entry["impl"].rsplit(".", 1)
-    # the pipeline file beside this one (the package's, or the checkpoint's), imported when a pipeline is built, not
-    # with the model; written `from .module import`, the form transformers follows when it copies a checkpoint's code
+    # the pipeline file beside this one (the package's, or the model's), imported when a pipeline is built, not
+    # with the model; written `from .module import`, the form transformers follows when it copies a model's code
     # into its module cache
     from .pipeline_vaswani import (
         SummarizationPipeline,
@@ -112,7 +112,7 @@ def register_pipeline_tasks(config) -> None:
             )
         current = registry.supported_tasks.get(task)
         if current is not None and getattr(current.get("impl"), "__name__", None) == ServedPipeline.__name__:
-            continue  # registered already (by this copy of the file or another checkpoint's: they do the same)
+            continue  # registered already (by this copy of the file or another model's: they do the same)
         if current is not None:
             _TRANSFORMERS_ENTRIES.setdefault(task, current)
         model_classes = tuple(getattr(transformers, name) for name in (declaration.get("pt") or ()))

@@ -3,8 +3,8 @@ elsewhere (its JSON files bounded, its safetensors weights readable, floating po
 refused) and whether the weights fit in the memory left where they would be built.
 
 The models' `from_pretrained` and `from_config` run them (modeling_vaswani.py), the tokenizer asks here for the memory
-left (tokenization_vaswani.py), and the commands run the same checks on a whole checkpoint folder first
-(`vaswani.safe_loading`). This file is copied into every saved checkpoint with the model file, which imports it, so it
+left (tokenization_vaswani.py), and the commands run the same checks on a whole model folder first
+(`vaswani.safe_loading`). This file is copied into every saved model with the model file, which imports it, so it
 imports from this project only with relative imports.
 """
 
@@ -60,7 +60,7 @@ def check_weights_file(path: Path) -> None:
     except Exception as error:  # the safetensors reader raises its own exception type
         raise OSError(
             f"Cannot read the weights file {path}: {error}. The file is truncated or is not a safetensors file; "
-            "save or download the checkpoint again."
+            "save or download the model again."
         ) from error
     check_weight_values(path)
 
@@ -84,7 +84,7 @@ def check_weight_values(path: Path) -> None:
                 continue
             if dtype not in FLOAT_WEIGHT_DTYPES:
                 raise OSError(f"The weights file {path} holds {name} as {dtype}: a model's weights are floating point "
-                              f"({', '.join(FLOAT_WEIGHT_DTYPES)}). Save or download the checkpoint again.")
+                              f"({', '.join(FLOAT_WEIGHT_DTYPES)}). Save or download the model again.")
             if not torch.isfinite(weights.get_tensor(name)).all():
                 raise OSError(f"The weights file {path} holds NaN or infinite values in {name}: the model would "
                               "compute NaN. Use a checkpoint saved before the training diverged, or download it again.")
@@ -99,7 +99,7 @@ def check_fits_in_memory(config: VaswaniConfig, dtype: torch.dtype | None = None
     device = torch.device(device) if device is not None else torch.get_default_device()
     available = available_memory(device)
     if available is None or not hasattr(config, "estimated_parameters"):
-        return  # a device whose free memory cannot be read (meta, mps), or the config of an older checkpoint
+        return  # a device whose free memory cannot be read (meta, mps), or the config of an older model
     parameters = config.estimated_parameters()
     needed = parameters * dtype.itemsize
     if needed > available:

@@ -2,7 +2,7 @@
 the sinusoidal positional encoding, the positions of padded inputs, the name of the outputs' cache field, and the
 message for non-finite logits.
 
-This file is copied into every saved checkpoint (modeling_vaswani.py imports it), so it imports from this project
+This file is copied into every saved model (modeling_vaswani.py imports it), so it imports from this project
 nothing at all.
 """
 

@@ -6,14 +6,14 @@ Read top to bottom, this file follows the paper:
     ->  encoder and decoder layers with residual connections and LayerNorm (3.1)  ->  the two stacks
     ->  the encoder-decoder with shared embeddings (3.4)  ->  the task heads.
 
-Last come the helpers of a saved checkpoint: the weights' permissions and the code files it carries. The checks on
+Last come the helpers of a saved model: the weights' permissions and the code files it carries. The checks on
 loading (the files of a folder from elsewhere, whether the weights fit in memory) are loading_checks.py's.
 
 Attention goes through transformers' attention-function interface (`eager`, `sdpa`, `flash_attention_2`), decoding
 uses transformers' cache classes, and the outputs are transformers' output classes, so that `generate()`, the
 pipelines, `Trainer`, gradient checkpointing and `output_attentions` work as for any model in the library.
 
-This file is copied into every saved checkpoint, so it imports from this project only with relative imports.
+This file is copied into every saved model, so it imports from this project only with relative imports.
 """
 
 import inspect
@@ -543,12 +543,12 @@ class VaswaniPreTrainedModel(PreTrainedModel):
         return super()._from_config(config, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """Save as usual, and put beside the weights the code files a checkpoint needs to load, with
+        """Save as usual, and put beside the weights the code files a model needs to load, with
         `trust_remote_code=True`, where this package is not installed: the tokenizer and the pipelines."""
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
             # the weights are written through a private temporary file (0600): give them the permissions of every
-            # other file the user writes, so that a shared or served checkpoint folder is readable as a whole
+            # other file the user writes, so that a shared or served model folder is readable as a whole
             umask = current_umask()
             for weights_file in Path(save_directory).glob("*.safetensors"):
                 weights_file.chmod(0o666 & ~umask)
@@ -945,14 +945,14 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         """`GenerationMixin.generate`, with two differences.
 
         On a CPU, greedy and beam search run through this project's decoder (`cpu_decoding.py`, carried by every
-        checkpoint): the tokens of transformers' loop, two to four times faster at the shipped models' size. Any call
+        saved model): the tokens of transformers' loop, two to four times faster at the shipped models' size. Any call
         it does not cover (sampling, a streamer, scores or attentions in the output, other logits processors, a model
         in training mode or not in float32) runs transformers' loop, as every call on a GPU does; so does a model the
         decoder would not reproduce exactly (a hook, a `forward` set on it or on a module, a module of another class:
         `cpu_decoding.unreproduced`), said once at info level.
         `cpu_decoding=False`, or `model.generation_config.cpu_decoding = False`, keeps transformers' loop for all.
 
-        With a `streamer` and no beam count given, decoding is greedy. Checkpoints decode by default as they were
+        With a `streamer` and no beam count given, decoding is greedy. Models decode by default as they were
         scored (beam search, `num_beams` in their generation config, as Marian's translation models do), but a
         streamer shows one hypothesis as it grows, which beam search does not have: transformers would refuse the
         call. Greedy is what such a call means; pass `num_beams` to choose."""
@@ -966,7 +966,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         if not isinstance(cpu_decoding, bool):
             raise ValueError(f"cpu_decoding must be True or False, got {cpu_decoding!r}.")
         if cpu_decoding and kwargs.get("custom_generate") is None and self.device.type == "cpu":
-            return self._cpu_generate()(*args, streamer=streamer, **kwargs)
+            return self._cpu_decoding()(*args, streamer=streamer, **kwargs)
         return super().generate(*args, streamer=streamer, **kwargs)
 
     def _check_generation_request(self, args: tuple, kwargs: dict, config) -> None:
@@ -1007,15 +1007,15 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         check_generation_fits(self.config, inputs.shape[0] * per_input, inputs.shape[1], min(target, positions), what,
                               dtype=self.dtype, device=self.device)
 
-    def _cpu_generate(self):
-        """The model's CPU decoder (`cpu_decoding.CpuGenerate`, made at the first call): it holds the weights laid out
+    def _cpu_decoding(self):
+        """The model's CPU decoder (`cpu_decoding.CpuDecoding`, made at the first call): it holds the weights laid out
         for it and each thread's buffers, and hands every call to `GenerationMixin.generate`."""
-        from .cpu_decoding import CpuGenerate
+        from .cpu_decoding import CpuDecoding
 
-        cpu_generate = self.__dict__.get("_cpu_generate_state")
-        if cpu_generate is None:
-            cpu_generate = self.__dict__["_cpu_generate_state"] = CpuGenerate(self, GenerationMixin.generate)
-        return cpu_generate
+        cpu_decoding = self.__dict__.get("_cpu_decoding_state")
+        if cpu_decoding is None:
+            cpu_decoding = self.__dict__["_cpu_decoding_state"] = CpuDecoding(self, GenerationMixin.generate)
+        return cpu_decoding
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -1125,7 +1125,7 @@ class VaswaniForSequenceClassification(VaswaniPreTrainedModel):
 
     With `is_encoder_decoder=False` in the config, the encoder alone, as BERT does it (half the weights): the
     encoder's state at the last token (the end-of-sequence token, which sees the whole text) feeds the head. The
-    encoder of a seq2seq checkpoint loads into it (`from_pretrained(path, is_encoder_decoder=False)`)."""
+    encoder of a seq2seq model loads into it (`from_pretrained(path, is_encoder_decoder=False)`)."""
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
@@ -1203,7 +1203,7 @@ class VaswaniForSequenceClassification(VaswaniPreTrainedModel):
 
 class VaswaniEncoderModel(VaswaniPreTrainedModel):
     """The shared embedding and the encoder alone, named as in `VaswaniModel` so that the encoder weights of any
-    checkpoint of this project load into it (a seq2seq model's decoder is simply not used)."""
+    model of this project load into it (a seq2seq model's decoder is simply not used)."""
 
     _tied_weights_keys = {"encoder.embeddings.embed_tokens.weight": "shared.weight"}
 
@@ -1272,12 +1272,12 @@ class VaswaniForTokenClassification(VaswaniPreTrainedModel):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Checkpoint files: on saving, the weights' permissions and the code files carried
+# Model files: on saving, the weights' permissions and the code files carried
 # ---------------------------------------------------------------------------------------------------------------
 
 
 # The carried files a model's code may not import, so that transformers' module cache (which holds the files the model
-# file imports, directly or not) may lack them: the tokenizer's, and in the code of older checkpoints the pipelines'.
+# file imports, directly or not) may lack them: the tokenizer's, and in the code of older models the pipelines'.
 NOT_IMPORTED_FILES = ("tokenization_vaswani.py", "pipeline_vaswani.py", "vocabulary.py")
 
 
@@ -1295,10 +1295,10 @@ def current_umask() -> int:
 
 
 def code_files_to_ship(extra_folders: list[Path] = ()) -> list[Path]:
-    """The code files a checkpoint carries: every Python file of the folder this file is in but `__init__.py` (the
+    """The code files a model carries: every Python file of the folder this file is in but `__init__.py` (the
     package's `vaswani/remote_code/`, which holds them all and nothing else; or transformers' module cache of a
-    checkpoint's code), and where that folder lacks one of `NOT_IMPORTED_FILES`, the file of that name in
-    `extra_folders` (the folder a model was loaded from). The folder's own files come first: a checkpoint re-saved
+    model's code), and where that folder lacks one of `NOT_IMPORTED_FILES`, the file of that name in
+    `extra_folders` (the folder a model was loaded from). The folder's own files come first: a model re-saved
     from an older folder carries the code that runs, not that folder's."""
     here = Path(__file__).resolve().parent
     found = {path.name: path for path in sorted(here.glob("*.py")) if path.name != "__init__.py"}

@@ -1,8 +1,8 @@
 """Translation, summarization, text-to-text and token-classification pipelines for the Vaswani models.
 
-transformers 5 removed the first three tasks from its own `pipeline()`. A checkpoint of this project declares them in
+transformers 5 removed the first three tasks from its own `pipeline()`. A model of this project declares them in
 its config's `custom_pipelines`, and `pipeline("translation", model=DIR, trust_remote_code=True)` loads the classes
-below from the checkpoint's own copy of this file. They behave as transformers 4.x's pipelines did:
+below from the folder's own copy of this file. They behave as transformers 4.x's pipelines did:
 
     translator(text)                      -> [{"translation_text": "..."}]
     translator([text, text], batch_size=2) -> [{"translation_text": "..."}, {"translation_text": "..."}]
@@ -25,9 +25,9 @@ settings) to itself and sets nothing on the shared tokenizer or model. The token
 arguments on every call, so it never switches state between calls (transformers' fast tokenizers set their truncation
 on the shared backend at each call), and the target-language tag is put first by the call itself.
 
-This file is copied into every saved checkpoint and imported there on its own (where the `vaswani` package may not be
+This file is copied into every saved model and imported there on its own (where the `vaswani` package may not be
 installed), so it imports only the standard library, torch, transformers and tokenizers (which transformers needs),
-and `vocabulary.py` beside it, which checkpoints carry with it.
+and `vocabulary.py` beside it, which models carry with it.
 """
 
 import bisect

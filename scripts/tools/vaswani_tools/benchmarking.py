@@ -238,8 +238,8 @@ def _generation_function(model, setup: Setup, new_tokens: int, num_beams: int):
 
 # --- inference engines ---------------------------------------------------------------------------------------------
 
-ENGINES = ("vaswani", "default_generate", "default_pipeline", "vaswani_cpu", "vaswani_int8", "marian", "ct2_fp32",
-           "ct2_int8")
+ENGINES = ("vaswani", "default_generate", "default_pipeline", "cpu_inference_fp32", "cpu_inference_int8", "marian",
+           "ct2_fp32", "ct2_int8")
 TOOLS = Path(__file__).resolve().parents[1]  # scripts/tools/, where the package vaswani_tools is
 REPO = TOOLS.parents[1]  # the checkout
 # the shipped models timed as they are used: a batch of the first held-out inputs, decoded as their generation
@@ -293,8 +293,8 @@ def _preset_workload(preset: str, args, scratch: Path) -> Workload:
     models = {
         "vaswani": ours,
         "default_generate": copy.deepcopy(ours),
-        "vaswani_cpu": for_cpu_inference(copy.deepcopy(ours)),
-        "vaswani_int8": for_cpu_inference(ours, quantization="int8"),
+        "cpu_inference_fp32": for_cpu_inference(copy.deepcopy(ours)),
+        "cpu_inference_int8": for_cpu_inference(ours, quantization="int8"),
         "marian": marian_model(setup),
     }
     exports = {f"ct2_{q or 'fp32'}": _ctranslate2_export(ours, scratch / preset, q) for q in (None, "int8")}
@@ -326,8 +326,8 @@ def _shipped_workload(name: str, args, scratch: Path) -> Workload:
     models = {
         "vaswani": ours,
         "default_generate": copy.deepcopy(ours),
-        "vaswani_cpu": for_cpu_inference(copy.deepcopy(ours)),
-        "vaswani_int8": for_cpu_inference(ours, quantization="int8"),
+        "cpu_inference_fp32": for_cpu_inference(copy.deepcopy(ours)),
+        "cpu_inference_int8": for_cpu_inference(ours, quantization="int8"),
     }
     exports = {f"ct2_{q or 'fp32'}": export_to_ctranslate2(folder, scratch / name / f"ct2_{q or 'fp32'}", quantization=q)
                for q in (None, "int8")}
@@ -367,7 +367,7 @@ def _decoding_settings(workload: Workload, num_beams: int, early_stopping: bool 
     tokens (the row checks CTranslate2 fp32's against `generate`'s). transformers' default, `early_stopping=False`
     (the shipped generation configs'), goes on while a running beam might still beat the worst finished one: more
     steps for the same inputs, which only this project's engines can run (`early_stopping=False` here: the row's
-    `vaswani_cpu_early_stopping_false`)."""
+    `cpu_inference_fp32_early_stopping_false`)."""
     settings = {**workload.settings, "num_beams": num_beams}
     if num_beams == 1:
         settings.pop("length_penalty", None)
@@ -461,17 +461,17 @@ def _time_alone(setup: str, call: str, rounds: int) -> float:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _vaswani_cpu_alone(workload: Workload, num_beams: int, threads: int, rounds: int, scratch: Path,
-                       quantization: str = "fp32") -> float:
-    """Median seconds of one `vaswani_cpu` call (`vaswani_int8` with `quantization="int8"`) timed as
+def _cpu_inference_alone(workload: Workload, num_beams: int, threads: int, rounds: int, scratch: Path,
+                         quantization: str = "fp32") -> float:
+    """Median seconds of one `cpu_inference_fp32` call (`cpu_inference_int8` with `quantization="int8"`) timed as
     `_ctranslate2_alone` times CTranslate2: in a fresh process that runs nothing else, rounds back to back after one
-    untimed call, so that both sides of the ratio `vaswani_cpu_alone_vs_ct2_fp32_alone` are measured alike (in the
-    alternating rounds every call follows another engine's turn). The inputs travel as safetensors (no pickle)."""
+    untimed call, so that both sides of the ratio `cpu_inference_fp32_alone_vs_ct2_fp32_alone` are measured alike (in
+    the alternating rounds every call follows another engine's turn). The inputs travel as safetensors (no pickle)."""
     from safetensors.torch import save_file
 
     inputs = scratch / f"{workload.name}_inputs.safetensors"
     save_file({name: tensor.contiguous() for name, tensor in workload.inputs.items()}, inputs)
-    job = scratch / "vaswani_cpu_job.json"
+    job = scratch / f"cpu_inference_{quantization}_job.json"
     job.write_text(json.dumps({"folder": str(workload.folder), "inputs": str(inputs),
                                "settings": _decoding_settings(workload, num_beams)}), encoding="utf-8")
     setup = (  # this model alone: no CTranslate2 in that process
@@ -527,18 +527,18 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
     if workload.pipeline is not None:
         calls["default_pipeline"] = _pipeline_function(workload.pipeline, workload, beams)
     if beams > 1:  # the shipped configs' stopping rule, which CTranslate2 cannot run (see _decoding_settings)
-        calls["vaswani_cpu_early_stopping_false"] = _generate_function(
-            workload.models["vaswani_cpu"], workload, beams, early_stopping=False)
+        calls["cpu_inference_fp32_early_stopping_false"] = _generate_function(
+            workload.models["cpu_inference_fp32"], workload, beams, early_stopping=False)
     calls.update({name: _ctranslate2_function(folder, workload.sources, options, threads)
                   for name, folder in workload.exports.items()})
     load_before = _load_average()
     seconds = _alternate(calls, args.rounds, 1, 1, workload.setup)
-    plain, ours = calls["vaswani"](), calls["vaswani_cpu"]()
+    plain, ours = calls["vaswani"](), calls["cpu_inference_fp32"]()
     config = workload.models["vaswani"].config
     tokens = new_tokens(plain, config.pad_token_id)  # what the plain model generates: the work every engine does
     row = {"workload": workload.name, "threads": threads, "num_beams": beams, "batch": workload.setup.batch_size,
            "source_length": workload.setup.source_length, "new_tokens": tokens,
-           "vaswani_cpu_same_tokens": plain.tolist() == ours.tolist(),
+           "cpu_inference_fp32_same_tokens": plain.tolist() == ours.tolist(),
            "default_generate_same_tokens": plain.tolist() == calls["default_generate"]().tolist(),
            "ct2_fp32_same_tokens": _ctranslate2_tokens(calls["ct2_fp32"](), workload)
            == generated_tokens(plain, config.eos_token_id),
@@ -547,18 +547,18 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
         row["default_pipeline_same_text"] = calls["default_pipeline"]() == workload.pipeline.tokenizer.batch_decode(
             plain, skip_special_tokens=True)
     if beams > 1:  # a longer search: its own tokens
-        row["vaswani_cpu_early_stopping_false_new_tokens"] = new_tokens(
-            calls["vaswani_cpu_early_stopping_false"](), config.pad_token_id)
+        row["cpu_inference_fp32_early_stopping_false_new_tokens"] = new_tokens(
+            calls["cpu_inference_fp32_early_stopping_false"](), config.pad_token_id)
     for name, value in seconds.items():
         row[f"{name}_ms"] = 1000 * value
         row[f"{name}_tokens_per_s"] = row.get(f"{name}_new_tokens", tokens) / value
     # this model and CTranslate2 fp32 each in fresh processes, in pairs (the first of a pair alternating): the ratio
     # is the median of the pairs' ratios, so that the machine's drift between processes cancels
     timers = {
-        "vaswani_cpu": lambda: _vaswani_cpu_alone(workload, beams, threads, args.rounds, scratch),
+        "cpu_inference_fp32": lambda: _cpu_inference_alone(workload, beams, threads, args.rounds, scratch),
         "ct2_fp32": lambda: _ctranslate2_alone(workload.exports["ct2_fp32"], workload.sources, options, threads,
                                                args.rounds, scratch),
-        "vaswani_int8": lambda: _vaswani_cpu_alone(workload, beams, threads, args.rounds, scratch, "int8"),
+        "cpu_inference_int8": lambda: _cpu_inference_alone(workload, beams, threads, args.rounds, scratch, "int8"),
         "ct2_int8": lambda: _ctranslate2_alone(workload.exports["ct2_int8"], workload.sources, options, threads,
                                                args.rounds, scratch),
     }
@@ -567,8 +567,8 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
     pairs, pipeline_pairs, int8_pairs = [], [], []
     for index in range(args.alone_pairs):
         timings = {name: timers[name]() for name in (list(timers) if index % 2 == 0 else list(timers)[::-1])}
-        pairs.append((timings["vaswani_cpu"], timings["ct2_fp32"]))
-        int8_pairs.append((timings["vaswani_int8"], timings["ct2_int8"]))
+        pairs.append((timings["cpu_inference_fp32"], timings["ct2_fp32"]))
+        int8_pairs.append((timings["cpu_inference_int8"], timings["ct2_int8"]))
         if "default_pipeline" in timings:
             pipeline_pairs.append((timings["default_pipeline"], timings["ct2_fp32"]))
     row["alone_pairs"] = [[1000 * ours, 1000 * theirs] for ours, theirs in pairs]  # milliseconds
@@ -578,22 +578,22 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
         row["default_pipeline_alone_vs_ct2_fp32_alone"] = statistics.median(
             theirs / ours for ours, theirs in pipeline_pairs)
     row["int8_alone_pairs"] = [[1000 * ours, 1000 * theirs] for ours, theirs in int8_pairs]
-    alone = {"vaswani_cpu_alone": statistics.median(ours for ours, _ in pairs),
+    alone = {"cpu_inference_fp32_alone": statistics.median(ours for ours, _ in pairs),
              "ct2_fp32_alone": statistics.median(theirs for _, theirs in pairs),
-             "vaswani_int8_alone": statistics.median(ours for ours, _ in int8_pairs),
+             "cpu_inference_int8_alone": statistics.median(ours for ours, _ in int8_pairs),
              "ct2_int8_alone": statistics.median(theirs for _, theirs in int8_pairs)}
     for name, value in alone.items():
         row[f"{name}_ms"] = 1000 * value
         row[f"{name}_tokens_per_s"] = tokens / value
-    for name in ("vaswani", "default_generate", "default_pipeline", "vaswani_cpu", "vaswani_cpu_early_stopping_false",
-                 "marian"):
+    for name in ("vaswani", "default_generate", "default_pipeline", "cpu_inference_fp32",
+                 "cpu_inference_fp32_early_stopping_false", "marian"):
         if name in seconds:
             row[f"{name}_vs_ct2_fp32"] = seconds["ct2_fp32"] / seconds[name]
             row[f"{name}_vs_ct2_fp32_alone"] = alone["ct2_fp32_alone"] / seconds[name]
-    row["vaswani_cpu_alone_vs_ct2_fp32_alone"] = statistics.median(theirs / ours for ours, theirs in pairs)
-    row["vaswani_int8_vs_ct2_int8"] = seconds["ct2_int8"] / seconds["vaswani_int8"]
-    row["vaswani_int8_vs_ct2_int8_alone"] = alone["ct2_int8_alone"] / seconds["vaswani_int8"]
-    row["vaswani_int8_alone_vs_ct2_int8_alone"] = statistics.median(theirs / ours for ours, theirs in int8_pairs)
+    row["cpu_inference_fp32_alone_vs_ct2_fp32_alone"] = statistics.median(theirs / ours for ours, theirs in pairs)
+    row["cpu_inference_int8_vs_ct2_int8"] = seconds["ct2_int8"] / seconds["cpu_inference_int8"]
+    row["cpu_inference_int8_vs_ct2_int8_alone"] = alone["ct2_int8_alone"] / seconds["cpu_inference_int8"]
+    row["cpu_inference_int8_alone_vs_ct2_int8_alone"] = statistics.median(theirs / ours for ours, theirs in int8_pairs)
     return row
 
 
@@ -616,16 +616,18 @@ def _compare_engines(args) -> dict:
                         f"generate {name} {threads} thread(s) beams={beams} (load {row['load_average']}): "
                         + " | ".join(f"{engine} {row[engine + '_ms']:.0f} ms" for engine in names)
                         + f"; vs CTranslate2 fp32 (in process / alone): vaswani x{row['vaswani_vs_ct2_fp32']:.2f} / "
-                        f"x{row['vaswani_vs_ct2_fp32_alone']:.2f}, vaswani_cpu x{row['vaswani_cpu_vs_ct2_fp32']:.2f} / "
-                        f"x{row['vaswani_cpu_vs_ct2_fp32_alone']:.2f}, both alone "
-                        f"x{row['vaswani_cpu_alone_vs_ct2_fp32_alone']:.2f}"
+                        f"x{row['vaswani_vs_ct2_fp32_alone']:.2f}, "
+                        f"cpu_inference_fp32 x{row['cpu_inference_fp32_vs_ct2_fp32']:.2f} / "
+                        f"x{row['cpu_inference_fp32_vs_ct2_fp32_alone']:.2f}, both alone "
+                        f"x{row['cpu_inference_fp32_alone_vs_ct2_fp32_alone']:.2f}"
                         + (f", default pipeline alone x{row['default_pipeline_alone_vs_ct2_fp32_alone']:.2f}"
                            if "default_pipeline_alone_vs_ct2_fp32_alone" in row else "")
-                        + f" (same tokens as generate: {row['vaswani_cpu_same_tokens']}, default generate "
+                        + f" (same tokens as generate: {row['cpu_inference_fp32_same_tokens']}, default generate "
                         f"{row['default_generate_same_tokens']}, CTranslate2 fp32 {row['ct2_fp32_same_tokens']}); "
                         "int8 vs CTranslate2 int8 "
-                        f"x{row['vaswani_int8_vs_ct2_int8']:.2f} / x{row['vaswani_int8_vs_ct2_int8_alone']:.2f}, "
-                        f"both alone x{row['vaswani_int8_alone_vs_ct2_int8_alone']:.2f}"
+                        f"x{row['cpu_inference_int8_vs_ct2_int8']:.2f} / "
+                        f"x{row['cpu_inference_int8_vs_ct2_int8_alone']:.2f}, "
+                        f"both alone x{row['cpu_inference_int8_alone_vs_ct2_int8_alone']:.2f}"
                     )
     return report
 

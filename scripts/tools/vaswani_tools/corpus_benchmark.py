@@ -8,8 +8,8 @@ tokens) and greedy, all the machine's cores for every engine:
   * `predict`: scripts/predict.py's work (vaswani.prediction.run.predict) with its defaults: windows sorted by length,
     one one-thread worker per core (`predict_bN`: with `--batch_size N`, for each of `--corpus_predict_batch_sizes`);
   * `ct2_b32` (and `ct2_bN` for each of `--corpus_ct2_batch_sizes`): CTranslate2's `translate_iterable` on the
-    checkpoint's export (scripts/export_ctranslate2.py), `max_batch_size` N, `inter_threads` = cores,
-    `intra_threads` 1, the texts tokenized and the outputs detokenized by the checkpoint's tokenizer;
+    model's export (scripts/export_ctranslate2.py), `max_batch_size` N, `inter_threads` = cores,
+    `intra_threads` 1, the texts tokenized and the outputs detokenized by the model's tokenizer;
   * `pipeline`: transformers' `pipeline("translation", model=FOLDER, trust_remote_code=True)(lines, batch_size=32)`
     (left out with `--corpus_no_pipeline`).
 

@@ -20,7 +20,7 @@ RECIPES_FILE = REPO / "scripts" / "configs" / "recipes.yaml"
 class RecipeArguments:
     recipe: str | None = field(
         default=None,
-        metadata={"help": f"The recipe of {RECIPES_FILE.relative_to(REPO)} that made the checkpoint (its name): the "
+        metadata={"help": f"The recipe of {RECIPES_FILE.relative_to(REPO)} that made the model (its name): the "
                   "card's training data, commands, commit and, without --results, its results file."},
     )
 
@@ -45,7 +45,7 @@ def training_data_of(recipe: Recipe) -> str:
 
 
 def provenance(recipe: Recipe) -> str:
-    """The card's training procedure for a recipe's checkpoint: the recipe, the commit that trained it, its commands.
+    """The card's training procedure for a recipe's model: the recipe, the commit that trained it, its commands.
     (The code the folder carries is named by its own line, which scripts/tools/refresh_shipped_code.py writes.)"""
     commit = checkout_git("rev-parse", "HEAD")
     changed = checkout_git("diff", "--name-only", "HEAD", "--", "modeling", "pipelines", "scripts")

@@ -83,7 +83,7 @@ def load_recipes(path: Path) -> list[Recipe]:
             )
         goal = None if entry.get("goal") is None else _parse_goal(entry["goal"], where)
         for name in [*(metrics or []), *([goal.metric] if goal else [])]:
-            if (retired := retired_metric(name)) is not None:
+            if (retired := retired_metric(name, entry["task"])) is not None:
                 raise ValueError(f"{where}: {retired}; {RENAME_COMMAND} rewrites the file.")
         recipes.append(Recipe(**{**entry, "command": entry["command"].strip(), "goal": goal}))
     return recipes

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from vaswani.evaluation.metrics.names import RETIRED_NAMES
+from vaswani.evaluation.metrics.names import RETIRED_NAMES, RETIRED_TASK_NAMES, renamed_metric
 from vaswani.hub.model_card import load_results
 from vaswani.output_paths import write_text_atomically
 from vaswani.training.reporting import format_duration
@@ -59,7 +59,8 @@ class TableArguments:
     )
     rename_metrics: bool = field(
         default=False,
-        metadata={"help": "First rewrite the retired metric names (`bleu`) to the names they meant there: in the "
+        metadata={"help": "First rewrite the retired metric names (`bleu`; token classification's `f1`, "
+                  "`precision`, `recall`) to the names they meant there: in the "
                   "recipes file, and in the results files, training summaries, GPU-suite reports and model cards "
                   "under --rename_paths; then the tables."},
     )
@@ -107,7 +108,7 @@ class Row:
 def _read_row(recipe: Recipe, root: Path) -> Row:
     if recipe.model and not (root / recipe.model / "config.json").is_file():
         raise ValueError(
-            f"Recipe {recipe.name!r}: `model` names {recipe.model}, which is not a checkpoint folder (no config.json)."
+            f"Recipe {recipe.name!r}: `model` names {recipe.model}, which is not a model folder (no config.json)."
         )
     if recipe.notes_file and not (root / recipe.notes_file).is_file():
         raise ValueError(f"Recipe {recipe.name!r}: `notes_file` names {recipe.notes_file}, which does not exist.")
@@ -328,25 +329,30 @@ def _replace_block(text: str, block: str, where: str, start: str = START, end: s
     return f"{before}{start}\n{block}\n{end}{after}"
 
 
-# --rename_metrics: each retired name becomes what it meant in the file it is in. train.py's training summaries
-# (`best_metric`) named its validation score; results files, recipes, model cards and the GPU suite's recipe scores
-# (copied from a results file) named the results file's.
-RETIRED = "|".join(re.escape(name) for name in RETIRED_NAMES)
+# --rename_metrics: each retired name becomes what it meant in the file it is in (and, for a name retired for one task,
+# the task it scores there). train.py's training summaries (`best_metric`) named its validation score; results files,
+# recipes, model cards and the GPU suite's recipe scores (copied from a results file) named the results file's.
+RETIRED_ANYWHERE = "|".join(re.escape(name) for name in RETIRED_NAMES)
+RETIRED = "|".join(re.escape(name) for name in dict.fromkeys(
+    [*RETIRED_NAMES, *(name for names in RETIRED_TASK_NAMES.values() for name in names)]))
 
 
-def _renamed(name, where: str):
-    return RETIRED_NAMES[name][where] if isinstance(name, str) and name in RETIRED_NAMES else name
+def _renamed(name, where: str, task=None):
+    if not isinstance(name, str) or not isinstance(task, (str, type(None))):
+        return name
+    return renamed_metric(name, where, task) or name
 
 
-def _with_renamed(entry, key: str, where: str):
+def _with_renamed(entry, key: str, where: str, task=None):
     """`entry` (a mapping) with its `key` renamed; anything else as it is."""
     if not isinstance(entry, dict) or key not in entry:
         return entry
-    return {**entry, key: _renamed(entry[key], where)}
+    return {**entry, key: _renamed(entry[key], where, task)}
 
 
 def _renamed_results(content: dict) -> dict:
-    return {**content, "metrics": [_with_renamed(metric, "type", "results") for metric in content["metrics"]]}
+    return {**content, "metrics": [_with_renamed(metric, "type", "results", content["task"])
+                                   for metric in content["metrics"]]}
 
 
 def _renamed_summary(content: dict) -> dict:
@@ -364,21 +370,23 @@ def _renamed_recipes(content):
     for recipe in content["recipes"]:
         if isinstance(recipe, dict):
             recipe = dict(recipe)
+            task = recipe.get("task")
             if isinstance(recipe.get("metrics"), list):
-                recipe["metrics"] = [_renamed(name, "results") for name in recipe["metrics"]]
+                recipe["metrics"] = [_renamed(name, "results", task) for name in recipe["metrics"]]
             if "goal" in recipe:
-                recipe["goal"] = _with_renamed(recipe["goal"], "metric", "results")
+                recipe["goal"] = _with_renamed(recipe["goal"], "metric", "results", task)
         recipes.append(recipe)
     return {**content, "recipes": recipes}
 
 
 def _renamed_card_header(header):
-    """A card's metadata: its `metrics`, and the metric types of each result of its `model-index`."""
+    """A card's metadata: its `metrics` (of its `pipeline_tag`'s task), and the metric types of each result of its
+    `model-index`."""
     if not isinstance(header, dict):
         return header
     header = dict(header)
     if isinstance(header.get("metrics"), list):
-        header["metrics"] = [_renamed(name, "results") for name in header["metrics"]]
+        header["metrics"] = [_renamed(name, "results", header.get("pipeline_tag")) for name in header["metrics"]]
     if isinstance(header.get("model-index"), list):
         header["model-index"] = [
             {**model, "results": [_renamed_card_result(result) for result in model["results"]]}
@@ -391,7 +399,8 @@ def _renamed_card_header(header):
 def _renamed_card_result(result):
     if not isinstance(result, dict) or not isinstance(result.get("metrics"), list):
         return result
-    return {**result, "metrics": [_with_renamed(metric, "type", "results") for metric in result["metrics"]]}
+    task = result["task"].get("type") if isinstance(result.get("task"), dict) else None
+    return {**result, "metrics": [_with_renamed(metric, "type", "results", task) for metric in result["metrics"]]}
 
 
 # Each kind of JSON file: whether an object is one, the rename of its content, and where the names stand in its text
@@ -408,11 +417,12 @@ RECIPE_PATTERNS = [rf"^\s*metrics:\s*\[[^\]\n]*\b(?P<name>{RETIRED})\b",
 CARD_PATTERNS = [rf"^\s*(?:- )?(?:type: )?(?P<name>{RETIRED})\s*$"]
 
 
-def _substituted(text: str, patterns: list[str], where: str) -> str:
-    """`text` with each name the patterns find (their group `name`) renamed, until none is left."""
+def _substituted(text: str, patterns: list[str], where: str, task_at: Callable[[str, int], str | None]) -> str:
+    """`text` with each name the patterns find (their group `name`) renamed, until none is left; `task_at(text,
+    position)` is the task whose score a name at `position` is."""
     def rename(match: re.Match) -> str:
         start, end = match.start("name") - match.start(), match.end("name") - match.start()
-        return match[0][:start] + _renamed(match["name"], where) + match[0][end:]
+        return match[0][:start] + _renamed(match["name"], where, task_at(match.string, match.start())) + match[0][end:]
 
     for pattern in patterns:
         while (renamed := re.sub(pattern, rename, text, flags=re.MULTILINE)) != text:
@@ -420,18 +430,25 @@ def _substituted(text: str, patterns: list[str], where: str) -> str:
     return text
 
 
-def _rewritten(path: Path, text: str, parse: Callable, rename: Callable, patterns: list[str], where: str) -> str | None:
+def _rewritten(path: Path, text: str, parse: Callable, rename: Callable, patterns: list[str], where: str,
+               task_at: Callable[[str, int], str | None]) -> str | None:
     """The text of `path` with its retired names rewritten where they stand (formatting and comments kept); None
     where it holds none. Refused where the rewritten text does not read as the renamed content."""
     before = parse(text)
     expected = rename(before)
     if expected == before:
         return None
-    rewritten = _substituted(text, patterns, where)
+    rewritten = _substituted(text, patterns, where, task_at)
     if parse(rewritten) != expected:
-        raise ValueError(f"{path}: its retired metric names ({', '.join(RETIRED_NAMES)}) stand where this command "
+        raise ValueError(f"{path}: its retired metric names ({RETIRED.replace('|', ', ')}) stand where this command "
                          "does not rewrite them; rename them by hand (see vaswani.evaluation.metrics.names).")
     return rewritten
+
+
+def _recipe_task_at(text: str, position: int) -> str | None:
+    """The task of the recipe a recipes file's text is at, at `position`: its last `task:` before it."""
+    tasks = re.findall(r"^\s*-?\s*task:\s*(\S+)", text[:position], flags=re.MULTILINE)
+    return tasks[-1] if tasks else None
 
 
 def _card_parts(text: str) -> tuple[str, str] | None:
@@ -446,11 +463,13 @@ def _renamed_file(path: Path, recipes_file: Path) -> tuple[str | None, str | Non
     """(the rewritten text of `path`, or None; the kind of file, or None for one this command leaves alone)."""
     text = path.read_text(encoding="utf-8")
     if path.resolve() == recipes_file.resolve():
-        return _rewritten(path, text, yaml.safe_load, _renamed_recipes, RECIPE_PATTERNS, "results"), "recipes file"
+        return _rewritten(path, text, yaml.safe_load, _renamed_recipes, RECIPE_PATTERNS, "results",
+                          _recipe_task_at), "recipes file"
     if path.suffix == ".md":
         if (parts := _card_parts(text)) is None or "model-index" not in parts[0]:
             return None, None
-        header = _rewritten(path, parts[0], yaml.safe_load, _renamed_card_header, CARD_PATTERNS, "results")
+        header = _rewritten(path, parts[0], yaml.safe_load, _renamed_card_header, CARD_PATTERNS, "results",
+                            lambda text, position: (yaml.safe_load(text) or {}).get("pipeline_tag"))
         return (None if header is None else f"---\n{header}\n---\n{parts[1]}"), "model card"
     try:
         content = json.loads(text)
@@ -459,7 +478,8 @@ def _renamed_file(path: Path, recipes_file: Path) -> tuple[str | None, str | Non
     for kind, (recognized, rename, patterns) in JSON_KINDS.items():
         if isinstance(content, dict) and recognized(content):
             where = "training" if kind == "training summary" else "results"
-            return _rewritten(path, text, json.loads, rename, patterns, where), kind
+            return _rewritten(path, text, json.loads, rename, patterns, where,
+                              lambda text, position: content.get("task")), kind
     return None, None
 
 
@@ -486,7 +506,7 @@ def rename_metrics(args: TableArguments) -> int:
         text, kind = _renamed_file(path, recipes_file)
         if text is not None:
             changed[path] = (text, kind)
-        elif kind is None and re.search(rf'\\?"(?:{RETIRED})\\?"', path.read_text(encoding="utf-8")):
+        elif kind is None and re.search(rf'\\?"(?:{RETIRED_ANYWHERE})\\?"', path.read_text(encoding="utf-8")):
             left.append(path)
     shown = {path: os.path.relpath(path, root) for path in [*changed, *left]}
     if left:
