@@ -1044,7 +1044,7 @@ def _model_runs_here(model: nn.Module) -> bool:
 
 
 # The classes of the modules this path lays out, exactly (a subclass may compute something else): the project's own,
-# by name, as a modeling_vaswani.py defines them (the package's, or a checkpoint's copy: `for_cpu_inference` puts the
+# by name, as a modeling_vaswani.py defines them (the package's, or a saved model's copy: `for_cpu_inference` puts the
 # package's decoder in front of a model of older code), and torch's and transformers' classes among them (the
 # activations this path calls as the model does). A class that computes one of these from the same parameters says so
 # in its own body, `cpu_decoder_reads_as = nn.Linear` (vaswani.serving.cpu_inference.OneDNNLinear); its subclasses
