@@ -39,7 +39,9 @@ CTranslate2 cannot run) is timed beside, in process (`cpu_inference_fp32_early_s
 milliseconds per batch, the generated tokens per second (the tokens the plain model generates), the ratios to
 CTranslate2 fp32, whether `cpu_inference_fp32`, `default_generate` and CTranslate2 fp32 gave the tokens of
 transformers' loop (and `default_pipeline` their text), and the load average before and after (a loaded machine's
-numbers are noise). The table of results/benchmark/README.md comes from:
+numbers are noise). With --profile, each row also says where one call of `cpu_inference_fp32` and of
+`cpu_inference_int8` spends its time (`*_shares`: the layers' products, attention, the search's operators, the other
+operators, and the Python and dispatch around them). The table of results/benchmark/README.md comes from:
 
     python scripts/tools/benchmark.py --engines --threads 1 2 --rounds 5 --alone_pairs 5 \\
         --workloads base multi30k_en_de multi30k_de_en samsum --data_dir ../shared/data \\
@@ -71,7 +73,8 @@ def main(argv=None):
     parser.add_argument(
         "--profile", action="store_true",
         help="also profile one step (one generate call) of each model: the share of matrix products, attention "
-        "kernels and the rest, and the ceiling on the ratio that the shared kernels allow",
+        "kernels and the rest, and the ceiling on the ratio that the shared kernels allow; with --engines, one call "
+        "of each CPU inference engine, by operator group",
     )
     parser.add_argument("--engines", action="store_true",
                         help="time generation in every engine instead (CPU; needs the ctranslate2 extra)")

@@ -80,7 +80,7 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
     threads = torch.get_num_threads()
     try:
         benchmark.main(["--engines", "--workloads", "tiny", "multi30k_en_de", "--threads", "2", "--rounds", "1",
-                        "--alone_pairs", "1",
+                        "--alone_pairs", "1", "--profile",
                         "--batch-size", "2", "--vocab-size", "500", "--new-tokens", "3", "--json", str(out)])
         assert torch.get_num_threads() == 2  # the count asked for (the script sets it)
     finally:
@@ -118,6 +118,12 @@ def test_the_engines_benchmark_times_every_engine_at_every_thread_count(tmp_path
         else:
             assert "cpu_inference_fp32_early_stopping_false_ms" not in row
         assert len(row["load_average"]) == 2
+        for name in ("cpu_inference_fp32", "cpu_inference_int8"):  # --profile: where one call's time goes
+            shares = row[f"{name}_shares"]
+            assert list(shares) == [*benchmarking.DECODER_GROUPS, "other operators", "python and dispatch"]
+            assert sum(shares.values()) == pytest.approx(1) and shares["layer products"] > 0.01
+            assert shares["attention"] > 0 and all(share >= 0 for group, share in shares.items()
+                                                   if group != "python and dispatch")
     for shipped in rows[2:]:  # the pipeline a user builds from the folder, in process and alone, paired with CT2
         assert shipped["default_pipeline_same_text"] is True
         assert shipped["default_pipeline_alone_vs_ct2_fp32_alone"] == pytest.approx(
@@ -150,6 +156,14 @@ def test_kernel_groups_name_forward_and_backward_kernels():
     # composites whose time is their children's, and everything else
     for name in ("aten::linear", "aten::matmul", "aten::softmax", "aten::copy_", "Optimizer.step#Adam.step"):
         assert benchmarking.kernel_group(name) == "other", name
+
+
+def test_the_decoder_operators_are_grouped_by_what_they_compute():
+    group = benchmarking._decoder_group
+    assert group("aten::addmm") == group("quantized::linear_dynamic") == "layer products"
+    assert group("aten::baddbmm") == group("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
+    assert group("aten::_log_softmax") == group("aten::topk") == "search"
+    assert group("aten::copy_") == group("aten::_scaled") == "other operators"
 
 
 def test_kernel_shares_find_the_matrix_products_of_a_training_step():

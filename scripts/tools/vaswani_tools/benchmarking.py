@@ -594,6 +594,11 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
     row["cpu_inference_int8_vs_ct2_int8"] = seconds["ct2_int8"] / seconds["cpu_inference_int8"]
     row["cpu_inference_int8_vs_ct2_int8_alone"] = alone["ct2_int8_alone"] / seconds["cpu_inference_int8"]
     row["cpu_inference_int8_alone_vs_ct2_int8_alone"] = statistics.median(theirs / ours for ours, theirs in int8_pairs)
+    if args.profile:  # where the decoder's calls spend their time (one profiled call each)
+        for name in ("cpu_inference_fp32", "cpu_inference_int8"):
+            row[f"{name}_shares"] = decoder_shares(calls[name])
+            print(f"    {name}: " + ", ".join(f"{group} {share:.0%}" for group, share in row[f"{name}_shares"].items()),
+                  flush=True)
     return row
 
 
@@ -671,6 +676,42 @@ def kernel_shares(function, setup: Setup, calls: int = 1) -> dict[str, float]:
         if group in totals:
             totals[group] += (event.self_device_time_total if on_gpu else event.self_cpu_time_total) / 1e6
     return {group: seconds / wall for group, seconds in totals.items()}
+
+
+# The CPU decoder's operators by what they compute (`decoder_shares`): names as torch.profiler reports them, exactly,
+# or, ending in "*", their beginning
+DECODER_GROUPS = {
+    "layer products": ("aten::addmm", "aten::mm", "mkldnn::_linear_pointwise", "quantized::linear_dynamic"),
+    "attention": ("aten::bmm", "aten::baddbmm", "aten::_softmax", "aten::_scaled_dot_product*"),
+    "search": ("aten::_log_softmax", "aten::topk", "aten::amax", "aten::argmax", "aten::sort"),
+}
+
+
+def _decoder_group(operator: str) -> str:
+    for group, names in DECODER_GROUPS.items():
+        if any(operator == name or (name.endswith("*") and operator.startswith(name[:-1])) for name in names):
+            return group
+    return "other operators"
+
+
+def decoder_shares(function) -> dict[str, float]:
+    """Where one call of `function` (a CPU `generate`) spends its wall time: each group of DECODER_GROUPS and every
+    other operator (their self times: nested operators are not counted twice), and "python and dispatch", the wall
+    time no operator accounts for (the Python around the operators and the dispatch into them; the profiler's own
+    cost lands there too, so it is an upper bound). The shares sum to 1."""
+    from torch.profiler import ProfilerActivity, profile
+
+    function()  # outside the profile: first-call work
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        start = time.perf_counter()
+        function()
+        wall = time.perf_counter() - start
+    seconds = dict.fromkeys([*DECODER_GROUPS, "other operators"], 0.0)
+    for event in profiler.key_averages():
+        seconds[_decoder_group(event.key)] += event.self_cpu_time_total / 1e6
+    shares = {group: value / wall for group, value in seconds.items()}
+    shares["python and dispatch"] = 1 - sum(shares.values())
+    return shares
 
 
 def _profile_row(row: dict, functions: dict, setup: Setup) -> None:
@@ -807,6 +848,7 @@ __all__ = [
     "WORKLOADS",
     "autocast",
     "cpu_name",
+    "decoder_shares",
     "kernel_group",
     "kernel_shares",
     "make_batch",
