@@ -334,10 +334,7 @@ def _shipped_workload(name: str, args, scratch: Path) -> Workload:
     inputs = tokenizer(texts, return_tensors="pt", padding=True, truncation=True)
     inputs = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
     sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(texts, truncation=True)["input_ids"]]
-    generation = GenerationConfig.from_pretrained(folder)
-    settings = {"max_new_tokens": generation.max_new_tokens, "length_penalty": generation.length_penalty}
-    if generation.no_repeat_ngram_size:
-        settings["no_repeat_ngram_size"] = generation.no_repeat_ngram_size
+    settings = generation_settings(GenerationConfig.from_pretrained(folder))
     setup = Setup(name, "fp32", len(texts), inputs["input_ids"].shape[1], 0, ours.config.vocab_size, "cpu")
     task = SHIPPED_TASKS[name]
     return Workload(name, setup, models, exports, inputs, sources, settings, forced_length=False, folder=folder,
@@ -347,7 +344,7 @@ def _shipped_workload(name: str, args, scratch: Path) -> Workload:
 def _generate_function(model, workload: Workload, num_beams: int, early_stopping: bool = True, **options):
     """One `generate` call of `model` on the workload's batch (returns the output ids); `options` go to generate."""
 
-    settings = {**_decoding_settings(workload, num_beams, early_stopping), **options}
+    settings = {**search_settings(workload.settings, num_beams, early_stopping), **options}
 
     @torch.no_grad()
     def generate():
@@ -359,8 +356,18 @@ def _generate_function(model, workload: Workload, num_beams: int, early_stopping
     return generate
 
 
-def _decoding_settings(workload: Workload, num_beams: int, early_stopping: bool = True) -> dict:
-    """The workload's `generate` settings with `num_beams` (a length penalty only for beam search).
+def generation_settings(generation_config) -> dict:
+    """The `generate` settings a shipped model decodes with, from its generation config: its length limit, its length
+    penalty and its n-gram rule (`search_settings` adds the search's)."""
+    settings = {"max_new_tokens": generation_config.max_new_tokens, "length_penalty": generation_config.length_penalty}
+    if generation_config.no_repeat_ngram_size:
+        settings["no_repeat_ngram_size"] = generation_config.no_repeat_ngram_size
+    return settings
+
+
+def search_settings(settings: dict, num_beams: int, early_stopping: bool = True) -> dict:
+    """`generate` settings (a workload's, or `generation_settings`) with `num_beams` (a length penalty only for beam
+    search).
 
     Beam search stops as CTranslate2's does, which has no other rule: an input is over once `num_beams` hypotheses
     have finished, transformers' `early_stopping=True`. So every engine of a row searches alike and computes the same
@@ -368,7 +375,7 @@ def _decoding_settings(workload: Workload, num_beams: int, early_stopping: bool 
     (the shipped generation configs'), goes on while a running beam might still beat the worst finished one: more
     steps for the same inputs, which only this project's engines can run (`early_stopping=False` here: the row's
     `cpu_inference_fp32_early_stopping_false`)."""
-    settings = {**workload.settings, "num_beams": num_beams}
+    settings = {**settings, "num_beams": num_beams}
     if num_beams == 1:
         settings.pop("length_penalty", None)
     else:
@@ -387,7 +394,7 @@ def default_pipeline(task: str, folder: Path):
 def _pipeline_function(pipe, workload: Workload, num_beams: int):
     """One call of `pipe` on the workload's texts, as one batch, with the row's decoding settings (returns the
     texts)."""
-    settings = _decoding_settings(workload, num_beams)
+    settings = search_settings(workload.settings, num_beams)
     key = "translation_text" if workload.task == "translation" else "summary_text"
 
     def call():
@@ -401,7 +408,7 @@ def _ctranslate2_options(workload: Workload, num_beams: int) -> dict:
 
     from vaswani.serving.ctranslate2_export import translate_options
 
-    return translate_options(GenerationConfig(**_decoding_settings(workload, num_beams)))
+    return translate_options(GenerationConfig(**search_settings(workload.settings, num_beams)))
 
 
 def _ctranslate2_function(folder: Path, sources: list, options: dict, threads: int):
@@ -473,7 +480,7 @@ def _cpu_inference_alone(workload: Workload, num_beams: int, threads: int, round
     save_file({name: tensor.contiguous() for name, tensor in workload.inputs.items()}, inputs)
     job = scratch / f"cpu_inference_{quantization}_job.json"
     job.write_text(json.dumps({"folder": str(workload.folder), "inputs": str(inputs),
-                               "settings": _decoding_settings(workload, num_beams)}), encoding="utf-8")
+                               "settings": search_settings(workload.settings, num_beams)}), encoding="utf-8")
     setup = (  # this model alone: no CTranslate2 in that process
         "import torch\n"
         f"torch.set_num_threads({threads})\n"
@@ -494,7 +501,7 @@ def _default_pipeline_alone(workload: Workload, num_beams: int, threads: int, ro
     process where this package is not imported: what a user of the folder alone gets."""
     job = scratch / "default_pipeline_job.json"
     job.write_text(json.dumps({"folder": str(workload.folder), "task": workload.task, "texts": workload.texts,
-                               "settings": _decoding_settings(workload, num_beams)}), encoding="utf-8")
+                               "settings": search_settings(workload.settings, num_beams)}), encoding="utf-8")
     setup = (
         "import sys\n"
         "sys.modules['vaswani'] = None  # the checkpoint's own code only\n"
@@ -526,7 +533,7 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
     calls["vaswani"] = _generate_function(workload.models["vaswani"], workload, beams, cpu_decoding=False)
     if workload.pipeline is not None:
         calls["default_pipeline"] = _pipeline_function(workload.pipeline, workload, beams)
-    if beams > 1:  # the shipped configs' stopping rule, which CTranslate2 cannot run (see _decoding_settings)
+    if beams > 1:  # the shipped configs' stopping rule, which CTranslate2 cannot run (see search_settings)
         calls["cpu_inference_fp32_early_stopping_false"] = _generate_function(
             workload.models["cpu_inference_fp32"], workload, beams, early_stopping=False)
     calls.update({name: _ctranslate2_function(folder, workload.sources, options, threads)
@@ -596,7 +603,7 @@ def _engine_row(workload: Workload, threads: int, beams: int, args, scratch: Pat
     row["cpu_inference_int8_alone_vs_ct2_int8_alone"] = statistics.median(theirs / ours for ours, theirs in int8_pairs)
     if args.profile:  # where the decoder's calls spend their time (one profiled call each)
         for name in ("cpu_inference_fp32", "cpu_inference_int8"):
-            row[f"{name}_shares"] = decoder_shares(calls[name])
+            row[f"{name}_shares"] = decoder_shares(calls[name], workload.setup)
             print(f"    {name}: " + ", ".join(f"{group} {share:.0%}" for group, share in row[f"{name}_shares"].items()),
                   flush=True)
     return row
@@ -653,16 +660,16 @@ def kernel_group(operator: str) -> str:
     return "other"
 
 
-def kernel_shares(function, setup: Setup, calls: int = 1) -> dict[str, float]:
-    """Share of `function`'s time spent in matrix products and in attention kernels: the self time of every operator
-    (device time on a GPU), summed by group, over the wall time of the same profiled calls. Self times do not count
-    nested operators twice. The profiler's own cost lands in the wall time, never in a kernel: it can only make the
-    shares smaller, and the ceiling computed from them larger."""
+def _operator_seconds(function, setup: Setup, group_of, calls: int = 1) -> tuple[dict[str, float], float]:
+    """Profile `calls` calls of `function` (after one outside the profile: first-call work, allocations, autotuning,
+    is not what a call costs): the self time of every operator (device time on a GPU) summed by `group_of(name)`,
+    in seconds, and the wall time of the profiled calls. Self times do not count nested operators twice; the
+    profiler's own cost lands in the wall time, never in an operator."""
     from torch.profiler import ProfilerActivity, profile
 
     on_gpu = setup.device.startswith("cuda")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    function()  # outside the profile: first-call work (allocations, autotuning) is not what a step costs
+    function()
     with profile(activities=activities) as profiler:
         synchronize(setup)
         start = time.perf_counter()
@@ -670,12 +677,20 @@ def kernel_shares(function, setup: Setup, calls: int = 1) -> dict[str, float]:
             function()
         synchronize(setup)
         wall = time.perf_counter() - start
-    totals = {"matrix products": 0.0, "attention kernels": 0.0}
+    seconds: dict[str, float] = {}
     for event in profiler.key_averages():
-        group = kernel_group(event.key)
-        if group in totals:
-            totals[group] += (event.self_device_time_total if on_gpu else event.self_cpu_time_total) / 1e6
-    return {group: seconds / wall for group, seconds in totals.items()}
+        group = group_of(event.key)
+        seconds[group] = seconds.get(group, 0.0) + (
+            event.self_device_time_total if on_gpu else event.self_cpu_time_total) / 1e6
+    return seconds, wall
+
+
+def kernel_shares(function, setup: Setup, calls: int = 1) -> dict[str, float]:
+    """Share of `function`'s time spent in matrix products and in attention kernels: their operators' self time
+    (`_operator_seconds`) over the wall time of the same profiled calls. The profiler's cost can only make the shares
+    smaller, and the ceiling computed from them larger."""
+    seconds, wall = _operator_seconds(function, setup, kernel_group, calls)
+    return {group: seconds.get(group, 0.0) / wall for group in ("matrix products", "attention kernels")}
 
 
 # The CPU decoder's operators by what they compute (`decoder_shares`): names as torch.profiler reports them, exactly,
@@ -694,22 +709,13 @@ def _decoder_group(operator: str) -> str:
     return "other operators"
 
 
-def decoder_shares(function) -> dict[str, float]:
+def decoder_shares(function, setup: Setup) -> dict[str, float]:
     """Where one call of `function` (a CPU `generate`) spends its wall time: each group of DECODER_GROUPS and every
-    other operator (their self times: nested operators are not counted twice), and "python and dispatch", the wall
-    time no operator accounts for (the Python around the operators and the dispatch into them; the profiler's own
-    cost lands there too, so it is an upper bound). The shares sum to 1."""
-    from torch.profiler import ProfilerActivity, profile
-
-    function()  # outside the profile: first-call work
-    with profile(activities=[ProfilerActivity.CPU]) as profiler:
-        start = time.perf_counter()
-        function()
-        wall = time.perf_counter() - start
-    seconds = dict.fromkeys([*DECODER_GROUPS, "other operators"], 0.0)
-    for event in profiler.key_averages():
-        seconds[_decoder_group(event.key)] += event.self_cpu_time_total / 1e6
-    shares = {group: value / wall for group, value in seconds.items()}
+    other operator (their self times, `_operator_seconds`), and "python and dispatch", the wall time no operator
+    accounts for (the Python around the operators and the dispatch into them; the profiler's own cost lands there
+    too, so it is an upper bound). The shares sum to 1."""
+    seconds, wall = _operator_seconds(function, setup, _decoder_group)
+    shares = {group: seconds.get(group, 0.0) / wall for group in [*DECODER_GROUPS, "other operators"]}
     shares["python and dispatch"] = 1 - sum(shares.values())
     return shares
 
@@ -849,6 +855,8 @@ __all__ = [
     "autocast",
     "cpu_name",
     "decoder_shares",
+    "generated_tokens",
+    "generation_settings",
     "kernel_group",
     "kernel_shares",
     "make_batch",
@@ -857,6 +865,7 @@ __all__ = [
     "peak_memory_mb",
     "proc_field",
     "run_benchmark",
+    "search_settings",
     "synchronize",
     "training_flops",
     "training_step_function",

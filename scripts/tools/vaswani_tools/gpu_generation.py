@@ -42,20 +42,21 @@ def captions(validation_file: Path, count: int) -> list[str]:
 
 
 def decoding_settings(generation_config, num_beams: int, max_new_tokens: int | None) -> dict:
-    """`generate`'s settings of a row: the model's length limit (or `max_new_tokens`), its length penalty and n-gram
-    rule, and with beams `early_stopping=True`, the rule CTranslate2's search follows."""
-    settings = {"num_beams": num_beams, "do_sample": False,
-                "max_new_tokens": max_new_tokens or generation_config.max_new_tokens}
-    if generation_config.no_repeat_ngram_size:
-        settings["no_repeat_ngram_size"] = generation_config.no_repeat_ngram_size
-    if num_beams > 1:
-        settings.update(length_penalty=generation_config.length_penalty, early_stopping=True)
-    return settings
+    """`generate`'s settings of a row: the model's (`benchmarking.generation_settings`, its length limit or
+    `max_new_tokens`), searched as the CPU serving table's rows are (`benchmarking.search_settings`: with beams,
+    `early_stopping=True`, the rule CTranslate2's search follows)."""
+    from .benchmarking import generation_settings, search_settings
+
+    settings = generation_settings(generation_config)
+    if max_new_tokens:
+        settings["max_new_tokens"] = max_new_tokens
+    return {**search_settings(settings, num_beams), "do_sample": False}
 
 
 def generation_worker(sizes: GenerationSizes, validation_file: Path, model_dir: Path, work_dir: Path, write) -> None:
     """Measure the part's rows, each given to `write` as soon as it is measured (the part's time limit may stop this
-    process before the last): ours greedy and beam 4, then CTranslate2's."""
+    process before the last): ours greedy and beam 4, then CTranslate2's. Each engine is set up once (its model
+    loaded, the captions encoded); one that cannot be gives its rows its error."""
     from transformers import AutoTokenizer, GenerationConfig
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -63,34 +64,33 @@ def generation_worker(sizes: GenerationSizes, validation_file: Path, model_dir: 
     batches = [texts[start : start + sizes.batch_size] for start in range(0, len(texts), sizes.batch_size)]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     generation_config = GenerationConfig.from_pretrained(model_dir)
-    ours = {}
-    for beams in BEAMS:
-        settings = decoding_settings(generation_config, beams, sizes.max_new_tokens)
-        row = {"engine": "vaswani", "precision": "bf16" if device == "cuda" else "fp32", "num_beams": beams,
-               "captions": len(texts), "batch_size": sizes.batch_size}
+    engines = {"vaswani": ("bf16" if device == "cuda" else "fp32", _vaswani),
+               "ctranslate2": ("float16" if device == "cuda" else "float32", _ctranslate2)}
+    ours = {}  # num_beams: (seconds, outputs) of this project's rows
+    for engine, (precision, set_up) in engines.items():
         try:
-            seconds, outputs = _vaswani(model_dir, tokenizer, batches, settings, device)
-        except Exception as error:  # noqa: BLE001 - reported; the other rows stand without it
-            write({**row, **_no_numbers(), "error": f"{type(error).__name__}: {error}"})
-            continue
-        ours[beams] = (seconds, outputs)
-        write({**row, **_numbers(seconds, outputs), "same_as_vaswani": None, "vaswani_speed_ratio": None,
-               "error": None})
-    for beams in BEAMS:
-        settings = decoding_settings(generation_config, beams, sizes.max_new_tokens)
-        row = {"engine": "ctranslate2", "precision": "float16" if device == "cuda" else "float32",
-               "num_beams": beams, "captions": len(texts), "batch_size": sizes.batch_size}
-        try:
-            seconds, outputs = _ctranslate2(model_dir, tokenizer, batches, settings, device, work_dir)
-        except Exception as error:  # noqa: BLE001 - CTranslate2 missing, or without CUDA: the row says so
-            write({**row, **_no_numbers(), "error": f"{type(error).__name__}: {error}"})
-            continue
-        numbers = _numbers(seconds, outputs)
-        same = ratio = None
-        if beams in ours:
-            our_seconds, our_outputs = ours[beams]
-            same, ratio = sum(a == b for a, b in zip(outputs, our_outputs)), seconds / our_seconds
-        write({**row, **numbers, "same_as_vaswani": same, "vaswani_speed_ratio": ratio, "error": None})
+            decode, error = set_up(model_dir, tokenizer, batches, device, work_dir), None
+        except Exception as failure:  # noqa: BLE001 - CTranslate2 missing, or without CUDA: its rows say so
+            decode, error = None, f"{type(failure).__name__}: {failure}"
+        for beams in BEAMS:
+            row = {"engine": engine, "precision": precision, "num_beams": beams, "captions": len(texts),
+                   "batch_size": sizes.batch_size}
+            if decode is None:
+                write({**row, **_no_numbers(), "error": error})
+                continue
+            try:
+                seconds, outputs = decode(decoding_settings(generation_config, beams, sizes.max_new_tokens))
+            except Exception as failure:  # noqa: BLE001 - reported; the other rows stand without it
+                write({**row, **_no_numbers(), "error": f"{type(failure).__name__}: {failure}"})
+                continue
+            same = ratio = None
+            if engine == "vaswani":
+                ours[beams] = (seconds, outputs)
+            elif beams in ours:
+                our_seconds, our_outputs = ours[beams]
+                same, ratio = sum(a == b for a, b in zip(outputs, our_outputs)), seconds / our_seconds
+            write({**row, **_numbers(seconds, outputs), "same_as_vaswani": same, "vaswani_speed_ratio": ratio,
+                   "error": None})
 
 
 def _numbers(seconds: float, outputs: list[list[int]]) -> dict:
@@ -109,33 +109,38 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _vaswani(model_dir: Path, tokenizer, batches: list[list[str]], settings: dict, device: str):
-    """Seconds to decode every batch with `generate`, and each caption's new tokens up to its end token."""
+def _vaswani(model_dir: Path, tokenizer, batches: list[list[str]], device: str, work_dir: Path):
+    """This project's model loaded and the batches encoded, once; the function that decodes every batch with
+    `generate` and some settings: its seconds, and each caption's new tokens up to its end token."""
     from vaswani import VaswaniForConditionalGeneration
+
+    from .benchmarking import generated_tokens
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = VaswaniForConditionalGeneration.from_pretrained(model_dir, dtype=dtype).to(device).eval()
     inputs = [{key: value.to(device) for key, value in
                tokenizer(batch, return_tensors="pt", padding=True, truncation=True).items()
                if key in ("input_ids", "attention_mask")} for batch in batches]
-    with torch.inference_mode():
-        model.generate(**inputs[0], **settings)  # the first call's set-up, untimed
-        _synchronize(device)
-        started = time.perf_counter()
-        outputs = [model.generate(**batch, **settings) for batch in inputs]
-        _synchronize(device)
-        seconds = time.perf_counter() - started
     eos = model.generation_config.eos_token_id
-    return seconds, [_until_end(row, eos) for output in outputs for row in output[:, 1:].tolist()]
+
+    def decode(settings: dict):
+        with torch.inference_mode():
+            model.generate(**inputs[0], **settings)  # the first call's set-up, untimed
+            _synchronize(device)
+            started = time.perf_counter()
+            outputs = [model.generate(**batch, **settings) for batch in inputs]
+            _synchronize(device)
+            seconds = time.perf_counter() - started
+        return seconds, [row for output in outputs for row in generated_tokens(output, eos)]
+
+    return decode
 
 
-def _until_end(row: list[int], eos: int) -> list[int]:
-    return row[: row.index(eos)] if eos in row else row
-
-
-def _ctranslate2(model_dir: Path, tokenizer, batches: list[list[str]], settings: dict, device: str, work_dir: Path):
-    """Seconds to decode every batch with CTranslate2's `translate_batch`, and each caption's tokens (its best
-    hypothesis) as ids of the model's vocabulary."""
+def _ctranslate2(model_dir: Path, tokenizer, batches: list[list[str]], device: str, work_dir: Path):
+    """The model exported to CTranslate2 (weights in float32, computed in float16 on a GPU) and loaded, and the
+    batches tokenized, once; the function that decodes every batch with `translate_batch` and the options of some
+    `generate` settings: its seconds, and each caption's tokens (its best hypothesis) as ids of the model's
+    vocabulary."""
     from transformers import GenerationConfig
 
     from vaswani.serving.ctranslate2_export import export_to_ctranslate2, translate_options
@@ -149,12 +154,17 @@ def _ctranslate2(model_dir: Path, tokenizer, batches: list[list[str]], settings:
                                         compute_type="float16" if device == "cuda" else "float32")
     sources = [[tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(batch, truncation=True)["input_ids"]]
                for batch in batches]
-    options = translate_options(GenerationConfig(**settings))
-    translator.translate_batch(sources[0], max_batch_size=len(sources[0]), **options)  # untimed, as ours
-    started = time.perf_counter()
-    results = [translator.translate_batch(batch, max_batch_size=len(batch), **options) for batch in sources]
-    seconds = time.perf_counter() - started
-    return seconds, [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for batch in results for result in batch]
+
+    def decode(settings: dict):
+        options = translate_options(GenerationConfig(**settings))
+        translator.translate_batch(sources[0], max_batch_size=len(sources[0]), **options)  # untimed, as ours
+        started = time.perf_counter()
+        results = [translator.translate_batch(batch, max_batch_size=len(batch), **options) for batch in sources]
+        seconds = time.perf_counter() - started
+        return seconds, [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for batch in results
+                         for result in batch]
+
+    return decode
 
 
 __all__ = ["BEAMS", "MODEL", "GenerationSizes", "captions", "decoding_settings", "generation_worker"]

@@ -464,13 +464,19 @@ def error_line(output: str) -> str:
     return lines[-1] if lines else "no output"
 
 
-def _run_training(suite: Suite, seconds: float) -> tuple[dict, str | None]:
-    records_file = suite.work_dir / "training.jsonl"
+def _run_worker(suite: Suite, worker: str, seconds: float, options: tuple = ()) -> tuple[list[dict], Finished]:
+    """Run gpu_suite.py's `--worker` process of a part within `seconds`: the records it wrote to the work folder
+    (`WORKER.jsonl`, one a line, as it measured them), and how it finished."""
+    records_file = suite.work_dir / f"{worker}.jsonl"
     records_file.unlink(missing_ok=True)
-    command = [sys.executable, suite.repo / "scripts" / "tools" / "gpu_suite.py", "--worker", "training",
-               "--work_dir", suite.work_dir]
+    command = [sys.executable, suite.repo / "scripts" / "tools" / "gpu_suite.py", "--worker", worker,
+               "--work_dir", suite.work_dir, *options]
     finished = _run_logged(suite, command + (["--dry_run"] if suite.dry_run else []), seconds)
-    records = _read_records(records_file)
+    return _read_records(records_file), finished
+
+
+def _run_training(suite: Suite, seconds: float) -> tuple[dict, str | None]:
+    records, finished = _run_worker(suite, "training", seconds)
     peak = next((record["bf16_flops"] for record in records if record["record"] == "peak"), None)
     loss = next(({k: v for k, v in record.items() if k != "record"} for record in records
                  if record["record"] == "loss"), None)
@@ -487,12 +493,7 @@ def _run_generation(suite: Suite, seconds: float) -> tuple[dict, str | None]:
     if not validation_file.is_file():
         return {"generation": []}, (f"--multi30k_dir {suite.multi30k_dir} lacks validation.jsonl: name the folder "
                                     "of the Multi30k JSON Lines files")
-    records_file = suite.work_dir / "generation.jsonl"
-    records_file.unlink(missing_ok=True)
-    command = [sys.executable, suite.repo / "scripts" / "tools" / "gpu_suite.py", "--worker", "generation",
-               "--work_dir", suite.work_dir, "--multi30k_dir", suite.multi30k_dir]
-    finished = _run_logged(suite, command + (["--dry_run"] if suite.dry_run else []), seconds)
-    rows = _read_records(records_file)
+    rows, finished = _run_worker(suite, "generation", seconds, ("--multi30k_dir", suite.multi30k_dir))
     return {"generation": rows}, _failure(finished, seconds)
 
 
