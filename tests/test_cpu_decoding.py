@@ -164,6 +164,31 @@ def test_the_cache_grows_as_the_outputs_do_and_attention_reads_it_whole(en_de, m
     for position, capacity, held, keys in seen:
         assert position < capacity <= position + span and held == capacity and keys == capacity * num_beams
 
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_the_slots_of_finished_inputs_are_freed_once_their_share_is(en_de, monkeypatch, num_beams):
+    """An input whose search is over keeps its slot (its rows computed with the others') only until `FREED_SHARE` of
+    the slots are over: the keep that reaches that share moves the inputs still decoding to the first slots. The
+    tokens stay generate's."""
+    plain, tokenizer = en_de
+    fast = copy.deepcopy(plain)
+    kept = []  # (slots before, slots after, inputs decoding) at each keep
+    original = cpu_decoding.CpuDecoder.keep
+
+    def keep(self, rows, inputs):
+        before = self.slot_count
+        original(self, rows, inputs)
+        kept.append((before, self.slot_count, self.slots.shape[0]))
+
+    monkeypatch.setattr(cpu_decoding.CpuDecoder, "keep", keep)
+    assert_same_tokens(plain, fast, tokenizer(SENTENCES, return_tensors="pt", padding=True), num_beams=num_beams,
+                       max_new_tokens=30)
+    share = cpu_decoding.FREED_SHARE
+    assert 0 < share < 1
+    assert any(after < before for before, after, _ in kept)  # slots were freed
+    for before, after, decoding in kept:
+        assert decoding == after < before or (after == before and decoding > before * (1 - share))
+
+
 @pytest.mark.parametrize("name", ["multi30k_de_en", "samsum"])
 def test_relative_position_models_decode_generates_tokens(name, searches):
     """The shipped models with relative positions: de->en (post-LN) and the summarizer (pre-LN, its generation

@@ -16,9 +16,11 @@ def plain_candidates(logits, beam_scores, count, rule_out=None):
     return (log_probs + beam_scores.reshape(-1, 1)).view(inputs, -1).topk(count)
 
 
-@pytest.mark.parametrize("inputs, beams, vocab", [(6, 4, 8000), (1, 4, 8000), (3, 5, 1024), (2, 3, 1000), (4, 2, 64)])
+@pytest.mark.parametrize("inputs, beams, vocab", [(6, 4, 8000), (1, 4, 8000), (3, 5, 1024), (3, 4, 8032), (2, 3, 1000),
+                                                  (4, 2, 64)])
 def test_beam_candidates_are_the_best_scores_over_each_inputs_beams(inputs, beams, vocab):
-    # vocabularies in whole blocks and not (1,000), large and too small for blocks; peaked rows, as a model's
+    # vocabularies in whole blocks of 64, of 32 only (8,032) and neither (1,000), large and too small for blocks;
+    # peaked rows, as a model's
     generator = torch.Generator().manual_seed(inputs * vocab + beams)
     logits = torch.randn(inputs * beams, vocab, generator=generator) * 4
     logits[:, :50] += 6  # most of the probability in the first blocks
@@ -53,7 +55,7 @@ def test_beam_candidates_with_beams_ruled_out_and_tokens_ruled_out():
     torch.testing.assert_close(scores, expected.values, rtol=0, atol=1e-5)
     assert bool((indices < vocab).all())  # the first beam's continuations only
     assert not bool((indices % vocab == best[::beams, None]).any())  # the ruled-out best tokens are not candidates
-    assert vocab % BLOCK == 0  # the block path, not the plain one
+    assert vocab % BLOCK == 0  # the block path of the larger blocks, not the plain one
 
 
 @pytest.mark.parametrize("vocab", [8000, 8032, 1000, 100])  # blocks of 64, of 32 only, neither, too small
