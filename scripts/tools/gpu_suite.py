@@ -31,7 +31,8 @@ that fails or runs over still leaves the others' results, and its error, in the 
             time (summary.json's train_seconds: updates only, without data preparation, evaluation and saving).
   generation  one process (`--worker generation`, vaswani_tools.gpu_generation): the shipped en->de model's
             `generate` in bf16 and CTranslate2 in float16 on the same GPU, greedy and beam 4, 2,048 validation
-            captions in batches of 64: seconds, tokens/s, and how many captions CTranslate2 decodes to our tokens.
+            captions in batches of 64: seconds, tokens/s, and how many captions CTranslate2 decodes to our tokens;
+            last, ours with a static cache and the compiled forward in CUDA graphs (`vaswani_compiled`).
   engines   `accelerate launch --config_file scripts/configs/accelerate_{ddp,deepspeed,fsdp}.yaml --num_processes 1
             scripts/train.py` on the synthetic task with the base preset: whether the engine engaged is read from the
             run's own summary.json (`distributed_type`), never assumed; a run that refuses or fails is a row with

@@ -1,18 +1,23 @@
 """The generation part of the GPU suite (vaswani_tools.gpu_suite): this project's `generate` on the shipped en->de model
-against CTranslate2 on the same device, greedy and beam 4, over Multi30k's validation captions in batches of 64.
+against CTranslate2 on the same device, greedy and beam 4, over Multi30k's validation captions in batches of 64; then
+ours again with a static cache and transformers' compiled forward (`vaswani_compiled`: on a GPU inductor's code in
+CUDA graphs, `CompileConfig`'s default mode "reduce-overhead", compiled in the row's untimed first call; in the dry
+run dynamo's `eager` backend, which captures the same single graph without minutes of code generation on a CPU).
 
 Both decode with the model's generation config (its length limit and length penalty; beam search stops as
 CTranslate2's does, `early_stopping=True`, as the CPU serving table's rows: vaswani_tools.benchmarking), ours in bf16 on
 a GPU, CTranslate2 in float16 (`compute_type`), the weights exported once in float32. Each row times every batch once
 after one untimed batch (the first call's set-up), the device synchronized before the clock stops; the outputs are
 compared afterwards, token for token: a CTranslate2 row counts the captions whose tokens are ours (`same_as_vaswani`)
-and gives CTranslate2's seconds over ours (`vaswani_speed_ratio`: 1.0 or more where ours is as fast).
+and gives CTranslate2's seconds over ours (`vaswani_speed_ratio`: 1.0 or more where ours is as fast); the compiled
+rows count the captions decoded to the eager rows' tokens and give their seconds over the eager rows'.
 
 A row that cannot run is a row with its error: CTranslate2's CUDA build loads CUDA 12's cuBLAS (libcublas.so.12), which
 a machine of CUDA 13 alone does not have, and a wheel of it (581 MB) does not fit a device call (64 MiB). The dry run
 decodes a few captions on the CPU in float32, CTranslate2 included, so that the part cannot rot between lent GPUs.
 """
 
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -64,8 +69,10 @@ def generation_worker(sizes: GenerationSizes, validation_file: Path, model_dir: 
     batches = [texts[start : start + sizes.batch_size] for start in range(0, len(texts), sizes.batch_size)]
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     generation_config = GenerationConfig.from_pretrained(model_dir)
-    engines = {"vaswani": ("bf16" if device == "cuda" else "fp32", _vaswani),
-               "ctranslate2": ("float16" if device == "cuda" else "float32", _ctranslate2)}
+    ours_precision = "bf16" if device == "cuda" else "fp32"
+    engines = {"vaswani": (ours_precision, _vaswani),
+               "ctranslate2": ("float16" if device == "cuda" else "float32", _ctranslate2),
+               "vaswani_compiled": (ours_precision, functools.partial(_vaswani, compiled=True))}
     ours = {}  # num_beams: (seconds, outputs) of this project's rows
     for engine, (precision, set_up) in engines.items():
         try:
@@ -86,7 +93,7 @@ def generation_worker(sizes: GenerationSizes, validation_file: Path, model_dir: 
             same = ratio = None
             if engine == "vaswani":
                 ours[beams] = (seconds, outputs)
-            elif beams in ours:
+            elif beams in ours:  # CTranslate2's or the compiled rows, against the eager rows of ours
                 our_seconds, our_outputs = ours[beams]
                 same, ratio = sum(a == b for a, b in zip(outputs, our_outputs)), seconds / our_seconds
             write({**row, **_numbers(seconds, outputs), "same_as_vaswani": same, "vaswani_speed_ratio": ratio,
@@ -109,23 +116,30 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _vaswani(model_dir: Path, tokenizer, batches: list[list[str]], device: str, work_dir: Path):
+def _vaswani(model_dir: Path, tokenizer, batches: list[list[str]], device: str, work_dir: Path, compiled=False):
     """This project's model loaded and the batches encoded, once; the function that decodes every batch with
-    `generate` and some settings: its seconds, and each caption's new tokens up to its end token."""
+    `generate` and some settings (`compiled`: with a static cache and the compiled forward, `compiled_settings`, every
+    batch padded to the longest caption, so that each search compiles one step: a source of another length would be
+    another graph): its seconds, and each caption's new tokens up to its end token."""
     from vaswani import VaswaniForConditionalGeneration
 
     from .benchmarking import generated_tokens
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = VaswaniForConditionalGeneration.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+    padding = {"padding": True}
+    if compiled:
+        longest = max(len(ids) for batch in batches for ids in tokenizer(batch, truncation=True)["input_ids"])
+        padding = {"padding": "max_length", "max_length": longest}
     inputs = [{key: value.to(device) for key, value in
-               tokenizer(batch, return_tensors="pt", padding=True, truncation=True).items()
+               tokenizer(batch, return_tensors="pt", truncation=True, **padding).items()
                if key in ("input_ids", "attention_mask")} for batch in batches]
     eos = model.generation_config.eos_token_id
 
     def decode(settings: dict):
+        settings = {**settings, **compiled_settings(device)} if compiled else settings
         with torch.inference_mode():
-            model.generate(**inputs[0], **settings)  # the first call's set-up, untimed
+            model.generate(**inputs[0], **settings)  # the first call's set-up (and compilation), untimed
             _synchronize(device)
             started = time.perf_counter()
             outputs = [model.generate(**batch, **settings) for batch in inputs]
@@ -134,6 +148,19 @@ def _vaswani(model_dir: Path, tokenizer, batches: list[list[str]], device: str, 
         return seconds, [row for output in outputs for row in generated_tokens(output, eos)]
 
     return decode
+
+
+def compiled_settings(device: str) -> dict:
+    """`generate`'s settings of the compiled rows: a static cache (a size fixed for the whole search, which the
+    compiled step and its CUDA graphs need) and transformers' compiled forward, the whole step one graph
+    (`fullgraph`); on a CPU (the dry run) dynamo's `eager` backend, told to compile there too."""
+    from transformers.generation.configuration_utils import CompileConfig
+
+    if device == "cuda":
+        return {"cache_implementation": "static", "compile_config": CompileConfig(fullgraph=True)}
+    config = CompileConfig(fullgraph=True, backend="eager")
+    config._compile_all_devices = True  # (transformers compiles the forward only on a GPU unless told)
+    return {"cache_implementation": "static", "compile_config": config}
 
 
 def _ctranslate2(model_dir: Path, tokenizer, batches: list[list[str]], device: str, work_dir: Path):
@@ -167,4 +194,5 @@ def _ctranslate2(model_dir: Path, tokenizer, batches: list[list[str]], device: s
     return decode
 
 
-__all__ = ["BEAMS", "MODEL", "GenerationSizes", "captions", "decoding_settings", "generation_worker"]
+__all__ = ["BEAMS", "MODEL", "GenerationSizes", "captions", "compiled_settings", "decoding_settings",
+           "generation_worker"]
