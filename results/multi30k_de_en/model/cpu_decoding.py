@@ -27,7 +27,7 @@ function for one new token per row, with the model's weights laid out for it (`M
     beam's own history, so choosing beams moves a small table of indices (the history's slot at each position), not
     the keys and values; and the first step, where the beams are all alike, computes one row per input;
   * an input whose search is over leaves the batch (`vaswani.search`): its rows are no longer computed (its
-    cache slot is freed once half of the slots are, with one copy);
+    cache slot is freed once `FREED_SHARE` of the slots are, with one copy);
   * the next token is picked with vectorized reductions (`vaswani.search.first_argmax`, `beam_candidates`);
   * on CPUs other than Intel's, the output projection (the largest product of a step: 8,000 x 128 on the shipped
     models) runs through oneDNN with its weights reordered once for oneDNN's kernel (`ONEDNN_VOCAB`), where MKL
@@ -601,6 +601,13 @@ def _mallopt() -> Callable[[int, int], int]:
     return ctypes.CDLL(None).mallopt
 
 
+# The slots of the inputs whose search is over are freed (`CpuDecoder.free_slots`: the others' cache and cross-attention
+# keys and values copied to the first slots) once this share of the slots is over; until then their rows are computed
+# with the others'. On the shipped en->de model's 64 captions, freeing at half computed 13-14% of the rows for inputs
+# already over (greedy and beam 4), at 3/8 (one thread, paired calls) 0-4% faster greedy and 1-6% with 4 beams.
+FREED_SHARE = 3 / 8
+
+
 class CpuDecoder:
     """The decoder's state during one search: `step` and `keep`, as `vaswani.search` drives them.
 
@@ -799,8 +806,7 @@ class CpuDecoder:
         position), -inf elsewhere (positions after `position` are masked by `position_bias`)."""
         self.history[:, :, position] = self.beam_ids
         own = self.history[:, :, :span, None] == self.beam_ids
-        mask = torch.zeros(own.shape).masked_fill_(~own, -float("inf"))
-        return mask.view(self.slot_count, 1, self.beams, -1)
+        return torch.where(own, 0.0, -float("inf")).view(self.slot_count, 1, self.beams, -1)
 
     def cross_attention(self, index: int, layer: LayerWeights, hidden: torch.Tensor) -> torch.Tensor:
         slots, beams, heads, head_dim = self.slot_count, self.row_beams, self.heads, self.head_dim
@@ -823,10 +829,15 @@ class CpuDecoder:
         if inputs is not None:
             self.slots = self.slots[inputs]
         if self.beams > 1:
-            origins = (rows % self.beams).view(-1, self.beams)  # the beam each new beam continues
-            histories = self.history[self.slots]
-            self.history[self.slots] = torch.take_along_dim(histories, origins[:, :, None], dim=1)
-        if inputs is not None and self.slots.shape[0] <= self.slot_count // 2:
+            # each new beam's history is the one of the beam it continues (the row `rows % beams` of its slot)
+            histories = self.history.view(-1, self.history.shape[2])
+            origins = self.slots.repeat_interleave(self.beams) * self.beams + rows % self.beams
+            continued = histories.index_select(0, origins)
+            if self.slots.shape[0] == self.slot_count:  # every slot decodes: they are 0, 1, ... in order
+                self.history = continued.view(self.history.shape)
+            else:
+                histories.index_copy_(0, self.rows, continued)
+        if inputs is not None and self.slots.shape[0] <= self.slot_count * (1 - FREED_SHARE):
             self.free_slots()
 
     def grow(self) -> None:
