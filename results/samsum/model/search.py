@@ -161,6 +161,12 @@ def beam_candidates(logits: torch.Tensor, beam_scores: torch.Tensor, count: int,
     return top_scores, chosen.gather(1, within // block) * block + within % block
 
 
+def _ends(tokens: torch.Tensor, eos: torch.Tensor) -> torch.Tensor:
+    """Whether each token is an end-of-sequence token (none where `eos` is empty): one comparison for the usual single
+    end token, `isin` for several."""
+    return tokens == eos[0] if len(eos) == 1 else torch.isin(tokens, eos)
+
+
 def greedy_search(decoder, batch_size: int, start_token_id: int, settings: SearchSettings) -> torch.Tensor:
     """The highest-scoring token at every step; an input that has ended leaves the batch (its row is padded)."""
     eos = torch.tensor(settings.eos_token_ids, dtype=torch.long)
@@ -178,7 +184,7 @@ def greedy_search(decoder, batch_size: int, start_token_id: int, settings: Searc
         length += 1
         if not len(eos):
             continue
-        ended = tokens == eos[0] if len(eos) == 1 else torch.isin(tokens, eos)
+        ended = _ends(tokens, eos)
         if ended.all():
             break
         if ended.any():
@@ -263,12 +269,7 @@ def beam_search(decoder, batch_size: int, start_token_id: int, settings: SearchS
         origins, tokens = top_indices // vocab, top_indices % vocab
         candidates = _along_beams(state.running, origins, offsets[beams])
         candidates[:, :, length] = tokens
-        if length + 1 >= max_length:
-            ends = torch.ones_like(tokens, dtype=torch.bool)
-        elif len(eos) == 1:
-            ends = tokens == eos[0]
-        else:
-            ends = torch.isin(tokens, eos) if len(eos) else torch.zeros_like(tokens, dtype=torch.bool)
+        ends = torch.ones_like(tokens, dtype=torch.bool) if length + 1 >= max_length else _ends(tokens, eos)
 
         # the best beams that go on (a score plus EXCLUDED times a flag: the same sums as transformers')
         going_on_scores = torch.add(top_scores, ends, alpha=EXCLUDED)
